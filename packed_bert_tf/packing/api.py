@@ -1,0 +1,197 @@
+"""`pack_histogram`: one entry point for every packing algorithm."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from packed_bert_tf.packing import heuristics, nnlshp, optimal
+from packed_bert_tf.packing.plan import PackingPlan
+
+ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
+
+
+def histogram_from_lengths(lengths, max_sequence_length: int) -> np.ndarray:
+    """[S] int64 histogram of a lengths array: ``histogram[i]`` = count of length i+1.
+
+    Raises ValueError naming the first offending position when a length is
+    below 1 or above `max_sequence_length`.
+    """
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        raise ValueError(f"lengths must be 1-D, got shape {lengths.shape}")
+    if lengths.size and not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths must be integers, got dtype {lengths.dtype}")
+    if lengths.size:
+        bad = np.flatnonzero((lengths < 1) | (lengths > max_sequence_length))
+        if bad.size:
+            raise ValueError(
+                f"sequence {bad[0]} has length {lengths[bad[0]]}, outside "
+                f"1..max_sequence_length={max_sequence_length} "
+                f"({bad.size} such sequences)")
+    return np.bincount(lengths.astype(np.int64) - 1 if lengths.size else
+                       np.zeros(0, np.int64),
+                       minlength=max_sequence_length).astype(np.int64)
+
+
+def _validated_histogram(histogram, max_sequence_length: int) -> np.ndarray:
+    histogram = np.asarray(histogram)
+    if histogram.ndim != 1:
+        raise ValueError(f"histogram must be 1-D, got shape {histogram.shape}")
+    if histogram.size and not np.issubdtype(histogram.dtype, np.integer):
+        as_int = np.rint(histogram)
+        if not np.array_equal(as_int, histogram):
+            raise ValueError("histogram counts must be whole numbers")
+        histogram = as_int
+    histogram = histogram.astype(np.int64)
+    if (histogram < 0).any():
+        i = int(np.flatnonzero(histogram < 0)[0])
+        raise ValueError(f"histogram has a negative count {histogram[i]} "
+                         f"for length {i + 1}")
+    if histogram.size > max_sequence_length:
+        too_long = histogram[max_sequence_length:]
+        if too_long.any():
+            longest = max_sequence_length + int(np.flatnonzero(too_long)[-1]) + 1
+            raise ValueError(
+                f"histogram has {int(too_long.sum())} sequences longer than "
+                f"max_sequence_length={max_sequence_length} (up to length "
+                f"{longest})")
+        histogram = histogram[:max_sequence_length]
+    # A shorter histogram just has no sequences of the longer lengths.
+    return np.pad(histogram, (0, max_sequence_length - histogram.size))
+
+
+def pack_histogram(histogram, max_sequence_length: int,
+                   max_sequences_per_pack: int | None = 3,
+                   algorithm: str = "optimal", **options) -> PackingPlan:
+    """Packs a length histogram into rows of `max_sequence_length` tokens.
+
+    Parameters
+    ----------
+    histogram : array_like of int
+        ``histogram[i]`` = number of sequences of length ``i + 1``. It may be
+        shorter than `max_sequence_length` (missing bins are 0); longer only if
+        the extra bins are 0.
+    max_sequence_length : int
+        Tokens per pack, S.
+    max_sequences_per_pack : int or None
+        Cap on sequences per pack, D (None: no cap beyond S).
+    algorithm : str
+        One of `ALGORITHMS`:
+
+        - ``none``: one sequence per pack (the unpacked baseline).
+        - ``greedy``: next-fit in dataset order (the paper's GREEDY / T5
+          baseline). Options: ``lengths`` (the dataset's lengths in order;
+          their histogram must equal `histogram`), else ``seed`` (default 0)
+          draws a random order of the histogram's sequences.
+        - ``bfd``: best-fit decreasing (ties: the pack holding fewest).
+        - ``spfhp``: shortest-pack-first histogram packing (worst fit).
+        - ``lpfhp``: longest-pack-first histogram packing (best fit, ties as
+          Graphcore's reference implementation).
+        - ``nnlshp``: non-negative least squares over exact-fill strategies.
+          Options: ``short_sequence_weight`` (0.09), ``short_sequence_cutoff``
+          (8).
+        - ``optimal`` (default): cutting-stock LP by column generation, then
+          rounding and repair; also reports the LP lower bound. Option:
+          ``max_iterations`` (1000 column-generation rounds per LP).
+
+    Returns
+    -------
+    PackingPlan
+        Exact by construction: every sequence packed once, no pack over S
+        tokens or D sequences.
+
+    Raises
+    ------
+    ValueError
+        For negative counts, sequences longer than S, a cap below 1, an
+        unknown algorithm or an unknown option.
+
+    Notes
+    -----
+    Costs on the Wikipedia-512 histogram (16.3 M sequences) are recorded in
+    BENCHMARKS.md (``benchmarks/packing_benchmark.py``).
+
+    Examples
+    --------
+    >>> plan = pack_histogram([0, 2, 1, 1], max_sequence_length=4,
+    ...                       max_sequences_per_pack=2, algorithm="spfhp")
+    >>> plan.strategies, plan.counts, plan.num_packs
+    (((2, 2), (3,), (4,)), (1, 1, 1), 3)
+    """
+    if not isinstance(max_sequence_length, (int, np.integer)) or max_sequence_length < 1:
+        raise ValueError(f"max_sequence_length must be a positive integer, got "
+                         f"{max_sequence_length!r}")
+    max_sequence_length = int(max_sequence_length)
+    if max_sequences_per_pack is None:
+        max_sequences_per_pack = max_sequence_length
+    if (not isinstance(max_sequences_per_pack, (int, np.integer))
+            or max_sequences_per_pack < 1):
+        raise ValueError(f"max_sequences_per_pack must be an integer >= 1, got "
+                         f"{max_sequences_per_pack!r}")
+    # A cap above S can never bind.
+    max_sequences_per_pack = int(min(max_sequences_per_pack, max_sequence_length))
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown packing algorithm {algorithm!r}; expected one "
+                         f"of {', '.join(ALGORITHMS)}")
+    allowed_options = {
+        "greedy": {"lengths", "seed"},
+        "nnlshp": {"short_sequence_weight", "short_sequence_cutoff"},
+        "optimal": {"max_iterations"},
+    }.get(algorithm, set())
+    unknown = set(options) - allowed_options
+    if unknown:
+        raise ValueError(
+            f"algorithm {algorithm!r} takes no option(s) {', '.join(sorted(unknown))}"
+            + (f"; it takes {', '.join(sorted(allowed_options))}"
+               if allowed_options else ""))
+    histogram = _validated_histogram(histogram, max_sequence_length)
+
+    start = time.perf_counter()
+    lp_lower_bound = None
+    args = (max_sequence_length, max_sequences_per_pack)
+    if algorithm == "none":
+        pairs = heuristics.pack_none(histogram)
+    elif algorithm == "greedy":
+        lengths = options.get("lengths")
+        if lengths is None:
+            rng = np.random.default_rng(options.get("seed", 0))
+            lengths = rng.permutation(np.repeat(
+                np.arange(1, max_sequence_length + 1), histogram))
+        elif not np.array_equal(histogram_from_lengths(lengths, max_sequence_length),
+                                histogram):
+            raise ValueError("greedy: the histogram of `lengths` differs from "
+                             "`histogram`")
+        pairs = heuristics.pack_greedy(lengths, *args)
+    elif algorithm == "bfd":
+        pairs = heuristics.pack_fit_decreasing(histogram, *args, fit="best",
+                                               tie_break="fewest")
+    elif algorithm == "spfhp":
+        pairs = heuristics.pack_fit_decreasing(histogram, *args, fit="worst")
+    elif algorithm == "lpfhp":
+        pairs = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
+    elif algorithm == "nnlshp":
+        pairs = nnlshp.pack_nnlshp(histogram, *args, **options)
+    else:  # optimal
+        warm_start = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
+        pairs, lp_lower_bound = optimal.pack_optimal(
+            histogram, *args, initial_strategies=[s for s, _ in warm_start],
+            **options)
+    return PackingPlan.from_strategy_counts(
+        pairs, algorithm=algorithm, histogram=histogram,
+        max_sequence_length=max_sequence_length,
+        max_sequences_per_pack=max_sequences_per_pack,
+        lp_lower_bound=lp_lower_bound,
+        solve_time_seconds=time.perf_counter() - start)
+
+
+def pack_lengths(lengths, max_sequence_length: int,
+                 max_sequences_per_pack: int | None = 3,
+                 algorithm: str = "optimal", **options) -> PackingPlan:
+    """`pack_histogram` on a dataset's lengths (kept in order for ``greedy``)."""
+    histogram = histogram_from_lengths(lengths, max_sequence_length)
+    if algorithm == "greedy":
+        options.setdefault("lengths", np.asarray(lengths))
+    return pack_histogram(histogram, max_sequence_length, max_sequences_per_pack,
+                          algorithm, **options)

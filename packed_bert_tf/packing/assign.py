@@ -1,0 +1,130 @@
+"""From a plan to concrete packs: which example goes into which pack."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from packed_bert_tf.packing.api import histogram_from_lengths
+from packed_bert_tf.packing.plan import PackingPlan
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PackAssignment:
+    """Packs of a concrete dataset as ragged rows of example indices.
+
+    Pack ``k`` holds the examples
+    ``sequence_indices[row_splits[k]:row_splits[k + 1]]`` (the layout of
+    ``tf.RaggedTensor.from_row_splits``), longest first. Each example index
+    appears exactly once.
+
+    Attributes
+    ----------
+    row_splits : [P + 1] int64
+    sequence_indices : [N] int64
+    """
+
+    row_splits: np.ndarray
+    sequence_indices: np.ndarray
+
+    def __len__(self) -> int:
+        return self.row_splits.size - 1
+
+    def __getitem__(self, pack: int) -> np.ndarray:
+        if not -len(self) <= pack < len(self):
+            raise IndexError(f"pack {pack} out of range for {len(self)} packs")
+        pack %= len(self)
+        return self.sequence_indices[self.row_splits[pack]:self.row_splits[pack + 1]]
+
+    def __iter__(self):
+        for pack in range(len(self)):
+            yield self[pack]
+
+    @property
+    def sequences_per_pack(self) -> np.ndarray:
+        """[P] int64: how many examples each pack holds."""
+        return np.diff(self.row_splits)
+
+    def to_dense(self, max_sequences_per_pack: int | None = None,
+                 fill: int = -1) -> np.ndarray:
+        """[P, D] int64 of example indices, `fill` where a pack has fewer."""
+        depth = self.sequences_per_pack
+        width = int(depth.max(initial=0)) if max_sequences_per_pack is None \
+            else max_sequences_per_pack
+        if depth.size and depth.max() > width:
+            raise ValueError(f"a pack holds {depth.max()} sequences, more than "
+                             f"the {width} columns asked for")
+        dense = np.full((len(self), width), fill, dtype=np.int64)
+        slot = np.arange(self.sequence_indices.size) - np.repeat(self.row_splits[:-1], depth)
+        dense[np.repeat(np.arange(len(self)), depth), slot] = self.sequence_indices
+        return dense
+
+
+def assign_sequences(lengths, plan: PackingPlan, seed: int = 0) -> PackAssignment:
+    """Assigns every example of a dataset to a pack of the plan.
+
+    Parameters
+    ----------
+    lengths : [N] int
+        Length of every example; their histogram must equal ``plan.histogram``.
+    plan : PackingPlan
+    seed : int
+        Which example of a given length fills which slot, and the order of the
+        packs, are drawn from this seed: the same (lengths, plan, seed) always
+        give the same packs.
+
+    Returns
+    -------
+    PackAssignment
+        The plan's packs in shuffled order (so that long and short packs are
+        mixed in the output), each holding example indices of the lengths its
+        strategy lists.
+
+    Notes
+    -----
+    Vectorised: the slots of all packs, sorted by length, are matched with the
+    examples sorted by length (shuffled within each length). O(N log N).
+
+    Examples
+    --------
+    >>> from packed_bert_tf.packing import pack_histogram
+    >>> lengths = [3, 1, 2, 2]
+    >>> plan = pack_histogram([1, 2, 1], max_sequence_length=4,
+    ...                       max_sequences_per_pack=2, algorithm="optimal")
+    >>> packs = assign_sequences(lengths, plan, seed=0)
+    >>> sorted(sorted(int(i) for i in pack) for pack in packs)
+    [[0, 1], [2, 3]]
+    """
+    lengths = np.asarray(lengths)
+    histogram = histogram_from_lengths(lengths, plan.max_sequence_length)
+    expected = np.asarray(plan.histogram, dtype=np.int64)
+    if not np.array_equal(histogram, expected):
+        length = int(np.flatnonzero(histogram != expected)[0]) + 1
+        raise ValueError(
+            f"the lengths do not match the plan: {histogram[length - 1]} "
+            f"sequences of length {length}, the plan packs {expected[length - 1]}")
+    rng = np.random.default_rng(seed)
+    lengths = lengths.astype(np.int64)
+
+    # Contents of all strategies, flattened: strategy j is
+    # flat_lengths[offsets[j]:offsets[j] + depths[j]].
+    depths = np.array([len(s) for s in plan.strategies], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(depths)[:-1]]).astype(np.int64)
+    flat_lengths = np.fromiter((length for s in plan.strategies for length in s),
+                               dtype=np.int64, count=int(depths.sum()))
+
+    strategy_of_pack = rng.permutation(
+        np.repeat(np.arange(len(plan.strategies)), plan.counts))  # [P]
+    pack_depths = depths[strategy_of_pack]
+    row_splits = np.concatenate([[0], np.cumsum(pack_depths)]).astype(np.int64)
+    slot = np.arange(row_splits[-1]) - np.repeat(row_splits[:-1], pack_depths)
+    slot_lengths = flat_lengths[np.repeat(offsets[strategy_of_pack], pack_depths) + slot]
+
+    # Examples by length, in random order within a length; slots by length.
+    shuffled = rng.permutation(lengths.size)
+    examples_by_length = shuffled[np.argsort(lengths[shuffled], kind="stable")]
+    slots_by_length = np.argsort(slot_lengths, kind="stable")
+    sequence_indices = np.empty(lengths.size, dtype=np.int64)
+    sequence_indices[slots_by_length] = examples_by_length
+    return PackAssignment(row_splits=row_splits, sequence_indices=sequence_indices)

@@ -1,0 +1,107 @@
+"""Reading length histograms from files, and finding the paper's by name.
+
+A histogram file is JSON, either ``{"counts": [...], "max_sequence_length": S,
+...}`` (the format of the paper's histograms in ``shared/data/histograms``) or
+a bare list of counts; or ``.npy``; or text with one count per line or
+comma/space separated. In every case ``counts[i]`` is the number of sequences
+of length ``i + 1``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+
+import numpy as np
+
+#: Environment variable: folders (``os.pathsep``-separated) searched for
+#: histograms given by name.
+HISTOGRAM_DIR_ENV = "PACKED_BERT_TF_HISTOGRAM_DIR"
+
+_REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LengthHistogram:
+    """A named length histogram: ``counts[i]`` sequences of length ``i + 1``."""
+
+    name: str
+    counts: np.ndarray
+    max_sequence_length: int
+    source: str
+
+
+def histogram_search_path() -> list[pathlib.Path]:
+    """Folders searched for a histogram given by name, in order.
+
+    `HISTOGRAM_DIR_ENV` first, then ``shared/data/histograms`` beside this
+    repository's checkout (where the project's CI and sessions keep them).
+    """
+    folders = [pathlib.Path(p) for p in os.environ.get(HISTOGRAM_DIR_ENV, "").split(
+        os.pathsep) if p]
+    folders.append(_REPOSITORY.parent / "shared" / "data" / "histograms")
+    return folders
+
+
+def find_histogram(name: str) -> pathlib.Path | None:
+    """Path of histogram ``name`` (``NAME.json``) on the search path, or None."""
+    for folder in histogram_search_path():
+        candidate = folder / f"{name}.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_histogram(path_or_name: str) -> LengthHistogram:
+    """Loads a histogram from a file path, or by name from the search path.
+
+    Raises
+    ------
+    FileNotFoundError
+        When neither a file nor a known name, listing the folders searched.
+    ValueError
+        When the file holds anything but non-negative whole counts.
+    """
+    path = pathlib.Path(path_or_name)
+    if not path.is_file():
+        found = find_histogram(str(path_or_name))
+        if found is None:
+            searched = ", ".join(str(p) for p in histogram_search_path())
+            raise FileNotFoundError(
+                f"histogram {path_or_name!r} is neither a file nor a name found "
+                f"in {searched}; pass the path of a histogram file (JSON "
+                f"counts[i] = sequences of length i+1) or set {HISTOGRAM_DIR_ENV}")
+        path = found
+    name = path.stem
+    max_sequence_length = None
+    try:
+        if path.suffix == ".npy":
+            counts = np.load(path, allow_pickle=False)
+        elif path.suffix == ".json":
+            document = json.loads(path.read_text(encoding="utf-8"))
+            if isinstance(document, dict):
+                if "counts" not in document:
+                    raise ValueError("JSON object has no 'counts' list")
+                counts = document["counts"]
+                name = document.get("name", name)
+                max_sequence_length = document.get("max_sequence_length")
+            else:
+                counts = document
+        else:
+            text = path.read_text(encoding="utf-8").replace(",", " ")
+            counts = [float(token) for token in text.split()]
+        counts = np.asarray(counts, dtype=np.float64)
+    except (ValueError, TypeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read histogram {path}: {error}") from error
+    if counts.ndim != 1 or counts.size == 0:
+        raise ValueError(f"histogram {path} must be a non-empty list of counts, "
+                         f"got shape {counts.shape}")
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0) or np.any(
+            counts != np.rint(counts)):
+        raise ValueError(f"histogram {path} must hold non-negative whole counts")
+    return LengthHistogram(
+        name=name, counts=counts.astype(np.int64),
+        max_sequence_length=int(max_sequence_length or counts.size),
+        source=str(path))

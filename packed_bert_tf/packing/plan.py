@@ -1,0 +1,279 @@
+"""The result of packing a length histogram: `PackingPlan`.
+
+A plan says how many packs of each *strategy* to build. A strategy is a tuple
+of sequence lengths (sorted longest first) that together fit in one row of
+`max_sequence_length` tokens. For example, at max length 8::
+
+    strategy   count   row (a = first sequence, b = second, 0 = padding)
+    (5, 3)         2   a a a a a b b b
+    (6,)           1   a a a a a a 0 0
+
+Every plan is checked on construction: each sequence of the histogram is
+packed exactly once, no pack exceeds the max length, none holds more than
+`max_sequences_per_pack` sequences. A plan that breaks any of these cannot
+be built, whatever the algorithm (or JSON file) it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+_JSON_FORMAT = "packed_bert_tf.PackingPlan"
+_JSON_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingPlan:
+    """How to pack a length histogram into rows of fixed length.
+
+    Attributes
+    ----------
+    algorithm : str
+        Name of the algorithm that made the plan.
+    max_sequence_length : int
+        Tokens per pack (row), S.
+    max_sequences_per_pack : int
+        Cap on sequences per pack, D.
+    histogram : tuple of int
+        ``histogram[i]`` = number of sequences of length ``i + 1``; length S.
+    strategies : tuple of tuple of int
+        Distinct pack contents, each sorted longest first.
+    counts : tuple of int
+        ``counts[j]`` = number of packs built with ``strategies[j]``.
+    lp_lower_bound : float or None
+        Optimum of the linear-programming relaxation (fractional packs) where
+        the algorithm computed one, else None. No plan can use fewer than
+        ``ceil(lp_lower_bound)`` packs.
+    solve_time_seconds : float
+        Wall time the algorithm took.
+    """
+
+    algorithm: str
+    max_sequence_length: int
+    max_sequences_per_pack: int
+    histogram: tuple[int, ...]
+    strategies: tuple[tuple[int, ...], ...]
+    counts: tuple[int, ...]
+    lp_lower_bound: float | None = None
+    solve_time_seconds: float = 0.0
+
+    def __post_init__(self):
+        max_len = self.max_sequence_length
+        if len(self.histogram) != max_len:
+            raise ValueError(
+                f"histogram has {len(self.histogram)} bins, expected "
+                f"max_sequence_length={max_len}")
+        if len(self.strategies) != len(self.counts):
+            raise ValueError(
+                f"{len(self.strategies)} strategies but {len(self.counts)} counts")
+        for strategy, count in zip(self.strategies, self.counts):
+            if count < 0:
+                raise ValueError(f"strategy {strategy} has negative count {count}")
+            if not strategy or min(strategy) < 1:
+                raise ValueError(f"strategy {strategy} holds an empty or "
+                                 "non-positive length")
+            if sum(strategy) > max_len:
+                raise ValueError(f"strategy {strategy} holds {sum(strategy)} "
+                                 f"tokens, more than max_sequence_length={max_len}")
+            if len(strategy) > self.max_sequences_per_pack:
+                raise ValueError(
+                    f"strategy {strategy} holds {len(strategy)} sequences, more "
+                    f"than max_sequences_per_pack={self.max_sequences_per_pack}")
+        packed = self.packed_histogram()
+        expected = np.asarray(self.histogram, dtype=np.int64)
+        if not np.array_equal(packed, expected):
+            wrong = np.flatnonzero(packed != expected)
+            examples = ", ".join(
+                f"length {i + 1}: packed {packed[i]}, histogram {expected[i]}"
+                for i in wrong[:3])
+            raise ValueError(
+                f"plan does not pack every sequence exactly once "
+                f"({len(wrong)} lengths differ; {examples})")
+
+    @classmethod
+    def from_strategy_counts(cls, strategy_counts, *, algorithm, histogram,
+                             max_sequence_length, max_sequences_per_pack,
+                             lp_lower_bound=None, solve_time_seconds=0.0):
+        """Builds a canonical plan from (strategy, count) pairs.
+
+        Strategies are sorted longest first, equal strategies merged, zero
+        counts dropped, and the result ordered by strategy for stable output.
+        """
+        merged: dict[tuple[int, ...], int] = {}
+        for strategy, count in strategy_counts:
+            count = int(count)
+            if count == 0:
+                continue
+            key = tuple(sorted((int(length) for length in strategy), reverse=True))
+            merged[key] = merged.get(key, 0) + count
+        ordered = sorted(merged.items())
+        return cls(
+            algorithm=algorithm,
+            max_sequence_length=int(max_sequence_length),
+            max_sequences_per_pack=int(max_sequences_per_pack),
+            histogram=tuple(int(c) for c in histogram),
+            strategies=tuple(strategy for strategy, _ in ordered),
+            counts=tuple(count for _, count in ordered),
+            lp_lower_bound=None if lp_lower_bound is None else float(lp_lower_bound),
+            solve_time_seconds=float(solve_time_seconds),
+        )
+
+    # ------------------------------------------------------------------ arrays
+    def strategy_matrix(self) -> np.ndarray:
+        """[S, num_strategies] int64: entry (i, j) = sequences of length i+1 in strategy j."""
+        matrix = np.zeros((self.max_sequence_length, len(self.strategies)), np.int64)
+        for j, strategy in enumerate(self.strategies):
+            for length in strategy:
+                matrix[length - 1, j] += 1
+        return matrix
+
+    def packed_histogram(self) -> np.ndarray:
+        """[S] int64: how many sequences of each length the plan packs."""
+        return self.strategy_matrix() @ np.asarray(self.counts, dtype=np.int64)
+
+    # ----------------------------------------------------------------- reports
+    @functools.cached_property
+    def num_packs(self) -> int:
+        return int(sum(self.counts))
+
+    @functools.cached_property
+    def num_sequences(self) -> int:
+        return int(sum(self.histogram))
+
+    @functools.cached_property
+    def real_tokens(self) -> int:
+        return int(np.dot(np.arange(1, self.max_sequence_length + 1),
+                          np.asarray(self.histogram, dtype=np.int64)))
+
+    @property
+    def num_strategies(self) -> int:
+        return len(self.strategies)
+
+    @property
+    def total_tokens(self) -> int:
+        """Tokens in all packs, real and padding: packs x max length."""
+        return self.num_packs * self.max_sequence_length
+
+    @property
+    def padding_tokens(self) -> int:
+        return self.total_tokens - self.real_tokens
+
+    @property
+    def efficiency(self) -> float:
+        """Real tokens / all tokens in the packs (1.0 = no padding)."""
+        return self.real_tokens / self.total_tokens if self.total_tokens else 1.0
+
+    @property
+    def packing_factor(self) -> float:
+        """Sequences per pack: the speed-up over one sequence per row."""
+        return self.num_sequences / self.num_packs if self.num_packs else 1.0
+
+    @property
+    def theoretical_speedup(self) -> float:
+        """The speed-up of a packing with no padding at all (the paper's limit).
+
+        Rows without packing (one per sequence) times max length, over the real
+        tokens; a property of the histogram, shared by every plan of it.
+        """
+        if not self.real_tokens:
+            return 1.0
+        return self.num_sequences * self.max_sequence_length / self.real_tokens
+
+    @property
+    def token_lower_bound(self) -> int:
+        """ceil(sum of lengths / max length): no plan has fewer packs."""
+        return -(-self.real_tokens // self.max_sequence_length)
+
+    @property
+    def lp_lower_bound_packs(self) -> int | None:
+        """ceil(lp_lower_bound) where known: a tighter bound than the token one."""
+        if self.lp_lower_bound is None:
+            return None
+        # The LP optimum is computed in floating point; forgive round-off.
+        return max(self.token_lower_bound, math.ceil(self.lp_lower_bound - 1e-6))
+
+    @property
+    def max_depth_used(self) -> int:
+        """The most sequences any pack of the plan holds."""
+        return max((len(s) for s in self.strategies), default=0)
+
+    def summary(self) -> dict[str, Any]:
+        """The reports as a flat dict (what the JSON file and tables show)."""
+        return {
+            "algorithm": self.algorithm,
+            "max_sequence_length": self.max_sequence_length,
+            "max_sequences_per_pack": self.max_sequences_per_pack,
+            "num_sequences": self.num_sequences,
+            "num_packs": self.num_packs,
+            "num_strategies": self.num_strategies,
+            "max_depth_used": self.max_depth_used,
+            "real_tokens": self.real_tokens,
+            "padding_tokens": self.padding_tokens,
+            "efficiency": self.efficiency,
+            "packing_factor": self.packing_factor,
+            "theoretical_speedup": self.theoretical_speedup,
+            "token_lower_bound": self.token_lower_bound,
+            "lp_lower_bound": self.lp_lower_bound,
+            "lp_lower_bound_packs": self.lp_lower_bound_packs,
+            "solve_time_seconds": self.solve_time_seconds,
+        }
+
+    # -------------------------------------------------------------------- JSON
+    def to_json(self, path=None, *, indent: int | None = None) -> str:
+        """Serialises the plan (and its reports, for readers) to JSON.
+
+        Writes to ``path`` when given; returns the JSON text either way.
+        """
+        document = {
+            "format": _JSON_FORMAT,
+            "version": _JSON_VERSION,
+            "algorithm": self.algorithm,
+            "max_sequence_length": self.max_sequence_length,
+            "max_sequences_per_pack": self.max_sequences_per_pack,
+            "lp_lower_bound": self.lp_lower_bound,
+            "solve_time_seconds": self.solve_time_seconds,
+            "histogram": list(self.histogram),
+            "strategies": [list(s) for s in self.strategies],
+            "counts": list(self.counts),
+            "summary": self.summary(),
+        }
+        text = json.dumps(document, indent=indent)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str) -> "PackingPlan":
+        """Reads a plan written by `to_json` (JSON text or a file path).
+
+        The plan is validated again: a file edited into an inexact plan fails.
+        """
+        text = text_or_path
+        if not text_or_path.lstrip().startswith("{"):
+            with open(text_or_path, encoding="utf-8") as f:
+                text = f.read()
+        document = json.loads(text)
+        if document.get("format") != _JSON_FORMAT:
+            raise ValueError(
+                f"not a packing plan: format is {document.get('format')!r}, "
+                f"expected {_JSON_FORMAT!r}")
+        if document.get("version") != _JSON_VERSION:
+            raise ValueError(f"packing plan version {document.get('version')!r} "
+                             f"is not supported (expected {_JSON_VERSION})")
+        return cls(
+            algorithm=document["algorithm"],
+            max_sequence_length=int(document["max_sequence_length"]),
+            max_sequences_per_pack=int(document["max_sequences_per_pack"]),
+            histogram=tuple(int(c) for c in document["histogram"]),
+            strategies=tuple(tuple(int(x) for x in s) for s in document["strategies"]),
+            counts=tuple(int(c) for c in document["counts"]),
+            lp_lower_bound=document["lp_lower_bound"],
+            solve_time_seconds=float(document["solve_time_seconds"]),
+        )
