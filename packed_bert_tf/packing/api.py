@@ -178,6 +178,8 @@ def pack_histogram(histogram, max_sequence_length: int,
         pairs, lp_lower_bound = optimal.pack_optimal(
             histogram, *args, initial_strategies=[s for s, _ in warm_start],
             **options)
+        if sum(c for _, c in warm_start) < sum(c for _, c in pairs):
+            pairs = warm_start  # never worse than the heuristic it started from
     return PackingPlan.from_strategy_counts(
         pairs, algorithm=algorithm, histogram=histogram,
         max_sequence_length=max_sequence_length,

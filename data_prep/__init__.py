@@ -1,0 +1,1 @@
+"""Command-line data tools: ``python -m data_prep.NAME``."""

@@ -1,0 +1,116 @@
+r"""Packing report: every packing algorithm on a length histogram, side by side.
+
+Prints a table like Table 1 of Krell et al. (algorithm, packs, padding tokens,
+efficiency, packing factor, time, gap to the LP lower bound) and optionally
+writes a PNG and the plans' reports as JSON.
+
+    python -m data_prep.packing_report --histogram=wikipedia_512 \
+        --max_sequences_per_pack=3 --algorithms=all --plot=report.png
+
+`--histogram` is a file (JSON ``counts`` list or bare list, .npy, or text;
+``counts[i]`` = sequences of length i+1) or the name of one of the paper's
+histograms (``wikipedia_512``, ``squad_1_1_384``), looked up in
+``$PACKED_BERT_TF_HISTOGRAM_DIR`` and in ``shared/data/histograms`` beside the
+repository.
+"""
+
+import json
+import os
+import sys
+
+from absl import app, flags, logging
+
+from packed_bert_tf import packing
+
+FLAGS = flags.FLAGS
+
+# Required.
+flags.DEFINE_string(
+    "histogram", None,
+    "Length histogram: a file path or a name (wikipedia_512, squad_1_1_384).")
+
+# Other.
+flags.DEFINE_integer(
+    "max_sequence_length", None,
+    "Tokens per pack. Default: the histogram file's max_sequence_length (or its "
+    "number of bins).")
+flags.DEFINE_integer("max_sequences_per_pack", 3,
+                     "Cap on sequences per pack (the paper's packing depth).")
+flags.DEFINE_list(
+    "algorithms", ["all"],
+    f"Comma-separated algorithms, or 'all' ({', '.join(packing.ALGORITHMS)}).")
+flags.DEFINE_integer("seed", 0,
+                     "Seed of the random dataset order the greedy baseline packs.")
+flags.DEFINE_string("plot", None, "Write the report figure to this PNG.")
+flags.DEFINE_string("output_json", None,
+                    "Write every plan's report (not its strategies) to this JSON.")
+
+
+def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pack,
+               algorithms, *, seed=0):
+    """Packs one histogram with each algorithm; returns (histogram, plans)."""
+    histogram = packing.load_histogram(histogram_name_or_path)
+    max_sequence_length = max_sequence_length or histogram.max_sequence_length
+    if algorithms == ["all"]:
+        algorithms = list(packing.ALGORITHMS)
+    unknown = [a for a in algorithms if a not in packing.ALGORITHMS]
+    if unknown:
+        raise ValueError(f"--algorithms: unknown {', '.join(unknown)}; expected "
+                         f"'all' or some of {', '.join(packing.ALGORITHMS)}")
+    plans = []
+    for algorithm in algorithms:
+        options = {"seed": seed} if algorithm == "greedy" else {}
+        logging.info("Packing %s with %s", histogram.name, algorithm)
+        plans.append(packing.pack_histogram(
+            histogram.counts, max_sequence_length, max_sequences_per_pack,
+            algorithm, **options))
+    if all(plan.lp_lower_bound is None for plan in plans):
+        # The gap column needs the bound: the optimal solver computes it.
+        logging.info("Computing the LP lower bound")
+        bound_plan = packing.pack_histogram(histogram.counts, max_sequence_length,
+                                            max_sequences_per_pack, "optimal")
+        lp_bound = bound_plan.lp_lower_bound_packs
+    else:
+        lp_bound = max(p.lp_lower_bound_packs for p in plans
+                       if p.lp_lower_bound_packs is not None)
+    return histogram, plans, lp_bound
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        histogram, plans, lp_bound = run_report(
+            FLAGS.histogram, FLAGS.max_sequence_length, FLAGS.max_sequences_per_pack,
+            FLAGS.algorithms, seed=FLAGS.seed)
+    except FileNotFoundError as error:
+        sys.exit(f"packing_report: --histogram: {error}")
+    except ValueError as error:
+        sys.exit(f"packing_report: {error}")
+
+    first = plans[0]
+    print(f"{histogram.name} ({histogram.source}): {first.num_sequences:,} sequences, "
+          f"{first.real_tokens:,} tokens; max {first.max_sequence_length} tokens and "
+          f"{first.max_sequences_per_pack} sequences per pack")
+    print(f"theoretical speed-up {first.theoretical_speedup:.4f}, token lower bound "
+          f"{first.token_lower_bound:,} packs, LP lower bound {lp_bound:,} packs\n")
+    print(packing.format_plan_table(plans, lp_lower_bound_packs=lp_bound))
+
+    if FLAGS.output_json:
+        document = {"histogram": histogram.name, "source": histogram.source,
+                    "lp_lower_bound_packs": lp_bound,
+                    "plans": [plan.summary() for plan in plans]}
+        temporary = FLAGS.output_json + ".tmp"
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2)
+        os.replace(temporary, FLAGS.output_json)
+        print(f"\nwrote {FLAGS.output_json}")
+    if FLAGS.plot:
+        from packed_bert_tf.plots import plot_packing_report
+        plot_packing_report(histogram.name, plans, FLAGS.plot)
+        print(f"wrote {FLAGS.plot}")
+
+
+if __name__ == "__main__":
+    flags.mark_flag_as_required("histogram")
+    app.run(main)

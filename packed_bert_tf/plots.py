@@ -1,0 +1,88 @@
+"""Figures for reports (matplotlib, headless)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Sequence
+
+import numpy as np
+
+from packed_bert_tf.packing.plan import PackingPlan
+
+
+def save_figure_atomically(figure, path: str, **savefig_kwargs) -> None:
+    """Writes a figure to `path` via a temporary file, so that a failure never
+    leaves a half-written image that looks complete."""
+    folder = os.path.dirname(os.path.abspath(path))
+    suffix = os.path.splitext(path)[1] or ".png"
+    handle, temporary = tempfile.mkstemp(dir=folder, suffix=suffix)
+    os.close(handle)
+    try:
+        figure.savefig(temporary, **savefig_kwargs)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def plot_packing_report(name: str, plans: Sequence[PackingPlan], path: str) -> None:
+    """Two panels: the length histogram with its padding, and each plan's efficiency.
+
+    Left: for every length, the real tokens and the padding tokens the
+    sequences of that length carry without packing (stacked), which shows
+    where the padding comes from. Right: the token efficiency of each plan,
+    with the bound set by the LP relaxation (or the token count) marked.
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not plans:
+        raise ValueError("no plans to plot")
+    plan = plans[0]
+    max_len = plan.max_sequence_length
+    lengths = np.arange(1, max_len + 1)
+    counts = np.asarray(plan.histogram, dtype=np.float64)
+    real = counts * lengths
+    padding = counts * (max_len - lengths)
+    unpacked_padding = padding.sum() / max(1.0, (real + padding).sum())
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 4.5),
+                                         gridspec_kw={"width_ratios": [3, 2]})
+    left.fill_between(lengths, 0, real / 1e6, step="mid", color="tab:blue",
+                      label="real tokens")
+    left.fill_between(lengths, real / 1e6, (real + padding) / 1e6, step="mid",
+                      color="tab:orange", alpha=0.6, label="padding tokens (unpacked)")
+    left.set_xlim(1, max_len)
+    left.set_xlabel("sequence length (tokens)")
+    left.set_ylabel("tokens (millions)")
+    left.set_title(f"{name}: {plan.num_sequences:,} sequences, "
+                   f"{100 * unpacked_padding:.1f} % padding unpacked")
+    left.legend(loc="upper left")
+
+    efficiencies = [100 * p.efficiency for p in plans]
+    labels = [p.algorithm for p in plans]
+    bars = right.barh(labels, efficiencies, color="tab:green")
+    right.invert_yaxis()
+    for bar, value, p in zip(bars, efficiencies, plans):
+        right.text(bar.get_width(), bar.get_y() + bar.get_height() / 2,
+                   f" {value:.3f} % ({p.num_packs:,} packs)", va="center", fontsize=8)
+    bounds = [p.lp_lower_bound_packs for p in plans if p.lp_lower_bound_packs]
+    bound_packs = max(bounds) if bounds else plan.token_lower_bound
+    bound_name = "LP bound" if bounds else "token bound"
+    if bound_packs:
+        best_possible = 100 * plan.real_tokens / (bound_packs * max_len)
+        right.axvline(best_possible, color="black", linestyle="--", linewidth=1,
+                      label=f"{bound_name}: {best_possible:.3f} %")
+        right.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), fontsize=8,
+                     frameon=False)
+    right.set_xlim(0, 125)
+    right.set_xlabel("efficiency: real / all tokens (%)")
+    right.set_title(f"packing at {max_len} tokens, at most "
+                    f"{plan.max_sequences_per_pack} sequences per pack")
+    figure.tight_layout()
+    try:
+        save_figure_atomically(figure, path, dpi=110)
+    finally:
+        plt.close(figure)

@@ -1,0 +1,32 @@
+"""packed_bert_tf: packed BERT pre-training and fine-tuning in TensorFlow 2 / Keras 3."""
+
+import pathlib
+import re
+
+from setuptools import find_packages, setup
+
+_HERE = pathlib.Path(__file__).parent
+_VERSION = re.search(r'__version__ = "([^"]+)"',
+                     (_HERE / "packed_bert_tf" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="packed_bert_tf",
+    version=_VERSION,
+    description=("Efficient sequence packing without cross-contamination "
+                 "(Krell et al., arXiv 2107.02027) for BERT in TensorFlow 2 / Keras 3"),
+    long_description=(_HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["packed_bert_tf", "packed_bert_tf.*",
+                                    "data_prep", "data_prep.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        "tensorflow>=2.16",  # ships Keras 3
+        "numpy>=1.23",
+        "scipy>=1.11",  # HiGHS linprog/milp, nnls
+        "absl-py",
+        "tokenizers",
+        "apache-beam[tfrecord]",
+        "matplotlib",
+    ],
+    extras_require={"test": ["pytest", "hypothesis"]},
+)

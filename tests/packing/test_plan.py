@@ -1,0 +1,76 @@
+import json
+
+import numpy as np
+import pytest
+
+from packed_bert_tf.packing import PackingPlan
+
+
+def _plan(**overrides):
+    # Max length 8: lengths 5, 5, 3, 3, 6.
+    fields = dict(algorithm="hand", max_sequence_length=8, max_sequences_per_pack=2,
+                  histogram=(0, 0, 2, 0, 2, 1, 0, 0),
+                  strategies=((5, 3), (6,)), counts=(2, 1))
+    fields.update(overrides)
+    return PackingPlan(**fields)
+
+
+def test_reports_of_a_hand_made_plan():
+    plan = _plan(lp_lower_bound=2.5, solve_time_seconds=0.25)
+    assert plan.num_packs == 3
+    assert plan.num_sequences == 5
+    assert plan.real_tokens == 22
+    assert plan.total_tokens == 24
+    assert plan.padding_tokens == 2
+    assert plan.efficiency == pytest.approx(22 / 24)
+    assert plan.packing_factor == pytest.approx(5 / 3)
+    assert plan.theoretical_speedup == pytest.approx(5 * 8 / 22)
+    assert plan.token_lower_bound == 3  # ceil(22 / 8)
+    assert plan.lp_lower_bound_packs == 3
+    assert plan.max_depth_used == 2
+    np.testing.assert_array_equal(plan.packed_histogram(), plan.histogram)
+    assert plan.summary()["padding_tokens"] == 2
+
+
+def test_from_strategy_counts_canonicalises():
+    plan = PackingPlan.from_strategy_counts(
+        [((3, 5), 1), ((6,), 1), ((5, 3), 1), ((2,), 0)], algorithm="x",
+        histogram=[0, 0, 2, 0, 2, 1, 0, 0], max_sequence_length=8,
+        max_sequences_per_pack=2)
+    assert plan.strategies == ((5, 3), (6,))
+    assert plan.counts == (2, 1)
+    assert plan.lp_lower_bound is None
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(counts=(1, 1)), "does not pack every sequence exactly once"),
+    (dict(counts=(3, 1)), "length 3: packed 3, histogram 2"),
+    (dict(strategies=((5, 3), (6, 3)), counts=(2, 1)), "holds 9 tokens"),
+    (dict(max_sequences_per_pack=1), "holds 2 sequences, more than"),
+    (dict(counts=(-1, 1)), "negative count"),
+    (dict(histogram=(0, 2, 0)), "histogram has 3 bins"),
+    (dict(counts=(2,)), "2 strategies but 1 counts"),
+])
+def test_inexact_plans_cannot_be_built(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        _plan(**overrides)
+
+
+def test_json_round_trip(tmp_path):
+    plan = _plan(lp_lower_bound=2.75, solve_time_seconds=1.5)
+    path = tmp_path / "plan.json"
+    text = plan.to_json(path, indent=1)
+    assert path.read_text() == text
+    assert json.loads(text)["summary"]["num_packs"] == 3
+    assert PackingPlan.from_json(str(path)) == plan
+    assert PackingPlan.from_json(text) == plan
+
+
+def test_json_that_was_edited_into_an_inexact_plan_is_rejected():
+    document = json.loads(_plan().to_json())
+    document["counts"] = [2, 2]
+    with pytest.raises(ValueError, match="exactly once"):
+        PackingPlan.from_json(json.dumps(document))
+    document["format"] = "something else"
+    with pytest.raises(ValueError, match="not a packing plan"):
+        PackingPlan.from_json(json.dumps(document))
