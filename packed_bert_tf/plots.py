@@ -55,6 +55,18 @@ def plot_packing_report(name: str, plans: Sequence[PackingPlan], path: str) -> N
     left.fill_between(lengths, real / 1e6, (real + padding) / 1e6, step="mid",
                       color="tab:orange", alpha=0.6, label="padding tokens (unpacked)")
     left.set_xlim(1, max_len)
+    # One length can dwarf the rest (Wikipedia: a quarter of all sequences
+    # are cut at 512): clip the axis and label that bar instead.
+    column = (real + padding) / 1e6
+    order = np.argsort(column)
+    if column[order[-1]] > 5 * column[order[-2]]:
+        left.set_ylim(0, 1.3 * column[order[-2]])
+        tallest = int(order[-1])
+        left.annotate(f"length {tallest + 1}: {column[tallest]:,.0f} M tokens,\n"
+                      f"{counts[tallest] / counts.sum():.0%} of sequences (off scale)",
+                      xy=(tallest + 1, 1.3 * column[order[-2]]), xytext=(-10, -30),
+                      textcoords="offset points", ha="right", fontsize=8,
+                      arrowprops=dict(arrowstyle="->"))
     left.set_xlabel("sequence length (tokens)")
     left.set_ylabel("tokens (millions)")
     left.set_title(f"{name}: {plan.num_sequences:,} sequences, "

@@ -67,9 +67,24 @@ def pack_greedy(lengths: np.ndarray, max_sequence_length: int,
     table = np.zeros((ends.size, max_depth), dtype=np.int32)
     table[pack_of_sequence, slot] = lengths
     table = -np.sort(-table, axis=1)
-    rows, counts = np.unique(table, axis=0, return_counts=True)
+    rows, counts = _unique_rows(table, base=max_sequence_length + 1)
     return [(tuple(int(x) for x in row if x), int(count))
             for row, count in zip(rows, counts)]
+
+
+def _unique_rows(table: np.ndarray, base: int):
+    """np.unique(table, axis=0, return_counts=True), fast for small entries.
+
+    Rows of entries below `base` are read as numbers in that base, so the
+    work is one sort of int64 keys instead of a lexicographic row sort.
+    """
+    width = table.shape[1]
+    if width * np.log2(base) >= 62:
+        return np.unique(table, axis=0, return_counts=True)
+    powers = base ** np.arange(width - 1, -1, -1, dtype=np.int64)
+    keys, counts = np.unique(table.astype(np.int64) @ powers, return_counts=True)
+    rows = (keys[:, None] // powers[None, :]) % base
+    return rows, counts
 
 
 def pack_fit_decreasing(histogram: np.ndarray, max_sequence_length: int,

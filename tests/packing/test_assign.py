@@ -1,0 +1,85 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packed_bert_tf.packing import (PackAssignment, assign_sequences,
+                                    histogram_from_lengths, pack_histogram)
+
+
+def _plan_for(lengths, max_len, cap, algorithm="optimal"):
+    return pack_histogram(histogram_from_lengths(lengths, max_len), max_len, cap,
+                          algorithm)
+
+
+def test_hand_made_assignment():
+    # Lengths 3 1 2 2 at max length 4, two per pack: (3, 1) and (2, 2).
+    packs = assign_sequences([3, 1, 2, 2], _plan_for([3, 1, 2, 2], 4, 2), seed=0)
+    assert len(packs) == 2
+    assert sorted(sorted(p.tolist()) for p in packs) == [[0, 1], [2, 3]]
+    np.testing.assert_array_equal(packs.sequences_per_pack, [2, 2])
+    dense = packs.to_dense(max_sequences_per_pack=3)
+    assert dense.shape == (2, 3) and (dense[:, 2] == -1).all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 32), min_size=1, max_size=300),
+       cap=st.integers(1, 4), seed=st.integers(0, 2**31),
+       algorithm=st.sampled_from(["optimal", "lpfhp", "spfhp", "nnlshp"]))
+def test_every_example_lands_in_exactly_one_pack_of_the_plan(lengths, cap, seed,
+                                                              algorithm):
+    lengths = np.asarray(lengths)
+    cap = min(cap, 3) if algorithm == "nnlshp" else cap
+    plan = _plan_for(lengths, 32, cap, algorithm)
+    packs = assign_sequences(lengths, plan, seed=seed)
+    assert len(packs) == plan.num_packs
+    np.testing.assert_array_equal(np.sort(packs.sequence_indices),
+                                  np.arange(lengths.size))
+    # Each pack holds the lengths of one of the plan's strategies, as often
+    # as the plan says.
+    made = {}
+    for pack in packs:
+        key = tuple(sorted(lengths[pack].tolist(), reverse=True))
+        made[key] = made.get(key, 0) + 1
+        assert lengths[pack].sum() <= 32 and len(pack) <= cap
+    assert made == dict(zip(plan.strategies, plan.counts))
+
+
+def test_deterministic_for_a_seed_and_shuffled_across_seeds(rng):
+    lengths = rng.integers(1, 129, size=5000)
+    plan = _plan_for(lengths, 128, 3)
+    first = assign_sequences(lengths, plan, seed=7)
+    again = assign_sequences(lengths, plan, seed=7)
+    other = assign_sequences(lengths, plan, seed=8)
+    np.testing.assert_array_equal(first.row_splits, again.row_splits)
+    np.testing.assert_array_equal(first.sequence_indices, again.sequence_indices)
+    assert not np.array_equal(first.sequence_indices, other.sequence_indices)
+
+
+def test_packs_come_in_mixed_order(rng):
+    # Strategies are listed sorted; the packs must not be: the longest
+    # sequence of each pack should go up and down along the output.
+    lengths = rng.integers(1, 129, size=4000)
+    packs = assign_sequences(lengths, _plan_for(lengths, 128, 3), seed=0)
+    longest = np.array([lengths[p].max() for p in packs])
+    changes = np.sign(np.diff(longest))
+    assert (changes > 0).sum() > len(longest) // 4
+    assert (changes < 0).sum() > len(longest) // 4
+
+
+def test_lengths_that_do_not_match_the_plan_are_rejected():
+    plan = _plan_for([3, 1, 2, 2], 4, 2)
+    with pytest.raises(ValueError, match="2 sequences of length 1, the plan packs 1"):
+        assign_sequences([3, 1, 1, 2], plan)
+    with pytest.raises(ValueError, match="sequence 0 has length 5"):
+        assign_sequences([5, 1, 2, 2], plan)
+
+
+def test_indexing_and_dense_width_errors():
+    packs = PackAssignment(row_splits=np.array([0, 2, 3]),
+                           sequence_indices=np.array([4, 1, 0]))
+    np.testing.assert_array_equal(packs[-1], [0])
+    with pytest.raises(IndexError, match="pack 2 out of range for 2 packs"):
+        packs[2]
+    with pytest.raises(ValueError, match="holds 2 sequences, more than the 1"):
+        packs.to_dense(max_sequences_per_pack=1)

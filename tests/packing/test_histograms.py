@@ -1,0 +1,51 @@
+import json
+
+import numpy as np
+import pytest
+
+from packed_bert_tf.packing import histograms, load_histogram
+
+
+def test_json_object_list_npy_and_text(tmp_path):
+    (tmp_path / "h.json").write_text(json.dumps(
+        {"name": "tiny", "max_sequence_length": 6, "counts": [0, 1, 2, 0]}))
+    (tmp_path / "bare.json").write_text("[3, 0, 1]")
+    np.save(tmp_path / "h.npy", np.array([1, 2]))
+    (tmp_path / "h.txt").write_text("4, 5\n6\n")
+    loaded = load_histogram(str(tmp_path / "h.json"))
+    assert loaded.name == "tiny" and loaded.max_sequence_length == 6
+    np.testing.assert_array_equal(loaded.counts, [0, 1, 2, 0])
+    bare = load_histogram(str(tmp_path / "bare.json"))
+    assert bare.name == "bare" and bare.max_sequence_length == 3
+    np.testing.assert_array_equal(load_histogram(str(tmp_path / "h.npy")).counts, [1, 2])
+    np.testing.assert_array_equal(load_histogram(str(tmp_path / "h.txt")).counts, [4, 5, 6])
+
+
+def test_names_are_found_on_the_search_path(tmp_path, monkeypatch):
+    (tmp_path / "mine.json").write_text("[1, 2, 3]")
+    monkeypatch.setenv(histograms.HISTOGRAM_DIR_ENV, str(tmp_path))
+    assert histograms.histogram_search_path()[0] == tmp_path
+    np.testing.assert_array_equal(load_histogram("mine").counts, [1, 2, 3])
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[1, -2]", "non-negative whole counts"),
+    ("[1.5]", "non-negative whole counts"),
+    ('{"bins": [1]}', "no 'counts' list"),
+    ("[]", "non-empty list of counts"),
+    ("{not json", "cannot read histogram"),
+])
+def test_bad_files_are_rejected_naming_the_file(tmp_path, content, message):
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message) as error:
+        load_histogram(str(path))
+    assert "bad.json" in str(error.value)
+
+
+def test_an_unknown_name_says_where_it_looked(tmp_path, monkeypatch):
+    monkeypatch.setenv(histograms.HISTOGRAM_DIR_ENV, str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="neither a file nor a name") as error:
+        load_histogram("no_such_histogram")
+    assert str(tmp_path) in str(error.value)
+    assert histograms.HISTOGRAM_DIR_ENV in str(error.value)
