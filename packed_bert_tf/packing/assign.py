@@ -109,10 +109,8 @@ def assign_sequences(lengths, plan: PackingPlan, seed: int = 0) -> PackAssignmen
 
     # Contents of all strategies, flattened: strategy j is
     # flat_lengths[offsets[j]:offsets[j] + depths[j]].
-    depths = np.array([len(s) for s in plan.strategies], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(depths)[:-1]]).astype(np.int64)
-    flat_lengths = np.fromiter((length for s in plan.strategies for length in s),
-                               dtype=np.int64, count=int(depths.sum()))
+    depths, flat_lengths = plan.flat_strategies()
+    offsets = np.cumsum(depths) - depths
 
     strategy_of_pack = rng.permutation(
         np.repeat(np.arange(len(plan.strategies)), plan.counts))  # [P]

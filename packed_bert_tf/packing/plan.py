@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import math
 from typing import Any
@@ -72,19 +73,26 @@ class PackingPlan:
         if len(self.strategies) != len(self.counts):
             raise ValueError(
                 f"{len(self.strategies)} strategies but {len(self.counts)} counts")
-        for strategy, count in zip(self.strategies, self.counts):
-            if count < 0:
-                raise ValueError(f"strategy {strategy} has negative count {count}")
-            if not strategy or min(strategy) < 1:
-                raise ValueError(f"strategy {strategy} holds an empty or "
-                                 "non-positive length")
-            if sum(strategy) > max_len:
-                raise ValueError(f"strategy {strategy} holds {sum(strategy)} "
-                                 f"tokens, more than max_sequence_length={max_len}")
-            if len(strategy) > self.max_sequences_per_pack:
-                raise ValueError(
-                    f"strategy {strategy} holds {len(strategy)} sequences, more "
-                    f"than max_sequences_per_pack={self.max_sequences_per_pack}")
+        counts = np.asarray(self.counts, dtype=np.int64)
+        depths, flat_lengths = self.flat_strategies()
+        if (depths == 0).any():
+            raise ValueError(f"strategy {int(np.flatnonzero(depths == 0)[0])} is empty")
+        starts = np.cumsum(depths) - depths
+        tokens = np.add.reduceat(flat_lengths, starts) if starts.size else depths
+        shortest = np.minimum.reduceat(flat_lengths, starts) if starts.size else depths
+        problems = [
+            (counts < 0, lambda j: f"has negative count {self.counts[j]}"),
+            (shortest < 1, lambda j: "holds a non-positive length"),
+            (tokens > max_len, lambda j: f"holds {tokens[j]} tokens, more than "
+                                         f"max_sequence_length={max_len}"),
+            (depths > self.max_sequences_per_pack,
+             lambda j: f"holds {depths[j]} sequences, more than "
+                       f"max_sequences_per_pack={self.max_sequences_per_pack}"),
+        ]
+        for broken, describe in problems:
+            if broken.any():
+                j = int(np.flatnonzero(broken)[0])
+                raise ValueError(f"strategy {self.strategies[j]} {describe(j)}")
         packed = self.packed_histogram()
         expected = np.asarray(self.histogram, dtype=np.int64)
         if not np.array_equal(packed, expected):
@@ -125,17 +133,30 @@ class PackingPlan:
         )
 
     # ------------------------------------------------------------------ arrays
+    def flat_strategies(self) -> tuple[np.ndarray, np.ndarray]:
+        """The strategies as arrays: ``depths`` [num_strategies] and all their
+        lengths concatenated, ``flat_lengths`` [sum of depths] (int64)."""
+        depths = np.fromiter(map(len, self.strategies), dtype=np.int64,
+                             count=len(self.strategies))
+        flat_lengths = np.fromiter(itertools.chain.from_iterable(self.strategies),
+                                   dtype=np.int64, count=int(depths.sum()))
+        return depths, flat_lengths
+
     def strategy_matrix(self) -> np.ndarray:
         """[S, num_strategies] int64: entry (i, j) = sequences of length i+1 in strategy j."""
+        depths, flat_lengths = self.flat_strategies()
         matrix = np.zeros((self.max_sequence_length, len(self.strategies)), np.int64)
-        for j, strategy in enumerate(self.strategies):
-            for length in strategy:
-                matrix[length - 1, j] += 1
+        np.add.at(matrix, (flat_lengths - 1, np.repeat(np.arange(depths.size), depths)), 1)
         return matrix
 
     def packed_histogram(self) -> np.ndarray:
         """[S] int64: how many sequences of each length the plan packs."""
-        return self.strategy_matrix() @ np.asarray(self.counts, dtype=np.int64)
+        depths, flat_lengths = self.flat_strategies()
+        packed = np.zeros(self.max_sequence_length, dtype=np.int64)
+        valid = (flat_lengths >= 1) & (flat_lengths <= self.max_sequence_length)
+        np.add.at(packed, flat_lengths[valid] - 1,
+                  np.repeat(np.asarray(self.counts, dtype=np.int64), depths)[valid])
+        return packed
 
     # ----------------------------------------------------------------- reports
     @functools.cached_property

@@ -50,6 +50,8 @@ def test_from_strategy_counts_canonicalises():
     (dict(counts=(-1, 1)), "negative count"),
     (dict(histogram=(0, 2, 0)), "histogram has 3 bins"),
     (dict(counts=(2,)), "2 strategies but 1 counts"),
+    (dict(strategies=((5, 3), ())), "strategy 1 is empty"),
+    (dict(strategies=((5, 3, 0), (6,))), r"strategy \(5, 3, 0\) holds a non-positive"),
 ])
 def test_inexact_plans_cannot_be_built(overrides, message):
     with pytest.raises(ValueError, match=message):
