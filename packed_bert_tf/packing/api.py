@@ -93,8 +93,10 @@ def pack_histogram(histogram, max_sequence_length: int,
           Options: ``short_sequence_weight`` (0.09), ``short_sequence_cutoff``
           (8).
         - ``optimal`` (default): cutting-stock LP by column generation, then
-          rounding and repair; also reports the LP lower bound. Option:
-          ``max_iterations`` (1000 column-generation rounds per LP).
+          rounding and repair; also reports the LP lower bound. Options:
+          ``max_iterations`` (1000 column-generation rounds per LP),
+          ``integer_node_limit`` (50 branch-and-bound nodes per integer
+          master).
 
     Returns
     -------
@@ -138,7 +140,7 @@ def pack_histogram(histogram, max_sequence_length: int,
     allowed_options = {
         "greedy": {"lengths", "seed"},
         "nnlshp": {"short_sequence_weight", "short_sequence_cutoff"},
-        "optimal": {"max_iterations"},
+        "optimal": {"max_iterations", "integer_node_limit"},
     }.get(algorithm, set())
     unknown = set(options) - allowed_options
     if unknown:

@@ -48,6 +48,8 @@ from packed_bert_tf.packing.nnlshp import strip_excess_sequences
 
 # Reduced-cost threshold: HiGHS' duals are accurate to about 1e-7 relative.
 _PRICING_TOLERANCE = 1e-7
+# Only a guard against pathological cases: the node limit ends the search.
+_INTEGER_SAFETY_SECONDS = 60.0
 # Packs of each pattern left to the residual after the first LP: a larger
 # residual gives the integer master room to do better.
 RESIDUAL_MARGIN = 1
@@ -170,12 +172,14 @@ def enumerate_patterns(weights: np.ndarray, capacity: int, max_items: int,
 
 
 def _solve_integer_master(columns: np.ndarray, demand: np.ndarray, *,
-                          time_limit: float):
+                          node_limit: int):
     """Integer master: min sum z, columns @ z >= demand, z >= 0 integer.
 
     HiGHS branch-and-cut over a fixed set of patterns (which must include a
     pattern per item, so that it is feasible). Returns the integer counts, or
-    None when HiGHS found no solution within `time_limit` seconds.
+    None when HiGHS found no solution within `node_limit` branch-and-bound
+    nodes. A node limit, unlike a time limit, gives the same plan on a busy
+    machine as on an idle one.
     """
     result = scipy.optimize.milp(
         np.ones(columns.shape[1]),
@@ -184,7 +188,7 @@ def _solve_integer_master(columns: np.ndarray, demand: np.ndarray, *,
             lb=demand.astype(np.float64), ub=np.inf),
         integrality=np.ones(columns.shape[1]),
         bounds=scipy.optimize.Bounds(0, np.inf),
-        options={"time_limit": time_limit})
+        options={"node_limit": node_limit, "time_limit": _INTEGER_SAFETY_SECONDS})
     if result.x is None:
         return None
     whole = np.rint(result.x).astype(np.int64)
@@ -254,7 +258,7 @@ def solve_cutting_stock_lp(demand: np.ndarray, weights: np.ndarray, capacity: in
 
 def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
                  max_sequences_per_pack: int, *, initial_strategies=(),
-                 max_iterations: int = 1000, integer_time_limit: float = 2.0):
+                 max_iterations: int = 1000, integer_node_limit: int = 50):
     """Near-optimal packing by column generation plus rounding and repair.
 
     Parameters
@@ -266,8 +270,8 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         good warm start); a pattern per length is always added.
     max_iterations : int
         Cap on column-generation rounds per LP solve.
-    integer_time_limit : float
-        Seconds HiGHS may spend on each integer master of a residual.
+    integer_node_limit : int
+        Branch-and-bound nodes HiGHS may explore in each integer master.
 
     Returns
     -------
@@ -325,7 +329,7 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
             columns = np.concatenate([columns, extra], axis=1)
             x = np.concatenate([x, np.zeros(extra.shape[1])])
             whole = _solve_integer_master(columns, remaining[active],
-                                          time_limit=integer_time_limit)
+                                          node_limit=integer_node_limit)
         if whole is None:
             whole = np.floor(x + 1e-9).astype(np.int64)
             if first_solve:

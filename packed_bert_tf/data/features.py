@@ -1,0 +1,107 @@
+"""Feature names and shapes of the two pre-training record formats.
+
+Letters: S sequence length, P masked-LM predictions per unpacked sequence,
+M masked-LM slots per pack, D max sequences per pack.
+
+Unpacked (MLPerf / google-research BERT ``create_pretraining_data.py``), int64
+on disk unless noted:
+
+    input_ids, input_mask, segment_ids                    [S]
+    masked_lm_positions, masked_lm_ids                    [P]
+    masked_lm_weights                                     [P] float
+    next_sentence_labels                                  [1]
+
+Packed (the MLPerf TensorFlow packed datasets), int64 on disk unless noted:
+
+    input_ids, segment_ids                                [S]
+    input_mask   sequence index inside the pack, 1..D, 0 = padding   [S]
+    positions    restarting at 0 at each sequence's [CLS]            [S]
+    masked_lm_positions, masked_lm_ids                    [M]
+    masked_lm_weights  sequence index of the masked token, 0 = empty [M] float
+    next_sentence_positions  each sequence's [CLS] offset            [D]
+    next_sentence_labels, next_sentence_weights           [D]
+
+A pack of two sequences at S = 8 (a = first, b = second)::
+
+    input_ids   a1 a2 a3 a4 b1 b2 b3  0
+    input_mask   1  1  1  1  2  2  2  0
+    positions    0  1  2  3  0  1  2  0
+    next_sentence_positions  0 4 0
+
+This module is plain Python: it names things, the readers and writers use it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+UNPACKED_FEATURE_NAMES = (
+    "input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+    "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+
+PACKED_FEATURE_NAMES = (
+    "input_ids", "input_mask", "segment_ids", "positions", "masked_lm_positions",
+    "masked_lm_ids", "masked_lm_weights", "next_sentence_positions",
+    "next_sentence_labels", "next_sentence_weights")
+
+#: The only features stored as float32 on disk; all others are int64.
+FLOAT_FEATURE_NAMES = frozenset({"masked_lm_weights"})
+
+
+def default_max_masked_tokens(max_predictions_per_sequence: int,
+                              max_sequences_per_pack: int) -> int:
+    """M = P + D - 1: enough when each sequence masks at most round(0.15 x length).
+
+    Each sequence's count exceeds 0.15 x its length by at most 0.5 after
+    rounding, so D sequences of S tokens in all hold at most 0.15 S + D / 2
+    masked tokens; with P = round(0.15 S) that is below P + D - 1 for D >= 1.
+    """
+    return max_predictions_per_sequence + max_sequences_per_pack - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFormat:
+    """The shape of every feature of one record format (all fixed length)."""
+
+    packed: bool
+    max_sequence_length: int
+    max_masked_tokens: int  # P unpacked, M packed
+    max_sequences_per_pack: int = 1  # D; 1 for the unpacked format
+
+    def __post_init__(self):
+        for name in ("max_sequence_length", "max_masked_tokens",
+                     "max_sequences_per_pack"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.packed and self.max_sequences_per_pack != 1:
+            raise ValueError("the unpacked format has one sequence per record")
+
+    @classmethod
+    def unpacked(cls, max_seq_length: int, max_predictions_per_seq: int):
+        return cls(False, max_seq_length, max_predictions_per_seq, 1)
+
+    @classmethod
+    def packed_format(cls, max_sequence_length: int, max_masked_tokens: int,
+                      max_sequences_per_pack: int):
+        return cls(True, max_sequence_length, max_masked_tokens, max_sequences_per_pack)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return PACKED_FEATURE_NAMES if self.packed else UNPACKED_FEATURE_NAMES
+
+    def feature_lengths(self) -> dict[str, int]:
+        """Feature name -> number of values per record."""
+        lengths = {"input_ids": self.max_sequence_length,
+                   "input_mask": self.max_sequence_length,
+                   "segment_ids": self.max_sequence_length,
+                   "masked_lm_positions": self.max_masked_tokens,
+                   "masked_lm_ids": self.max_masked_tokens,
+                   "masked_lm_weights": self.max_masked_tokens}
+        if self.packed:
+            lengths["positions"] = self.max_sequence_length
+            for name in ("next_sentence_positions", "next_sentence_labels",
+                         "next_sentence_weights"):
+                lengths[name] = self.max_sequences_per_pack
+        else:
+            lengths["next_sentence_labels"] = 1
+        return {name: lengths[name] for name in self.feature_names}

@@ -1,0 +1,198 @@
+"""TFRecord files of pre-training features: fast batch reading and writing.
+
+Reading parses whole batches with ``tf.io.parse_example`` into numpy arrays;
+writing serialises whole batches with `example_encoding.encode_examples`.
+Files are written under a temporary name and renamed when complete, so a
+failed run never leaves a file that looks finished. Errors name the file and,
+where one is at fault, the record index.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from packed_bert_tf.data.example_encoding import encode_examples
+from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
+
+
+class RecordError(ValueError):
+    """A record file that cannot be read as the expected format."""
+
+
+def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_file"
+                         ) -> list[str]:
+    """Files matching comma-separated globs (or a list of globs), sorted.
+
+    Raises ValueError naming the flag when a pattern matches nothing.
+    """
+    if isinstance(patterns, str):
+        patterns = [p for p in patterns.split(",") if p.strip()]
+    if not patterns:
+        raise ValueError(f"--{flag} is empty")
+    files = []
+    for pattern in patterns:
+        matched = sorted(tf.io.gfile.glob(pattern.strip()))
+        if not matched:
+            raise ValueError(f"--{flag}: {pattern!r} matches no files")
+        files.extend(matched)
+    return sorted(set(files))
+
+
+def parse_spec(record_format: RecordFormat) -> dict[str, tf.io.FixedLenFeature]:
+    """``tf.io.parse_example`` spec of a format (int64, float32 weights)."""
+    return {name: tf.io.FixedLenFeature(
+        [length], tf.float32 if name in FLOAT_FEATURE_NAMES else tf.int64)
+        for name, length in record_format.feature_lengths().items()}
+
+
+def _describe_bad_record(path, index, serialized, spec) -> str:
+    """Why one record does not parse, naming the feature at fault."""
+    try:
+        example = tf.train.Example.FromString(serialized)
+    except Exception:  # noqa: BLE001 - any decode failure is "not an Example"
+        return f"{path}: record {index} is not a tf.train.Example"
+    features = example.features.feature
+    for name, feature_spec in spec.items():
+        if name not in features:
+            return f"{path}: record {index} has no feature {name!r}"
+        values = features[name].float_list.value if feature_spec.dtype == tf.float32 \
+            else features[name].int64_list.value
+        if len(values) != feature_spec.shape[0]:
+            return (f"{path}: record {index} feature {name!r} has {len(values)} "
+                    f"values, expected {feature_spec.shape[0]}")
+    return f"{path}: record {index} cannot be parsed"
+
+
+def _first_line(message: str) -> str:
+    """The useful part of a TensorFlow error message."""
+    line = message.splitlines()[0] if message else ""
+    return line.split("}} ", 1)[-1].split(" [Op:")[0]
+
+
+def _first_unreadable_record(path: str) -> int:
+    """Index of the first record TensorFlow cannot read from a file."""
+    index = 0
+    try:
+        for _ in tf.data.TFRecordDataset(path):
+            index += 1
+    except tf.errors.DataLossError:
+        pass
+    return index
+
+
+def read_arrays(path: str, record_format: RecordFormat, *,
+                batch_size: int = 4096) -> dict[str, np.ndarray]:
+    """All records of one TFRecord file as arrays: name -> [N, length].
+
+    Integer features come back as int64, the weights as float32.
+
+    Raises
+    ------
+    RecordError
+        Naming the file and record index of a corrupt record, a missing
+        feature or one of the wrong length.
+    """
+    spec = parse_spec(record_format)
+    dataset = tf.data.TFRecordDataset(path).batch(batch_size)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in spec}
+    start = 0
+    iterator = iter(dataset)
+    while True:
+        try:
+            serialized = next(iterator)
+        except StopIteration:
+            break
+        except tf.errors.DataLossError as error:
+            raise RecordError(f"{path}: record {_first_unreadable_record(path)} is "
+                              f"corrupt ({_first_line(error.message)})") from None
+        except tf.errors.NotFoundError:
+            raise RecordError(f"{path}: no such file") from None
+        try:
+            parsed = tf.io.parse_example(serialized, spec)
+        except tf.errors.InvalidArgumentError:
+            records = serialized.numpy()
+            for offset, record in enumerate(records):
+                try:
+                    tf.io.parse_example(tf.constant([record]), spec)
+                except tf.errors.InvalidArgumentError:
+                    raise RecordError(_describe_bad_record(
+                        path, start + offset, record, spec)) from None
+            raise
+        for name, values in parsed.items():
+            parts[name].append(values.numpy())
+        start += int(serialized.shape[0])
+    return {name: (np.concatenate(chunks) if chunks else
+                   np.zeros((0, spec[name].shape[0]), spec[name].dtype.as_numpy_dtype))
+            for name, chunks in parts.items()}
+
+
+class RecordWriter:
+    """Writes one TFRecord file, atomically.
+
+    Records go to ``PATH.tmp-<random>``; `close` renames it to ``PATH``. Used as a
+    context manager, an exception deletes the temporary file instead.
+
+    >>> with RecordWriter(path) as writer:            # doctest: +SKIP
+    ...     writer.write_arrays({"input_ids": ids, "masked_lm_weights": w})
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        self._writer = tf.io.TFRecordWriter(self._temporary)
+        self.num_records = 0
+
+    def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+        """Writes records ``buffer[offsets[i]:offsets[i + 1]]``."""
+        data = buffer.tobytes()
+        bounds = offsets.tolist()
+        write = self._writer.write
+        for begin, end in zip(bounds[:-1], bounds[1:]):
+            write(data[begin:end])
+        self.num_records += len(bounds) - 1
+
+    def write_arrays(self, features: Mapping[str, np.ndarray]) -> None:
+        """Writes one record per row of the [N, K] arrays (weights as float)."""
+        self.write_serialized(*encode_examples(
+            features, float_features=FLOAT_FEATURE_NAMES & set(features)))
+
+    def close(self) -> None:
+        self._writer.close()
+        tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
+
+    def abort(self) -> None:
+        self._writer.close()
+        if tf.io.gfile.exists(self._temporary):
+            tf.io.gfile.remove(self._temporary)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+def write_arrays(path: str, features: Mapping[str, np.ndarray], *,
+                 batch_size: int = 4096) -> int:
+    """Writes the arrays to one TFRecord file atomically; returns records written."""
+    num_records = len(next(iter(features.values())))
+    with RecordWriter(path) as writer:
+        for start in range(0, num_records, batch_size):
+            writer.write_arrays({name: values[start:start + batch_size]
+                                 for name, values in features.items()})
+    return num_records
+
+
+def make_parent_dirs(path: str) -> None:
+    parent = os.path.dirname(path)
+    if parent:
+        tf.io.gfile.makedirs(parent)
