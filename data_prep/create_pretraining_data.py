@@ -1,0 +1,236 @@
+r"""Masked-LM / next-sentence pre-training records from text, as google-research/bert.
+
+The flags and their meanings are those of google-research/bert's
+``create_pretraining_data.py``, and so is the output: TFRecords of
+``tf.train.Example`` in the unpacked format (see
+``packed_bert_tf/data/features.py``), instances written round-robin to the
+comma-separated ``--output_file`` list.
+
+    python -m data_prep.create_pretraining_data \
+        --input_file=corpus/*.txt --output_file=out/train.tfrecord \
+        --vocab_file=uncased_L-12_H-768_A-12/vocab.txt \
+        --max_seq_length=128 --max_predictions_per_seq=20 --masked_lm_prob=0.15 \
+        --random_seed=12345 --dupe_factor=10
+
+Input files hold one sentence per line and a blank line between documents
+(``python -m data_prep.builtin_corpus`` writes one from Python's own docs).
+Without ``--vocab_file``, ``--vocab_size`` trains a WordPiece vocabulary on
+the input and writes it as ``vocab.txt`` beside the first output file.
+
+Files are written under temporary names and renamed when all are complete, so
+a failed run leaves no file that looks finished. TensorFlow (for globs and
+TFRecords) is imported only after the flags and the vocabulary are checked, so
+mistakes there are reported at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+
+from absl import app, flags, logging
+
+from packed_bert_tf.data import pretraining_instances, tokenization
+
+#: Records serialised per batch.
+WRITE_BATCH_SIZE = 4096
+#: Instances shown in the log (BERT shows 20).
+NUM_LOGGED_INSTANCES = 3
+
+
+def define_flags():
+    """Defines the tool's flags (only when run as a program, so importing the
+    module defines nothing)."""
+    # Required.
+    flags.DEFINE_string(
+        "input_file", None,
+        "Input raw text file (or comma-separated list of files, globs allowed): "
+        "one sentence per line, blank lines between documents.")
+    flags.DEFINE_string(
+        "output_file", None,
+        "Output TF example file (or comma-separated list of files; instances "
+        "are written to them in turn).")
+    # Vocabulary: one of the two.
+    flags.DEFINE_string("vocab_file", None,
+                        "The vocabulary file that the BERT model was trained on.")
+    flags.DEFINE_integer(
+        "vocab_size", None,
+        "Without --vocab_file: train a WordPiece vocabulary of this many tokens on "
+        "the input and write it as vocab.txt beside the (first) output file. "
+        "The model's vocab_size must match it.")
+    # Other.
+    flags.DEFINE_bool(
+        "do_lower_case", True,
+        "Whether to lower case the input text. Should be True for uncased models "
+        "and False for cased models.")
+    flags.DEFINE_bool("do_whole_word_mask", False,
+                      "Whether to mask all of a word's WordPiece tokens together.")
+    flags.DEFINE_integer(
+        "max_seq_length", 128,
+        "Maximum sequence length. Must match the training's max_seq_length.")
+    flags.DEFINE_integer(
+        "max_predictions_per_seq", 20,
+        "Maximum number of masked LM predictions per sequence. Must match the "
+        "training's max_predictions_per_seq.")
+    flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+    flags.DEFINE_integer(
+        "dupe_factor", 10,
+        "Number of times to duplicate the input data (with different masks).")
+    flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+    flags.DEFINE_float(
+        "short_seq_prob", 0.1,
+        "Probability of creating sequences which are shorter than the maximum "
+        "length.")
+    flags.mark_flags_as_required(["input_file", "output_file"])
+
+
+def create_pretraining_data(input_patterns: str, output_files: list[str], *,
+                            vocab_file: str | None, vocab_size: int | None,
+                            do_lower_case: bool, do_whole_word_mask: bool,
+                            max_seq_length: int, max_predictions_per_seq: int,
+                            masked_lm_prob: float, short_seq_prob: float,
+                            dupe_factor: int, random_seed: int) -> dict:
+    """Reads, tokenizes, makes instances and writes them; returns a summary.
+
+    Raises ValueError or OSError naming the flag or file at fault; a failure
+    leaves no output file behind (a trained vocabulary is complete when
+    written).
+    """
+    pretraining_instances.validate_options(
+        max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+        masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
+        dupe_factor=dupe_factor)
+    if not output_files:
+        raise ValueError("--output_file is empty")
+    if vocab_file and vocab_size is not None:
+        raise ValueError("give --vocab_file or --vocab_size, not both")
+    if not vocab_file and vocab_size is None:
+        raise ValueError("give --vocab_file (a BERT vocab.txt) or --vocab_size (to "
+                         "train a vocabulary on the input)")
+    tokenizer = (tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
+                 if vocab_file else None)
+
+    # TensorFlow takes seconds to import: only now that flags and vocabulary are good.
+    import tensorflow as tf
+    from packed_bert_tf.data import tfrecords
+    input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+    logging.info("*** Reading from %d input files ***", len(input_files))
+    for input_file in input_files:
+        logging.info("  %s", input_file)
+    try:
+        for output_file in output_files:  # fail on an unwritable place before the work
+            tfrecords.make_parent_dirs(output_file)
+    except tf.errors.OpError as error:
+        raise OSError(f"--output_file: {error.message}") from None
+    text_documents = pretraining_instances.read_text_documents(input_files)
+
+    if tokenizer is None:
+        vocab_file = os.path.join(os.path.dirname(output_files[0]), "vocab.txt")
+        start = time.perf_counter()
+        vocab = tokenization.train_wordpiece_vocab(
+            [sentence for document in text_documents for sentence in document],
+            vocab_size, vocab_file, do_lower_case=do_lower_case)
+        logging.info("Trained a vocabulary of %d tokens in %.1f s: %s", len(vocab),
+                     time.perf_counter() - start, vocab_file)
+        if len(vocab) != vocab_size:
+            logging.warning("The vocabulary has %d tokens, not --vocab_size=%d",
+                            len(vocab), vocab_size)
+        tokenizer = tokenization.WordPieceTokenizer(vocab_file,
+                                                    do_lower_case=do_lower_case)
+
+    documents = pretraining_instances.tokenize_documents(text_documents,
+                                                         tokenizer.encode_batch)
+    if not documents:
+        raise ValueError(f"--input_file: no sentence of {', '.join(input_files)} has "
+                         f"a token")
+    start = time.perf_counter()
+    arrays = pretraining_instances.create_training_instances(
+        documents, tokenizer.vocab, max_seq_length=max_seq_length,
+        max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
+        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, random_seed=random_seed,
+        do_whole_word_mask=do_whole_word_mask)
+    seconds = time.perf_counter() - start
+    num_instances = len(arrays["input_ids"])
+    _log_instances(arrays, tokenizer)
+
+    logging.info("*** Writing to %d output files ***", len(output_files))
+    try:
+        with contextlib.ExitStack() as stack:  # all renamed at the end, or none
+            writers = []
+            for output_file in output_files:
+                logging.info("  %s", output_file)
+                writers.append(stack.enter_context(tfrecords.RecordWriter(output_file)))
+            for writer, part in zip(writers, pretraining_instances.split_round_robin(
+                    arrays, len(output_files))):
+                for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
+                    writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
+                                         for name, values in part.items()})
+    except tf.errors.OpError as error:
+        raise OSError(f"--output_file: {error.message}") from None
+    num_tokens = int(arrays["input_mask"].sum())
+    return {"input_files": len(input_files),
+            "documents": len(documents),
+            "sentences": sum(len(document) for document in documents),
+            "instances": num_instances,
+            "tokens": num_tokens,
+            "mean_length": num_tokens / max(num_instances, 1),
+            "masked_tokens": int(arrays["masked_lm_weights"].sum()),
+            "random_next": int(arrays["next_sentence_labels"].sum()),
+            "instances_per_second": num_instances / max(seconds, 1e-9),
+            "vocab_file": vocab_file,
+            "output_files": output_files}
+
+
+def _log_instances(arrays, tokenizer) -> None:
+    """Logs the first instances, as BERT's tool does."""
+    for row in range(min(NUM_LOGGED_INSTANCES, len(arrays["input_ids"]))):
+        length = int(arrays["input_mask"][row].sum())
+        num_masked = int(arrays["masked_lm_weights"][row].sum())
+        logging.info("*** Example ***")
+        logging.info("tokens: %s", " ".join(
+            tokenizer.convert_ids_to_tokens(arrays["input_ids"][row, :length])))
+        logging.info("masked_lm_positions: %s", " ".join(
+            map(str, arrays["masked_lm_positions"][row, :num_masked])))
+        logging.info("masked_lm_labels: %s", " ".join(tokenizer.convert_ids_to_tokens(
+            arrays["masked_lm_ids"][row, :num_masked])))
+        logging.info("next_sentence_labels: %d", arrays["next_sentence_labels"][row, 0])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    options = flags.FLAGS
+    start = time.perf_counter()
+    try:
+        summary = create_pretraining_data(
+            options.input_file,
+            [name.strip() for name in options.output_file.split(",") if name.strip()],
+            vocab_file=options.vocab_file, vocab_size=options.vocab_size,
+            do_lower_case=options.do_lower_case,
+            do_whole_word_mask=options.do_whole_word_mask,
+            max_seq_length=options.max_seq_length,
+            max_predictions_per_seq=options.max_predictions_per_seq,
+            masked_lm_prob=options.masked_lm_prob,
+            short_seq_prob=options.short_seq_prob, dupe_factor=options.dupe_factor,
+            random_seed=options.random_seed)
+    except (ValueError, OSError) as error:
+        sys.exit(f"create_pretraining_data: {error}")
+    instances = summary["instances"]
+    print(f"{summary['documents']:,} documents ({summary['sentences']:,} sentences) "
+          f"from {summary['input_files']} input files -> {instances:,} instances, "
+          f"{summary['tokens']:,} tokens, mean length {summary['mean_length']:.1f} of "
+          f"{options.max_seq_length}")
+    print(f"{summary['masked_tokens']:,} masked tokens "
+          f"({summary['masked_tokens'] / max(instances, 1):.2f} per instance), "
+          f"{summary['random_next'] / max(instances, 1):.1%} random next; "
+          f"instances made at {summary['instances_per_second']:,.0f}/s, "
+          f"{time.perf_counter() - start:.1f} s in all")
+    print(f"vocabulary {summary['vocab_file']}")
+    print(f"wrote {', '.join(summary['output_files'])}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

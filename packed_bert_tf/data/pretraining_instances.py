@@ -1,0 +1,453 @@
+"""Masked-LM / next-sentence training instances, as google-research/bert makes them.
+
+The algorithm of google-research/bert's ``create_pretraining_data.py`` (the
+one MLPerf's BERT data is made with), with the same random draws from the same
+``random.Random(seed)`` in the same order, so the same token ids and seed give
+the same instances. Instances come out as arrays in the unpacked record format
+(`features.UNPACKED_FEATURE_NAMES`), ready for `tfrecords.RecordWriter`.
+
+Letters: N instances, S = max_seq_length, P = max_predictions_per_seq.
+
+Input: documents, each a list of sentences, each a list of token ids (a text
+file has one sentence per line and a blank line between documents).
+
+For each of ``dupe_factor`` passes over the (shuffled) documents, each
+document is cut into instances:
+
+1. The target length is ``max_num_tokens = S - 3`` (room for [CLS] and two
+   [SEP]), or with probability ``short_seq_prob`` a random length in
+   ``[2, max_num_tokens]``.
+2. Sentences are gathered until they reach the target length (or the
+   document ends). A random number of them, at least one, form segment A.
+3. With probability 0.5, or always when only one sentence was gathered,
+   segment B is a random span of sentences from another random document (up
+   to the remaining target length) and the sentences gathered but not used are
+   put back; otherwise B is the rest of the gathered sentences.
+4. The pair is cut to ``max_num_tokens``, one token at a time from the longer
+   segment (B on ties), from its front or back at random.
+5. ``[CLS] A [SEP] B [SEP]`` with segment ids 0 (through the first [SEP]) then 1.
+6. Masked LM: ``n = min(P, max(1, round(length x masked_lm_prob)))`` of the
+   tokens other than [CLS] and [SEP], chosen at random (length counts the
+   special tokens), each replaced by [MASK] 80 % of the time, kept 10 %, and
+   replaced by a random vocabulary entry 10 %. Positions are sorted.
+
+All instances are then shuffled. ``next_sentence_labels`` is 1 when B is the
+random next segment (``is_random_next``), 0 when it is the actual next.
+
+A worked example (S = 12, P = 3, masked_lm_prob = 0.25: 9 tokens, 2 masked;
+`a`, `b` are pieces of A and B, `M` = [MASK] = 4, [CLS] = 2, [SEP] = 3)::
+
+    tokens               [CLS] a1 a2  M [SEP] b1  M b3 [SEP]
+    input_ids                2 11 12  4     3 21  4 23     3  0  0  0
+    input_mask               1  1  1  1     1  1  1  1     1  0  0  0
+    segment_ids              0  0  0  0     0  1  1  1     1  0  0  0
+    masked_lm_positions      3  6  0
+    masked_lm_ids           13 22  0        (a3 and b2, the original ids)
+    masked_lm_weights       1. 1. 0.
+    next_sentence_labels     0              (B is A's actual next sentence)
+"""
+
+from __future__ import annotations
+
+import array
+import random
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from packed_bert_tf.data.features import UNPACKED_FEATURE_NAMES
+
+#: A document: sentences, each a list of token ids.
+Document = list[list[int]]
+
+
+def read_text_documents(input_files: Sequence[str]) -> list[list[str]]:
+    """Documents of text files: one sentence per line, blank lines between documents.
+
+    Read as google-research/bert reads them: lines are stripped, a blank line
+    ends a document, documents without a line are dropped, and a file that
+    does not end with a blank line continues its last document into the next
+    file.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and line of text that is not UTF-8, or a file that
+        holds no sentence at all.
+    OSError
+        When a file cannot be read.
+    """
+    documents: list[list[str]] = [[]]
+    for path in input_files:
+        num_sentences = 0
+        with open(path, "rb") as reader:
+            for line_number, raw_line in enumerate(reader, start=1):
+                try:
+                    line = raw_line.decode("utf-8").strip()
+                except UnicodeDecodeError as error:
+                    raise ValueError(f"{path}:{line_number}: not UTF-8 text "
+                                     f"({error.reason} at byte {error.start})") from None
+                if line:
+                    documents[-1].append(line)
+                    num_sentences += 1
+                elif documents[-1]:
+                    documents.append([])
+        if not num_sentences:
+            raise ValueError(
+                f"{path}: no documents (expected one sentence per line and a blank "
+                f"line between documents, got an empty or blank file)")
+    return [document for document in documents if document]
+
+
+def tokenize_documents(documents: Sequence[Sequence[str]], encode_batch, *,
+                       batch_size: int = 8192) -> list[Document]:
+    """Token ids of each sentence, dropping sentences and documents left empty.
+
+    `encode_batch` maps a list of strings to a list of id lists, e.g.
+    `tokenization.WordPieceTokenizer.encode_batch`.
+    """
+    flat = [sentence for document in documents for sentence in document]
+    ids: list[list[int]] = []
+    for start in range(0, len(flat), batch_size):
+        ids.extend(encode_batch(flat[start:start + batch_size]))
+    tokenized: list[Document] = []
+    position = 0
+    for document in documents:
+        sentences = [sentence for sentence in ids[position:position + len(document)]
+                     if sentence]
+        position += len(document)
+        if sentences:
+            tokenized.append(sentences)
+    return tokenized
+
+
+def validate_options(*, max_seq_length: int, max_predictions_per_seq: int,
+                     masked_lm_prob: float, short_seq_prob: float = 0.1,
+                     dupe_factor: int = 1) -> None:
+    """Raises ValueError, quoting the value, for options the algorithm cannot use."""
+    if max_seq_length < 5:
+        raise ValueError(f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with "
+                         f"a token in A and in B), got {max_seq_length}")
+    if max_predictions_per_seq < 1:
+        raise ValueError(f"max_predictions_per_seq must be >= 1, got "
+                         f"{max_predictions_per_seq}")
+    if not 0.0 < masked_lm_prob <= 1.0:
+        raise ValueError(f"masked_lm_prob must be in (0, 1], got {masked_lm_prob}")
+    if not 0.0 <= short_seq_prob <= 1.0:
+        raise ValueError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
+    if dupe_factor < 1:
+        raise ValueError(f"dupe_factor must be >= 1, got {dupe_factor}")
+
+
+def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int,
+                      rng: random.Random) -> None:
+    """Cuts the pair in place to ``max_num_tokens`` tokens, one token at a time
+    from the front or back (at random) of the longer list (B on ties)."""
+    while len(tokens_a) + len(tokens_b) > max_num_tokens:
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+class _Masker:
+    """The masked-LM step of one run: vocabulary facts and options."""
+
+    def __init__(self, vocab: Mapping[str, int], masked_lm_prob: float,
+                 max_predictions_per_seq: int, do_whole_word_mask: bool):
+        self.cls_id, self.sep_id, self.mask_id = (
+            vocab["[CLS]"], vocab["[SEP]"], vocab["[MASK]"])
+        # BERT's vocab_words: every entry in file order (special tokens too).
+        self.vocab_ids = list(vocab.values())
+        self.masked_lm_prob = masked_lm_prob
+        self.max_predictions_per_seq = max_predictions_per_seq
+        self.continuation_ids = (frozenset(index for token, index in vocab.items()
+                                           if token.startswith("##"))
+                                 if do_whole_word_mask else None)
+
+    def __call__(self, tokens: list[int], len_a: int, rng: random.Random
+                 ) -> tuple[list[int], list[int]]:
+        """Masks `tokens` ([CLS] A [SEP] B [SEP]) in place.
+
+        Returns the sorted masked positions and the original ids there.
+        """
+        num_tokens = len(tokens)
+        # Every position except [CLS] (0), the middle [SEP] and the last.
+        if self.continuation_ids is None:
+            cand_indexes = [[i] for i in range(1, len_a + 1)]
+            cand_indexes.extend([i] for i in range(len_a + 2, num_tokens - 1))
+        else:  # word pieces join the word before, as BERT's do_whole_word_mask
+            cand_indexes = []
+            continuation_ids = self.continuation_ids
+            for i in (*range(1, len_a + 1), *range(len_a + 2, num_tokens - 1)):
+                if cand_indexes and tokens[i] in continuation_ids:
+                    cand_indexes[-1].append(i)
+                else:
+                    cand_indexes.append([i])
+        rng.shuffle(cand_indexes)
+
+        num_to_predict = min(self.max_predictions_per_seq,
+                             max(1, int(round(num_tokens * self.masked_lm_prob))))
+        masked: list[tuple[int, int]] = []
+        vocab_ids = self.vocab_ids
+        for index_set in cand_indexes:
+            if len(masked) >= num_to_predict:
+                break
+            if len(masked) + len(index_set) > num_to_predict:
+                continue
+            for index in index_set:  # indexes are never covered twice here
+                if rng.random() < 0.8:
+                    masked_token = self.mask_id
+                elif rng.random() < 0.5:
+                    masked_token = tokens[index]
+                else:
+                    masked_token = vocab_ids[rng.randint(0, len(vocab_ids) - 1)]
+                masked.append((index, tokens[index]))
+                tokens[index] = masked_token
+        masked.sort()
+        return [index for index, _ in masked], [label for _, label in masked]
+
+
+class _InstanceBuffer:
+    """Instances as flat int32 buffers (4 bytes a value, not a Python int's
+    32), turned into arrays at the end."""
+
+    def __init__(self):
+        self.tokens = array.array("i")
+        self.lengths = array.array("i")
+        self.lengths_a = array.array("i")
+        self.positions = array.array("i")
+        self.labels = array.array("i")
+        self.num_masked = array.array("i")
+        self.is_random_next = array.array("i")
+
+    def append(self, tokens, len_a, positions, labels, is_random_next):
+        self.tokens.extend(tokens)
+        self.lengths.append(len(tokens))
+        self.lengths_a.append(len_a)
+        self.positions.extend(positions)
+        self.labels.extend(labels)
+        self.num_masked.append(len(positions))
+        self.is_random_next.append(is_random_next)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def to_arrays(self, order: Sequence[int], max_seq_length: int,
+                  max_predictions_per_seq: int) -> dict[str, np.ndarray]:
+        """Arrays of the unpacked format, rows in `order`."""
+        num = len(self)
+        lengths = np.frombuffer(self.lengths, np.int32).astype(np.int64)  # [N]
+        rows, columns = _ragged_coordinates(lengths)
+        input_ids = np.zeros((num, max_seq_length), np.int32)  # [N, S]
+        input_ids[rows, columns] = np.frombuffer(self.tokens, np.int32)
+        input_mask = (np.arange(max_seq_length) < lengths[:, None]).astype(np.int32)
+        # Segment A is [CLS] A [SEP]: len_a + 2 tokens; B and its [SEP] follow.
+        first_b = np.frombuffer(self.lengths_a, np.int32)[:, None] + 2  # [N, 1]
+        segment_ids = ((np.arange(max_seq_length) >= first_b) & (input_mask == 1)
+                       ).astype(np.int32)
+        num_masked = np.frombuffer(self.num_masked, np.int32).astype(np.int64)  # [N]
+        rows, columns = _ragged_coordinates(num_masked)
+        masked_lm_positions = np.zeros((num, max_predictions_per_seq), np.int32)
+        masked_lm_ids = np.zeros((num, max_predictions_per_seq), np.int32)
+        masked_lm_positions[rows, columns] = np.frombuffer(self.positions, np.int32)
+        masked_lm_ids[rows, columns] = np.frombuffer(self.labels, np.int32)
+        masked_lm_weights = (np.arange(max_predictions_per_seq) < num_masked[:, None]
+                             ).astype(np.float32)
+        next_sentence_labels = np.frombuffer(self.is_random_next, np.int32
+                                             ).reshape(num, 1).copy()
+        arrays = {"input_ids": input_ids, "input_mask": input_mask,
+                  "segment_ids": segment_ids, "masked_lm_positions": masked_lm_positions,
+                  "masked_lm_ids": masked_lm_ids, "masked_lm_weights": masked_lm_weights,
+                  "next_sentence_labels": next_sentence_labels}
+        order = np.asarray(order, np.int64)
+        return {name: arrays[name][order] for name in UNPACKED_FEATURE_NAMES}
+
+
+def _ragged_coordinates(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row and column of each element of rows of the given lengths, row-major."""
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    starts = np.cumsum(lengths) - lengths
+    columns = np.arange(int(lengths.sum())) - np.repeat(starts, lengths)
+    return rows, columns
+
+
+def _instances_from_document(all_documents: Sequence[Document], document_index: int,
+                             max_seq_length: int, short_seq_prob: float,
+                             masker: _Masker, rng: random.Random
+                             ) -> Iterator[tuple[list[int], int, list[int], list[int],
+                                                 bool]]:
+    """Instances of one document: (tokens, len_a, positions, labels, is_random_next)."""
+    document = all_documents[document_index]
+    max_num_tokens = max_seq_length - 3  # [CLS], [SEP], [SEP]
+    # Usually fill the whole sequence; sometimes (short_seq_prob) aim shorter
+    # to lessen the mismatch with short fine-tuning inputs. A soft target:
+    # max_seq_length is the hard limit.
+    target_seq_length = max_num_tokens
+    if rng.random() < short_seq_prob:
+        target_seq_length = rng.randint(2, max_num_tokens)
+
+    # Segments A and B are made of whole sentences of the input (a split at a
+    # random token would make next sentence prediction too easy).
+    current_chunk: list[list[int]] = []
+    current_length = 0
+    i = 0
+    while i < len(document):
+        segment = document[i]
+        current_chunk.append(segment)
+        current_length += len(segment)
+        if i == len(document) - 1 or current_length >= target_seq_length:
+            if current_chunk:
+                # a_end: how many sentences of current_chunk go into A.
+                a_end = 1
+                if len(current_chunk) >= 2:
+                    a_end = rng.randint(1, len(current_chunk) - 1)
+                tokens_a = [token for sentence in current_chunk[:a_end]
+                            for token in sentence]
+                tokens_b: list[int] = []
+                if len(current_chunk) == 1 or rng.random() < 0.5:
+                    is_random_next = True
+                    target_b_length = target_seq_length - len(tokens_a)
+                    # Rarely more than one try in a large corpus; a corpus of
+                    # one document uses that document.
+                    for _ in range(10):
+                        random_document_index = rng.randint(0, len(all_documents) - 1)
+                        if random_document_index != document_index:
+                            break
+                    random_document = all_documents[random_document_index]
+                    random_start = rng.randint(0, len(random_document) - 1)
+                    for j in range(random_start, len(random_document)):
+                        tokens_b.extend(random_document[j])
+                        if len(tokens_b) >= target_b_length:
+                            break
+                    # Put the unused sentences back for the next instance.
+                    i -= len(current_chunk) - a_end
+                else:
+                    is_random_next = False
+                    for sentence in current_chunk[a_end:]:
+                        tokens_b.extend(sentence)
+                truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+                assert tokens_a and tokens_b, "empty segment after truncation"
+
+                tokens = [masker.cls_id, *tokens_a, masker.sep_id, *tokens_b,
+                          masker.sep_id]
+                positions, labels = masker(tokens, len(tokens_a), rng)
+                yield tokens, len(tokens_a), positions, labels, is_random_next
+            current_chunk = []
+            current_length = 0
+        i += 1
+
+
+def create_training_instances(
+        documents: Iterable[Sequence[Sequence[int]]], vocab: Mapping[str, int], *,
+        max_seq_length: int, max_predictions_per_seq: int, masked_lm_prob: float,
+        short_seq_prob: float = 0.1, dupe_factor: int = 10, random_seed: int = 12345,
+        do_whole_word_mask: bool = False) -> dict[str, np.ndarray]:
+    """Training instances of tokenized documents, in the unpacked record format.
+
+    Parameters
+    ----------
+    documents
+        Each a sequence of sentences, each a sequence of token ids. Empty
+        sentences and documents are dropped (as BERT's reader does).
+    vocab
+        Token -> id in vocabulary order (`tokenization.load_vocab`): gives the
+        ids of [CLS], [SEP] and [MASK], the random replacement tokens (every
+        entry, as BERT's ``vocab_words``) and, for whole-word masking, the
+        ``##`` pieces.
+    max_seq_length
+        S, >= 5.
+    max_predictions_per_seq
+        P, the most masked tokens per instance.
+    masked_lm_prob
+        Share of the tokens (special ones counted) to mask, in (0, 1].
+    short_seq_prob
+        Probability of a shorter random target length.
+    dupe_factor
+        Passes over the data, each with new random pairs and masks.
+    random_seed
+        Seed of the one `random.Random` all draws come from.
+    do_whole_word_mask
+        Mask all pieces of a word together (BERT's ``--do_whole_word_mask``).
+
+    Returns
+    -------
+    dict
+        `features.UNPACKED_FEATURE_NAMES` -> arrays: int32 [N, S] ``input_ids``,
+        ``input_mask``, ``segment_ids``; int32 [N, P] ``masked_lm_positions``,
+        ``masked_lm_ids``; float32 [N, P] ``masked_lm_weights``; int32 [N, 1]
+        ``next_sentence_labels``. Padding is 0 everywhere.
+
+    Raises
+    ------
+    ValueError
+        For options out of range (see `validate_options`), a vocabulary
+        without [CLS], [SEP] or [MASK], or no non-empty document.
+
+    Notes
+    -----
+    google-research/bert ``create_pretraining_data.py`` (Devlin et al. 2018),
+    draw for draw; working on ids instead of strings changes nothing, since
+    text never tokenizes to [CLS] or [SEP]. O(dupe_factor x tokens) Python
+    steps; about 10^4 instances per second at S = 128.
+
+    Example
+    -------
+    >>> vocab = {t: i for i, t in enumerate(
+    ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])}
+    >>> documents = [[[5, 6], [7, 5, 6]], [[6, 6, 7], [5]]]
+    >>> arrays = create_training_instances(
+    ...     documents, vocab, max_seq_length=10, max_predictions_per_seq=2,
+    ...     masked_lm_prob=0.15, dupe_factor=1, random_seed=2)
+    >>> arrays["input_ids"]
+    array([[2, 4, 6, 3, 7, 5, 6, 3, 0, 0],
+           [2, 6, 6, 7, 3, 4, 3, 0, 0, 0]], dtype=int32)
+    >>> arrays["segment_ids"]
+    array([[0, 0, 0, 0, 1, 1, 1, 1, 0, 0],
+           [0, 0, 0, 0, 0, 1, 1, 0, 0, 0]], dtype=int32)
+    >>> arrays["masked_lm_positions"], arrays["masked_lm_ids"]
+    (array([[1, 0],
+           [5, 0]], dtype=int32), array([[5, 0],
+           [5, 0]], dtype=int32))
+    >>> arrays["next_sentence_labels"][:, 0]
+    array([0, 0], dtype=int32)
+    """
+    validate_options(max_seq_length=max_seq_length,
+                     max_predictions_per_seq=max_predictions_per_seq,
+                     masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
+                     dupe_factor=dupe_factor)
+    missing = [token for token in ("[CLS]", "[SEP]", "[MASK]") if token not in vocab]
+    if missing:
+        raise ValueError(f"the vocabulary has no {' '.join(missing)}")
+    all_documents: list[Document] = []
+    for document in documents:
+        sentences = [list(sentence) for sentence in document if len(sentence)]
+        if sentences:
+            all_documents.append(sentences)
+    if not all_documents:
+        raise ValueError("no documents: every document is empty")
+
+    rng = random.Random(random_seed)
+    rng.shuffle(all_documents)
+    masker = _Masker(vocab, masked_lm_prob, max_predictions_per_seq, do_whole_word_mask)
+    buffer = _InstanceBuffer()
+    for _ in range(dupe_factor):
+        for document_index in range(len(all_documents)):
+            for instance in _instances_from_document(
+                    all_documents, document_index, max_seq_length, short_seq_prob,
+                    masker, rng):
+                buffer.append(*instance)
+    # BERT shuffles its list of instances; shuffling their indices draws the
+    # same numbers and gives the same order.
+    order = list(range(len(buffer)))
+    rng.shuffle(order)
+    return buffer.to_arrays(order, max_seq_length, max_predictions_per_seq)
+
+
+def split_round_robin(arrays: Mapping[str, np.ndarray], num_files: int
+                      ) -> list[dict[str, np.ndarray]]:
+    """The rows each of `num_files` files gets when instances are written to
+    them in turn (instance k to file k mod num_files), as BERT writes them."""
+    return [{name: values[index::num_files] for name, values in arrays.items()}
+            for index in range(num_files)]

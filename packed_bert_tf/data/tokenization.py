@@ -1,0 +1,249 @@
+"""BERT WordPiece tokenization through the `tokenizers` package.
+
+`WordPieceTokenizer` is google-research/bert's ``FullTokenizer`` (basic
+tokenization, then greedy longest-match-first WordPiece) on a ``vocab.txt``,
+run by the Rust `tokenizers` library:
+
+* ``BertNormalizer``: drops control characters and U+FFFD, maps white space
+  to spaces, puts spaces around CJK characters, and with ``do_lower_case``
+  lower-cases and strips accents (NFD, then drops combining marks), exactly as
+  BERT's ``BasicTokenizer`` does;
+* ``BertPreTokenizer``: splits at white space and around every punctuation
+  character;
+* ``WordPiece``: longest match first with ``##`` continuations; a word with no
+  complete split, or longer than 100 characters, becomes one ``[UNK]``.
+
+No special tokens are registered with the tokenizer, so text that reads
+``[SEP]`` is split into ``[``, ``sep``, ``]`` like BERT's tokenizer does; the
+special tokens only enter sequences where the data generator puts them.
+
+`train_wordpiece_vocab` trains a vocabulary of a given size on text and writes
+it as ``vocab.txt``: ``[PAD] [UNK] [CLS] [SEP] [MASK]`` first (``[PAD]`` = 0 as
+in BERT's vocabularies), one token per line, line number = id.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from typing import Iterable, Sequence
+
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+#: The special tokens every vocabulary needs, in the order a trained one has them.
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+#: Prefix of WordPiece continuation pieces.
+CONTINUATION_PREFIX = "##"
+#: Words longer than this many characters become [UNK] (as in BERT).
+MAX_INPUT_CHARS_PER_WORD = 100
+
+
+def load_vocab(vocab_file: str) -> dict[str, int]:
+    """Token -> id of a BERT ``vocab.txt`` (one token per line, id = line index).
+
+    Read as google-research/bert reads it: each line stripped; a token that
+    occurs twice keeps its last id.
+
+    Raises
+    ------
+    ValueError
+        Naming the file (and line) when a line is blank or not UTF-8, when a
+        special token of `SPECIAL_TOKENS` is missing, or when ``[PAD]`` is not
+        id 0 (records pad ``input_ids`` with 0).
+    OSError
+        When the file cannot be read.
+    """
+    vocab: dict[str, int] = {}
+    with open(vocab_file, "rb") as reader:
+        for index, raw_line in enumerate(reader):
+            try:
+                token = raw_line.decode("utf-8").strip()
+            except UnicodeDecodeError:
+                raise ValueError(f"{vocab_file}:{index + 1}: not UTF-8 text") from None
+            if not token:
+                raise ValueError(f"{vocab_file}:{index + 1}: blank line in a vocabulary "
+                                 f"(one token per line expected)")
+            vocab[token] = index
+    missing = [token for token in SPECIAL_TOKENS if token not in vocab]
+    if missing:
+        raise ValueError(
+            f"{vocab_file}: not a BERT vocabulary: missing special token"
+            f"{'s' if len(missing) > 1 else ''} {' '.join(missing)} (needs "
+            f"{' '.join(SPECIAL_TOKENS)})")
+    if vocab["[PAD]"] != 0:
+        raise ValueError(f"{vocab_file}: [PAD] is id {vocab['[PAD]']} (line "
+                         f"{vocab['[PAD]'] + 1}), expected id 0 (the first line)")
+    return vocab
+
+
+def _bert_normalizer(do_lower_case: bool) -> normalizers.BertNormalizer:
+    # strip_accents=None follows lowercase, as BERT strips accents only when
+    # lower-casing.
+    return normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                      strip_accents=None, lowercase=do_lower_case)
+
+
+class WordPieceTokenizer:
+    """BERT's tokenizer on a ``vocab.txt``, run by `tokenizers`.
+
+    Parameters
+    ----------
+    vocab_file
+        A BERT ``vocab.txt``; see `load_vocab` for the checks.
+    do_lower_case
+        True for uncased models (lower-case and strip accents), False for cased.
+
+    Attributes
+    ----------
+    vocab : dict
+        Token -> id, in file order (``list(vocab)`` is BERT's ``vocab_words``).
+    pad_id, unk_id, cls_id, sep_id, mask_id : int
+        Ids of the special tokens.
+
+    Example
+    -------
+    >>> tokenizer = WordPieceTokenizer("vocab.txt")        # doctest: +SKIP
+    >>> tokenizer.tokenize("Unaffable café!")              # doctest: +SKIP
+    ['una', '##ffa', '##ble', 'cafe', '!']
+    """
+
+    def __init__(self, vocab_file: str, *, do_lower_case: bool = True):
+        self.vocab_file = vocab_file
+        self.do_lower_case = do_lower_case
+        self.vocab = load_vocab(vocab_file)
+        self._inverse = {index: token for token, index in self.vocab.items()}
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            self.vocab[token] for token in SPECIAL_TOKENS)
+        tokenizer = Tokenizer(models.WordPiece(
+            self.vocab, unk_token="[UNK]", continuing_subword_prefix=CONTINUATION_PREFIX,
+            max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+        tokenizer.normalizer = _bert_normalizer(do_lower_case)
+        tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        self._tokenizer = tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids: one more than the largest."""
+        return max(self.vocab.values()) + 1
+
+    def tokenize(self, text: str) -> list[str]:
+        """Word pieces of a text (no special tokens added)."""
+        return self._tokenizer.encode(text, add_special_tokens=False).tokens
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of the word pieces of a text."""
+        return self._tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of the word pieces of each text (batched, in Rust)."""
+        return [encoding.ids for encoding in
+                self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
+
+    def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
+        vocab = self.vocab
+        return [vocab[token] for token in tokens]
+
+    def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
+        inverse = self._inverse
+        return [inverse[int(index)] for index in ids]
+
+
+def _continuation_alphabet(lines: Sequence[str], do_lower_case: bool,
+                           limit_alphabet: int) -> tuple[list[str], list[str]]:
+    """The training alphabet and the characters that continue words.
+
+    Returns the `limit_alphabet` most frequent characters of the normalised,
+    pre-tokenised text (ties broken by character) and, of those, the ones
+    that occur after a word's first character, both sorted by character.
+    """
+    normalizer = _bert_normalizer(do_lower_case)
+    pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    word_counts: collections.Counter = collections.Counter()
+    for start in range(0, len(lines), 1000):  # fewer, longer calls into Rust
+        text = normalizer.normalize_str(" ".join(lines[start:start + 1000]))
+        word_counts.update(word for word, _ in pre_tokenizer.pre_tokenize_str(text))
+    character_counts: collections.Counter = collections.Counter()
+    continuing: set[str] = set()
+    for word, count in word_counts.items():
+        for character in word:
+            character_counts[character] += count
+        continuing.update(word[1:])
+    ranked = sorted(character_counts.items(), key=lambda item: (-item[1], item[0]))
+    alphabet = sorted(character for character, _ in ranked[:limit_alphabet])
+    return alphabet, sorted(set(alphabet) & continuing)
+
+
+def train_wordpiece_vocab(lines: Sequence[str], vocab_size: int, vocab_file: str, *,
+                          do_lower_case: bool = True, min_frequency: int = 2,
+                          limit_alphabet: int = 1000) -> dict[str, int]:
+    """Trains a WordPiece vocabulary on text and writes it as ``vocab.txt``.
+
+    Parameters
+    ----------
+    lines
+        The training text, e.g. the sentences of a corpus.
+    vocab_size
+        Number of tokens wanted, special tokens included. The vocabulary is
+        smaller when the text has fewer distinct pieces, and larger when the
+        special tokens and the alphabet alone exceed it.
+    vocab_file
+        Written atomically: one token per line, ``[PAD] [UNK] [CLS] [SEP]
+        [MASK]`` first, then ``##`` + each character that continues words, the
+        characters, and the learnt pieces in the order they were learnt.
+    do_lower_case
+        Normalise as the tokenizer that will use the vocabulary does.
+    min_frequency, limit_alphabet
+        As `tokenizers.trainers.WordPieceTrainer` (defaults of
+        ``BertWordPieceTokenizer``): pieces seen fewer times are not merged,
+        and only the most frequent characters are kept.
+
+    Returns
+    -------
+    dict
+        Token -> id of the written vocabulary.
+
+    Notes
+    -----
+    Training is `tokenizers`' WordPiece trainer (byte-pair merges on words
+    with ``##`` continuation pieces). On its own it is not deterministic: the
+    ids of the ``##`` pieces follow hash-map order and merges of equal counts
+    are chosen by id (huggingface/tokenizers#1794). Here the alphabet and the
+    ``##`` pieces are computed first, deterministically, and given to the
+    trainer (as its initial alphabet and leading tokens), so equal input
+    gives an identical vocabulary. Cost: one more pass over the text in
+    Python.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be more than the {len(SPECIAL_TOKENS)} "
+                         f"special tokens, got {vocab_size}")
+    lines = [line for line in lines if line.strip()]
+    if not lines:
+        raise ValueError("no text to train a vocabulary on")
+    alphabet, continuing = _continuation_alphabet(lines, do_lower_case, limit_alphabet)
+    tokenizer = Tokenizer(models.WordPiece(
+        unk_token="[UNK]", continuing_subword_prefix=CONTINUATION_PREFIX,
+        max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tokenizer.normalizer = _bert_normalizer(do_lower_case)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+        special_tokens=[*SPECIAL_TOKENS,
+                        *(CONTINUATION_PREFIX + character for character in continuing)],
+        limit_alphabet=len(alphabet), initial_alphabet=alphabet,
+        continuing_subword_prefix=CONTINUATION_PREFIX)
+    tokenizer.train_from_iterator(lines, trainer=trainer, length=len(lines))
+    tokens = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    if [index for _, index in tokens] != list(range(len(tokens))):
+        raise RuntimeError("the trained vocabulary's ids are not 0..n-1")
+    if tuple(token for token, _ in tokens[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+        raise RuntimeError("the trained vocabulary does not start with the special "
+                           "tokens")
+    temporary = f"{vocab_file}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", encoding="utf-8", newline="\n") as writer:
+            writer.writelines(f"{token}\n" for token, _ in tokens)
+        os.replace(temporary, vocab_file)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return {token: index for token, index in tokens}
