@@ -1,0 +1,366 @@
+"""Pre-training sequences in compact form, and packing them into records.
+
+numpy only. `SequenceBatch` holds unpacked sequences as ragged arrays (only
+real tokens, no padding), which is what travels between the stages of the
+packing pipeline. `pack_sequences` lays a batch out in the packed record
+format (see `features`), `unpack_records` does the inverse and checks every
+invariant of a packed record on the way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
+
+
+def _row_splits(lengths: np.ndarray) -> np.ndarray:
+    splits = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=splits[1:])
+    return splits
+
+
+def _ragged_positions(lengths: np.ndarray) -> np.ndarray:
+    """For each element of a ragged array, its index inside its row."""
+    splits = _row_splits(lengths)
+    return np.arange(splits[-1]) - np.repeat(splits[:-1], lengths)
+
+
+def _ragged_take(values: np.ndarray, lengths: np.ndarray, rows: np.ndarray):
+    """Rows `rows` of a ragged array (flat values, row lengths), concatenated."""
+    splits = _row_splits(lengths)
+    taken = lengths[rows]
+    index = np.repeat(splits[:-1][rows], taken) + _ragged_positions(taken)
+    return values[index], taken
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SequenceBatch:
+    """N unpacked pre-training sequences without padding (ragged arrays).
+
+    Attributes
+    ----------
+    lengths : [N] int32, real tokens per sequence
+    token_ids, segment_ids : [sum(lengths)] int32 / int8, all sequences' tokens
+    masked_counts : [N] int32, masked-LM predictions per sequence
+    masked_positions, masked_ids : [sum(masked_counts)] int32, positions
+        relative to the sequence's first token ([CLS]), in record order
+    next_sentence_labels : [N] int8
+    """
+
+    lengths: np.ndarray
+    token_ids: np.ndarray
+    segment_ids: np.ndarray
+    masked_counts: np.ndarray
+    masked_positions: np.ndarray
+    masked_ids: np.ndarray
+    next_sentence_labels: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.lengths.size)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_ids.size)
+
+    @classmethod
+    def from_unpacked_arrays(cls, arrays: Mapping[str, np.ndarray], *,
+                             source: str = "records", first_record: int = 0
+                             ) -> "SequenceBatch":
+        """Compacts unpacked records (the MLPerf feature arrays).
+
+        Raises ValueError naming `source` and the record index when a record
+        breaks the format: input_mask not a run of 1s then 0s, or a real
+        masked-LM prediction (weight > 0) outside the sequence.
+        """
+        input_mask = np.asarray(arrays["input_mask"])
+        num_records, max_len = input_mask.shape
+        lengths = input_mask.sum(axis=1).astype(np.int32)
+        prefix = np.arange(max_len)[None, :] < lengths[:, None]
+        bad = np.flatnonzero((input_mask != prefix).any(axis=1) | (lengths == 0))
+        if bad.size:
+            raise ValueError(f"{source}: record {first_record + bad[0]}: input_mask is "
+                             "not a non-empty run of 1s followed by 0s")
+        real_masked = np.asarray(arrays["masked_lm_weights"]) > 0
+        positions = np.asarray(arrays["masked_lm_positions"])
+        outside = real_masked & ((positions < 0) | (positions >= lengths[:, None]))
+        bad = np.flatnonzero(outside.any(axis=1))
+        if bad.size:
+            raise ValueError(f"{source}: record {first_record + bad[0]}: a masked-LM "
+                             "position lies outside the sequence")
+        return cls(
+            lengths=lengths,
+            token_ids=np.asarray(arrays["input_ids"])[prefix].astype(np.int32),
+            segment_ids=np.asarray(arrays["segment_ids"])[prefix].astype(np.int8),
+            masked_counts=real_masked.sum(axis=1).astype(np.int32),
+            masked_positions=positions[real_masked].astype(np.int32),
+            masked_ids=np.asarray(arrays["masked_lm_ids"])[real_masked].astype(np.int32),
+            next_sentence_labels=np.asarray(
+                arrays["next_sentence_labels"]).reshape(-1).astype(np.int8))
+
+    def take(self, indices: np.ndarray) -> "SequenceBatch":
+        """The sequences at `indices`, in that order."""
+        indices = np.asarray(indices, dtype=np.int64)
+        token_ids, lengths = _ragged_take(self.token_ids, self.lengths, indices)
+        segment_ids, _ = _ragged_take(self.segment_ids, self.lengths, indices)
+        masked_positions, masked_counts = _ragged_take(
+            self.masked_positions, self.masked_counts, indices)
+        masked_ids, _ = _ragged_take(self.masked_ids, self.masked_counts, indices)
+        return SequenceBatch(lengths, token_ids, segment_ids, masked_counts,
+                             masked_positions, masked_ids,
+                             self.next_sentence_labels[indices])
+
+    @classmethod
+    def concatenate(cls, batches: Sequence["SequenceBatch"]) -> "SequenceBatch":
+        fields = [f.name for f in dataclasses.fields(cls)]
+        return cls(**{name: np.concatenate([getattr(b, name) for b in batches])
+                      for name in fields})
+
+    def fingerprints(self) -> np.ndarray:
+        """[N] uint64 hash of everything in each sequence.
+
+        Equal sequences have equal fingerprints; different ones collide with
+        probability about 2**-64 per pair. Used to prove that packing kept
+        every sequence exactly once.
+        """
+        tokens = _ragged_hash(self.token_ids.astype(np.uint64) * np.uint64(4)
+                              + self.segment_ids.astype(np.uint64), self.lengths)
+        masked = _ragged_hash(self.masked_positions.astype(np.uint64) << np.uint64(32)
+                              | self.masked_ids.astype(np.uint64), self.masked_counts)
+        with np.errstate(over="ignore"):
+            return (tokens * np.uint64(0x9E3779B97F4A7C15)
+                    ^ masked * np.uint64(0xC2B2AE3D27D4EB4F)
+                    ^ (self.lengths.astype(np.uint64) << np.uint64(40))
+                    ^ self.next_sentence_labels.astype(np.uint64))
+
+
+def _ragged_hash(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Polynomial hash modulo 2**64 of each row of a ragged uint64 array."""
+    base = np.uint64(0x100000001B3)
+    max_len = int(lengths.max(initial=0))
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(max(max_len, 1), base, dtype=np.uint64))
+        mixed = (values ^ np.uint64(0x5851F42D4C957F2D)) * powers[_ragged_positions(lengths)]
+    hashes = np.zeros(lengths.size, dtype=np.uint64)
+    np.add.at(hashes, np.repeat(np.arange(lengths.size), lengths), mixed)
+    return hashes
+
+
+# --------------------------------------------------------------- packing
+def masked_overflow_fix(lengths: np.ndarray, masked_counts: np.ndarray,
+                        packs: PackAssignment, *, max_masked_tokens: int,
+                        max_sequence_length: int, max_sequences_per_pack: int,
+                        algorithm: str = "optimal", seed: int = 0
+                        ) -> tuple[PackAssignment, int]:
+    """Re-plans packs whose sequences hold more than M masked tokens in all.
+
+    The sequences of such packs are packed again on their own (same
+    algorithm); whatever still overflows goes one sequence per pack, which
+    always fits since no sequence holds more than M. Nothing is truncated or
+    dropped.
+
+    Returns the new assignment and the number of sequences re-planned.
+    """
+    if masked_counts.size and masked_counts.max() > max_masked_tokens:
+        worst = int(np.argmax(masked_counts))
+        raise ValueError(f"sequence {worst} holds {masked_counts[worst]} masked tokens, "
+                         f"more than max_masked_tokens={max_masked_tokens}")
+    final: list[tuple[np.ndarray, np.ndarray]] = []  # (depths, sequence indices)
+    pending, replanned = packs, 0
+    for replan in (True, False):
+        depths = np.diff(pending.row_splits)
+        per_pack = np.add.reduceat(masked_counts[pending.sequence_indices],
+                                   pending.row_splits[:-1]) if depths.size else depths
+        fits = per_pack <= max_masked_tokens
+        keep = np.repeat(fits, depths)
+        final.append((depths[fits], pending.sequence_indices[keep]))
+        released = pending.sequence_indices[~keep]
+        pending = None
+        if not released.size:
+            break
+        if replan:
+            replanned = int(released.size)
+            plan = pack_lengths(lengths[released], max_sequence_length,
+                                max_sequences_per_pack, algorithm)
+            local = assign_sequences(lengths[released], plan, seed=seed)
+            pending = PackAssignment(local.row_splits, released[local.sequence_indices])
+        else:
+            pending = PackAssignment(np.arange(released.size + 1), released)
+    if pending is not None:
+        final.append((np.diff(pending.row_splits), pending.sequence_indices))
+    return PackAssignment(_row_splits(np.concatenate([d for d, _ in final])),
+                          np.concatenate([i for _, i in final])), replanned
+
+
+def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
+                   record_format: RecordFormat) -> dict[str, np.ndarray]:
+    """Lays sequences out as packed records: name -> [num_packs, length] int32
+    (masked_lm_weights float32).
+
+    Pack k holds ``batch.take(packs[k])`` in that order. Vectorised over all
+    tokens; cost O(tokens + packs x S).
+
+    Raises ValueError if a pack holds more than S tokens, D sequences or M
+    masked tokens (run `masked_overflow_fix` first).
+    """
+    max_len = record_format.max_sequence_length
+    max_depth = record_format.max_sequences_per_pack
+    max_masked = record_format.max_masked_tokens
+    num_packs = len(packs)
+    depths = np.diff(packs.row_splits)
+    ordered = batch.take(packs.sequence_indices)  # sequences in pack order
+    pack_of = np.repeat(np.arange(num_packs), depths)  # [n]
+    slot = _ragged_positions(depths)  # [n] 0-based sequence index in its pack
+    # Offset of each sequence's first token in its pack.
+    ends = np.cumsum(ordered.lengths)
+    pack_token_start = np.concatenate([[0], ends])[packs.row_splits[:-1]]
+    offset = ends - ordered.lengths - np.repeat(pack_token_start, depths)
+
+    tokens_per_pack = np.add.reduceat(ordered.lengths, packs.row_splits[:-1]) \
+        if num_packs else np.zeros(0, np.int64)
+    masked_per_pack = np.add.reduceat(ordered.masked_counts, packs.row_splits[:-1]) \
+        if num_packs else np.zeros(0, np.int64)
+    for what, amount, limit in (("tokens", tokens_per_pack, max_len),
+                                ("sequences", depths, max_depth),
+                                ("masked tokens", masked_per_pack, max_masked)):
+        if amount.size and amount.max() > limit:
+            pack = int(np.argmax(amount))
+            raise ValueError(f"pack {pack} holds {amount[pack]} {what}, more than "
+                             f"the format's {limit}")
+
+    out = {name: np.zeros((num_packs, length), dtype=np.int32)
+           for name, length in record_format.feature_lengths().items()}
+    out["masked_lm_weights"] = out["masked_lm_weights"].astype(np.float32)
+
+    within = _ragged_positions(ordered.lengths)  # token index in its sequence
+    rows = np.repeat(pack_of, ordered.lengths)
+    columns = np.repeat(offset, ordered.lengths) + within
+    out["input_ids"][rows, columns] = ordered.token_ids
+    out["segment_ids"][rows, columns] = ordered.segment_ids
+    out["input_mask"][rows, columns] = np.repeat(slot + 1, ordered.lengths)
+    out["positions"][rows, columns] = within
+
+    masked_rows = np.repeat(pack_of, ordered.masked_counts)
+    masked_start = np.cumsum(ordered.masked_counts) - ordered.masked_counts
+    pack_masked_start = np.concatenate([[0], np.cumsum(ordered.masked_counts)])[
+        packs.row_splits[:-1]]
+    masked_columns = (np.repeat(masked_start - np.repeat(pack_masked_start, depths),
+                                ordered.masked_counts)
+                      + _ragged_positions(ordered.masked_counts))
+    out["masked_lm_positions"][masked_rows, masked_columns] = (
+        ordered.masked_positions + np.repeat(offset, ordered.masked_counts))
+    out["masked_lm_ids"][masked_rows, masked_columns] = ordered.masked_ids
+    out["masked_lm_weights"][masked_rows, masked_columns] = np.repeat(
+        slot + 1, ordered.masked_counts)
+
+    out["next_sentence_positions"][pack_of, slot] = offset
+    out["next_sentence_labels"][pack_of, slot] = ordered.next_sentence_labels
+    out["next_sentence_weights"][pack_of, slot] = 1
+    return out
+
+
+def unpack_records(arrays: Mapping[str, np.ndarray], *, source: str = "records",
+                   first_record: int = 0) -> tuple[SequenceBatch, np.ndarray]:
+    """Splits packed records back into sequences, checking every invariant.
+
+    Returns the sequences (record by record, in pack order) and, for each,
+    its record index. Raises ValueError naming `source`, the record and the
+    broken rule: input_mask not 1..k in contiguous runs then 0s, positions not
+    restarting at 0 in each sequence, next-sentence positions/weights not
+    matching the sequences, masked-LM slots not filled in order, a masked
+    weight that is not the sequence index of the token it points at, values
+    outside padding that should be 0.
+    """
+    input_mask = np.asarray(arrays["input_mask"]).astype(np.int64)
+    num_records, max_len = input_mask.shape
+
+    def fail(rows, rule):
+        rows = np.flatnonzero(rows)
+        if rows.size:
+            raise ValueError(f"{source}: record {first_record + rows[0]}: {rule}")
+
+    # input_mask: 1 1 1 2 2 0 0 -> non-decreasing by steps of 0/1 from 1, then 0s.
+    lengths_total = (input_mask > 0).sum(axis=1)
+    in_prefix = np.arange(max_len)[None, :] < lengths_total[:, None]
+    fail((input_mask > 0) != in_prefix, "input_mask has padding before real tokens")
+    fail(lengths_total == 0, "the record holds no tokens")
+    steps = np.diff(input_mask, axis=1)
+    fail(((steps != 0) & (steps != 1) & in_prefix[:, 1:]).any(axis=1)
+         | (input_mask[:, 0] != 1),
+         "input_mask does not number the sequences 1, 2, ... in order")
+    starts_matrix = in_prefix & np.concatenate(
+        [np.ones((num_records, 1), bool), steps == 1], axis=1)
+    depths = starts_matrix.sum(axis=1)
+
+    positions = np.asarray(arrays["positions"]).astype(np.int64)
+    sequence_start_column = np.maximum.accumulate(
+        np.where(starts_matrix, np.arange(max_len)[None, :], 0), axis=1)
+    expected_positions = np.where(in_prefix,
+                                  np.arange(max_len)[None, :] - sequence_start_column, 0)
+    fail((positions != expected_positions).any(axis=1),
+         "positions do not restart at 0 in each sequence (or are not 0 on padding)")
+    for name in ("input_ids", "segment_ids"):
+        fail(((np.asarray(arrays[name]) != 0) & ~in_prefix).any(axis=1),
+             f"{name} is not 0 on padding")
+
+    max_depth = np.asarray(arrays["next_sentence_positions"]).shape[1]
+    fail(depths > max_depth, f"more than {max_depth} sequences")
+    record_of_sequence, start_column = np.nonzero(starts_matrix)
+    slot = _ragged_positions(depths)
+    ns_positions = np.asarray(arrays["next_sentence_positions"]).astype(np.int64)
+    ns_weights = np.asarray(arrays["next_sentence_weights"]).astype(np.int64)
+    ns_labels = np.asarray(arrays["next_sentence_labels"]).astype(np.int64)
+    used_slot = np.arange(max_depth)[None, :] < depths[:, None]
+    expected_ns = np.zeros_like(ns_positions)
+    expected_ns[record_of_sequence, slot] = start_column
+    fail((ns_positions != expected_ns).any(axis=1),
+         "next_sentence_positions are not the sequences' first tokens")
+    fail((ns_weights != used_slot).any(axis=1),
+         "next_sentence_weights are not 1 for each sequence and 0 after")
+    fail(((ns_labels != 0) & ~used_slot).any(axis=1), "next_sentence_labels set "
+         "for an empty slot")
+
+    weights = np.asarray(arrays["masked_lm_weights"])
+    masked_positions = np.asarray(arrays["masked_lm_positions"]).astype(np.int64)
+    masked_ids = np.asarray(arrays["masked_lm_ids"]).astype(np.int64)
+    fail((weights != np.rint(weights)).any(axis=1) | (weights < 0).any(axis=1),
+         "masked_lm_weights are not sequence indices")
+    weights = np.rint(weights).astype(np.int64)
+    real = weights > 0
+    masked_counts_total = real.sum(axis=1)
+    fail((real != (np.arange(real.shape[1])[None, :] < masked_counts_total[:, None]))
+         .any(axis=1), "masked-LM slots are not filled first-to-last")
+    fail((((masked_positions != 0) | (masked_ids != 0)) & ~real).any(axis=1),
+         "an empty masked-LM slot holds a position or id")
+    clipped = np.clip(masked_positions, 0, max_len - 1)
+    token_sequence = np.take_along_axis(input_mask, clipped, axis=1)
+    fail((real & ((masked_positions < 0) | (masked_positions >= max_len)
+                  | (token_sequence != weights))).any(axis=1),
+         "a masked-LM weight is not the sequence index of its token")
+    fail((real[:, 1:] & (weights[:, 1:] < weights[:, :-1])).any(axis=1),
+         "masked-LM slots are not grouped by sequence in order")
+
+    # The checks passed: cut the records into sequences.
+    ends = np.empty_like(start_column)
+    last_of_record = np.cumsum(depths) - 1
+    ends[:-1] = start_column[1:]
+    ends[last_of_record] = lengths_total[record_of_sequence[last_of_record]]
+    sequence_lengths = (ends - start_column).astype(np.int32)
+    masked_record, masked_slot = np.nonzero(real)
+    sequence_of_masked = (np.cumsum(depths) - depths)[masked_record] + \
+        weights[masked_record, masked_slot] - 1
+    masked_counts = np.bincount(sequence_of_masked, minlength=start_column.size)
+    masked_start = start_column[sequence_of_masked]
+    batch = SequenceBatch(
+        lengths=sequence_lengths,
+        token_ids=np.asarray(arrays["input_ids"])[in_prefix].astype(np.int32),
+        segment_ids=np.asarray(arrays["segment_ids"])[in_prefix].astype(np.int8),
+        masked_counts=masked_counts.astype(np.int32),
+        masked_positions=(masked_positions[real] - masked_start).astype(np.int32),
+        masked_ids=masked_ids[real].astype(np.int32),
+        next_sentence_labels=ns_labels[record_of_sequence, slot].astype(np.int8))
+    return batch, first_record + record_of_sequence
