@@ -16,20 +16,23 @@ solved by column generation: a restricted master LP over a few patterns
 knapsack, max sum_l y_l a_l with sum_l l a_l <= S and sum_l a_l <= D (dynamic
 programming over rows filled and sequences used). Patterns with reduced cost
 below zero (value above 1) join the master; when none is left the LP is
-optimal and its value a lower bound on any plan.
+optimal and its value a lower bound on any plan. The master starts from every
+way of filling a row exactly with up to three of the lengths present, which
+is where the LP optimum mostly lies: on the Wikipedia histogram the first
+master is already optimal.
 
 The fractional LP solution is then made integral. Whole packs are taken
 (floor, less one pack of each pattern so that the residual is not too
-constrained); the residual (a few hundred sequences) goes to the integer
-master: HiGHS branch-and-cut over the patterns found, plus every possible
-pattern when there are few enough of them (then it is the exact problem).
-Should HiGHS find nothing in its time limit, the residual LP is rounded down
-again, or its most used pattern rounded up to one pack (diving), until
-nothing is left. Rounded-up packs may hold more sequences of a length than
-remain: those slots become padding. Small histograms go to the integer master
-straight away. Cutting-stock LPs are famously tight (the integer optimum is
+constrained); the residual LP is solved again (with the patterns found so
+far), rounded down again, and once nothing is used a whole time, its most
+used pattern is rounded up to one pack (diving). When a few hundred sequences
+remain, the integer master finishes the job: HiGHS branch-and-bound over the
+patterns found, or over every possible pattern when there are few enough (then
+it is the exact problem, which is why small histograms are packed optimally).
+Rounded-up packs may hold more sequences of a length than remain: those slots
+become padding. Cutting-stock LPs are famously tight (the integer optimum is
 almost always ceil(LP) or ceil(LP) + 1); on the paper's histograms the result
-is within 0.0002 % of the LP bound, and on small random ones it is optimal.
+is within 0.0002 % of the LP bound.
 
 Source: Gilmore and Gomory, "A linear programming approach to the
 cutting-stock problem", Operations Research 9 (1961); the integer master over
@@ -54,7 +57,7 @@ _INTEGER_SAFETY_SECONDS = 60.0
 # residual gives the integer master room to do better.
 RESIDUAL_MARGIN = 1
 # Problems this small go to the integer master straight away.
-SMALL_PROBLEM_SEQUENCES = 2000
+SMALL_PROBLEM_SEQUENCES = 200
 # Residual problems with at most this many possible patterns are solved over
 # all of them.
 ALL_PATTERNS_LIMIT = 20_000
@@ -138,6 +141,45 @@ def _solve_master(columns: np.ndarray, demand: np.ndarray):
         raise RuntimeError(f"HiGHS failed on the master LP: {result.message}")
     duals = np.maximum(-result.ineqlin.marginals, 0.0)
     return result.x, duals, result.fun
+
+
+def exact_fill_patterns(item_lengths: np.ndarray, capacity: int,
+                        max_items: int) -> np.ndarray:
+    """Patterns of 1 to `max_items` (at most 3) items that sum to `capacity`.
+
+    Returns [n, m] int64 item counts. Vectorised over pairs of items; about
+    n^2 / 6 patterns for 3 items.
+    """
+    item_lengths = np.asarray(item_lengths, dtype=np.int64)
+    num_items = item_lengths.size
+    row_of = np.full(capacity + 1, -1)
+    row_of[item_lengths] = np.arange(num_items)
+    patterns = []  # arrays of item rows, [m, k]
+    if max_items >= 1 and row_of[capacity] >= 0:
+        patterns.append(np.array([[row_of[capacity]]]))
+    if max_items >= 2:
+        first = np.arange(num_items)
+        rest = capacity - item_lengths
+        ok = (rest >= item_lengths) & (rest <= capacity)
+        second = np.where(ok, row_of[np.clip(rest, 0, capacity)], -1)
+        keep = second >= 0
+        patterns.append(np.stack([first[keep], second[keep]], axis=1))
+    columns = [np.zeros((num_items, 0), dtype=np.int64)]
+    for rows in patterns:
+        column = np.zeros((num_items, rows.shape[0]), dtype=np.int64)
+        np.add.at(column, (rows, np.arange(rows.shape[0])[:, None]), 1)
+        columns.append(column)
+    if max_items >= 3:
+        a, b = np.meshgrid(np.arange(num_items), np.arange(num_items), indexing="ij")
+        rest = capacity - item_lengths[a] - item_lengths[b]
+        ok = (a <= b) & (rest >= item_lengths[b])
+        c = np.where(ok, row_of[np.clip(rest, 0, capacity)], -1)
+        keep = c >= 0
+        triples = np.stack([a[keep], b[keep], c[keep]], axis=1)
+        column = np.zeros((num_items, triples.shape[0]), dtype=np.int64)
+        np.add.at(column, (triples, np.arange(triples.shape[0])[:, None]), 1)
+        columns.append(column)
+    return np.concatenate(columns, axis=1)
 
 
 def enumerate_patterns(weights: np.ndarray, capacity: int, max_items: int,
@@ -293,8 +335,12 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
     row_of_length = np.full(max_len + 1, -1)
     row_of_length[item_lengths] = np.arange(item_lengths.size)
 
-    # Starting patterns over all items: the heuristic's and one per length.
-    starting = [np.eye(item_lengths.size, dtype=np.int64)]
+    # Starting patterns over all items: one per length, every way of filling
+    # a row exactly with up to 3 of them (the LP optimum is mostly made of
+    # those, so column generation then needs few rounds), the heuristic's.
+    starting = [np.eye(item_lengths.size, dtype=np.int64),
+                exact_fill_patterns(item_lengths, max_len,
+                                    min(max_sequences_per_pack, 3))]
     for strategy in initial_strategies:
         column = np.zeros(item_lengths.size, dtype=np.int64)
         for length in strategy:
@@ -309,7 +355,7 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         active = remaining > 0
         # The last solve's patterns, restricted to the items still wanted.
         columns = pool[active]
-        columns = np.unique(columns[:, columns.any(axis=0)], axis=1)
+        columns = columns[:, columns.any(axis=0)]
         columns, x, bound = solve_cutting_stock_lp(
             remaining[active], item_lengths[active], max_len,
             max_sequences_per_pack, columns, max_iterations=max_iterations)
@@ -317,17 +363,16 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         first_solve = lp_lower_bound is None
         if first_solve:
             lp_lower_bound = bound
-        if not first_solve or remaining.sum() <= SMALL_PROBLEM_SEQUENCES:
+        if remaining.sum() <= SMALL_PROBLEM_SEQUENCES:
             # A small (or residual) problem: the integer master over the
-            # patterns found usually closes it at the LP bound. All patterns
-            # when there are few (then it is exact), else one per item, which
-            # keeps it feasible.
+            # patterns found usually closes it at the LP bound. It is
+            # feasible (round the LP solution up); with all patterns, when
+            # there are few, it is the exact problem.
             extra = enumerate_patterns(item_lengths[active], max_len,
                                        max_sequences_per_pack, ALL_PATTERNS_LIMIT)
-            if extra is None:
-                extra = np.eye(columns.shape[0], dtype=np.int64)
-            columns = np.concatenate([columns, extra], axis=1)
-            x = np.concatenate([x, np.zeros(extra.shape[1])])
+            if extra is not None:
+                columns = np.concatenate([columns, extra], axis=1)
+                x = np.concatenate([x, np.zeros(extra.shape[1])])
             whole = _solve_integer_master(columns, remaining[active],
                                           node_limit=integer_node_limit)
         if whole is None:
