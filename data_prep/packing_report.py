@@ -24,26 +24,30 @@ from packed_bert_tf import packing
 
 FLAGS = flags.FLAGS
 
-# Required.
-flags.DEFINE_string(
-    "histogram", None,
-    "Length histogram: a file path or a name (wikipedia_512, squad_1_1_384).")
 
-# Other.
-flags.DEFINE_integer(
-    "max_sequence_length", None,
-    "Tokens per pack. Default: the histogram file's max_sequence_length (or its "
-    "number of bins).")
-flags.DEFINE_integer("max_sequences_per_pack", 3,
-                     "Cap on sequences per pack (the paper's packing depth).")
-flags.DEFINE_list(
-    "algorithms", ["all"],
-    f"Comma-separated algorithms, or 'all' ({', '.join(packing.ALGORITHMS)}).")
-flags.DEFINE_integer("seed", 0,
-                     "Seed of the random dataset order the greedy baseline packs.")
-flags.DEFINE_string("plot", None, "Write the report figure to this PNG.")
-flags.DEFINE_string("output_json", None,
-                    "Write every plan's report (not its strategies) to this JSON.")
+def define_flags():
+    """Defines the tool's flags (only when run as a program)."""
+    # Required.
+    flags.DEFINE_string(
+        "histogram", None,
+        "Length histogram: a file path or a name (wikipedia_512, squad_1_1_384).")
+
+    # Other.
+    flags.DEFINE_integer(
+        "max_sequence_length", None,
+        "Tokens per pack. Default: the histogram file's max_sequence_length (or its "
+        "number of bins).")
+    flags.DEFINE_integer("max_sequences_per_pack", 3,
+                         "Cap on sequences per pack (the paper's packing depth).")
+    flags.DEFINE_list(
+        "algorithms", ["all"],
+        f"Comma-separated algorithms, or 'all' ({', '.join(packing.ALGORITHMS)}).")
+    flags.DEFINE_integer("seed", 0,
+                         "Seed of the random dataset order the greedy baseline packs.")
+    flags.DEFINE_string("plot", None, "Write the report figure to this PNG.")
+    flags.DEFINE_string("output_json", None,
+                        "Write every plan's report (not its strategies) to this JSON.")
+    flags.mark_flag_as_required("histogram")
 
 
 def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pack,
@@ -112,5 +116,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.mark_flag_as_required("histogram")
+    define_flags()
     app.run(main)

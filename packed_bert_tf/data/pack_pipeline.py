@@ -1,0 +1,345 @@
+"""Unpacked pre-training TFRecords to packed TFRecords, as a Beam pipeline.
+
+The pipeline packs globally (one plan for the whole dataset, so efficiency is
+that of the packing algorithm on the full histogram) while keeping every Beam
+element coarse, a whole group of input shards or a whole output shard, with
+numpy doing the per-sequence work:
+
+    input shard groups
+      | ReadLengths     per group: lengths and masked-LM counts only
+      | GatherLengths   one element: every sequence's length
+      | PlanPacks       histogram -> plan -> packs -> output shard and slot
+                        of every sequence (masked-LM overflow re-planned)
+    input shard groups
+      | ReadAndRoute    per group: full records, cut by output shard (side
+                        input: the routing)
+      | GroupByShard
+      | WriteShards     per output shard: lay out packs, encode, write to a
+                        temporary name
+      | Finalize        one element: rename every shard into place, write
+                        packing_stats.json
+
+Output files only get their final names once every shard is written, so a
+failed run leaves nothing that looks complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+import uuid
+
+import apache_beam as beam
+import numpy as np
+
+from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
+from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
+                                           pack_sequences)
+from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_histogram
+from packed_bert_tf.packing.api import histogram_from_lengths
+
+_NAMESPACE = "pack_pretraining_data"
+STATS_FILE = "packing_stats.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingJob:
+    """Everything that defines one packing run (the tool's flags)."""
+
+    input_files: tuple[str, ...]
+    output_dir: str
+    num_output_shards: int
+    max_sequence_length: int
+    max_predictions_per_sequence: int
+    max_sequences_per_pack: int = 3
+    max_masked_tokens: int | None = None  # default P + D - 1
+    algorithm: str = "optimal"
+    seed: int = 0
+    files_per_group: int = 1
+
+    def __post_init__(self):
+        if not self.input_files:
+            raise ValueError("no input files")
+        if self.num_output_shards < 1:
+            raise ValueError(f"--num_output_shards must be >= 1, got "
+                             f"{self.num_output_shards}")
+        if self.files_per_group < 1:
+            raise ValueError("files_per_group must be >= 1")
+        if self.max_masked_tokens is not None and \
+                self.max_masked_tokens < self.max_predictions_per_sequence:
+            raise ValueError("max_masked_tokens must be at least "
+                             "--max_predictions_per_sequence")
+
+    @property
+    def unpacked_format(self) -> RecordFormat:
+        return RecordFormat.unpacked(self.max_sequence_length,
+                                     self.max_predictions_per_sequence)
+
+    @property
+    def packed_format(self) -> RecordFormat:
+        masked = self.max_masked_tokens or default_max_masked_tokens(
+            self.max_predictions_per_sequence, self.max_sequences_per_pack)
+        return RecordFormat.packed_format(self.max_sequence_length, masked,
+                                          self.max_sequences_per_pack)
+
+    def groups(self) -> list[tuple[int, tuple[str, ...]]]:
+        files = self.input_files
+        return [(i, files[start:start + self.files_per_group]) for i, start in
+                enumerate(range(0, len(files), self.files_per_group))]
+
+    def shard_path(self, shard: int) -> str:
+        return os.path.join(self.output_dir, f"part-{shard:05d}-of-"
+                                             f"{self.num_output_shards:05d}.tfrecord")
+
+
+# ------------------------------------------------------------ pure functions
+def read_group(job: PackingJob, files, *, lengths_only: bool):
+    """Reads a group of unpacked shards.
+
+    With ``lengths_only`` returns (lengths, masked_counts); else the
+    `SequenceBatch`. Errors name the file and record.
+    """
+    from packed_bert_tf.data import tfrecords  # TensorFlow: import in the worker
+
+    record_format = job.unpacked_format
+    batches, lengths, masked = [], [], []
+    for path in files:
+        arrays = tfrecords.read_arrays(path, record_format)
+        if not arrays["input_mask"].shape[0]:
+            raise ValueError(f"{path}: the file holds no records")
+        if lengths_only:
+            # The masks alone: cheap, and checked fully in the second read.
+            lengths.append(arrays["input_mask"].sum(axis=1).astype(np.int32))
+            masked.append((arrays["masked_lm_weights"] > 0).sum(axis=1).astype(np.int32))
+        else:
+            batches.append(SequenceBatch.from_unpacked_arrays(arrays, source=path))
+    if lengths_only:
+        return np.concatenate(lengths), np.concatenate(masked)
+    return SequenceBatch.concatenate(batches)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Routing:
+    """Where every input sequence goes: per group, arrays over its sequences."""
+
+    shard: dict[int, np.ndarray]  # group -> [n] output shard
+    pack: dict[int, np.ndarray]  # group -> [n] pack index inside the shard
+    slot: dict[int, np.ndarray]  # group -> [n] sequence index inside the pack
+    summary: dict
+
+
+def plan_routing(job: PackingJob, group_lengths) -> Routing:
+    """The global plan, and each sequence's output shard, pack and slot.
+
+    ``group_lengths`` is a list of (group, lengths [n], masked_counts [n]).
+    """
+    group_lengths = sorted(group_lengths, key=lambda item: item[0])
+    groups = [g for g, _, _ in group_lengths]
+    sizes = np.array([lengths.size for _, lengths, _ in group_lengths])
+    lengths = np.concatenate([lengths for _, lengths, _ in group_lengths])
+    masked = np.concatenate([m for _, _, m in group_lengths])
+    too_long = np.flatnonzero(lengths > job.max_sequence_length)
+    if too_long.size:
+        raise ValueError(f"a sequence of length {lengths[too_long[0]]} is longer than "
+                         f"--max_sequence_length={job.max_sequence_length}")
+    packed_format = job.packed_format
+    start = time.perf_counter()
+    plan = pack_histogram(histogram_from_lengths(lengths, job.max_sequence_length),
+                          job.max_sequence_length, job.max_sequences_per_pack,
+                          job.algorithm)
+    packs = assign_sequences(lengths, plan, seed=job.seed)
+    packs, replanned = masked_overflow_fix(
+        lengths, masked, packs, max_masked_tokens=packed_format.max_masked_tokens,
+        max_sequence_length=job.max_sequence_length,
+        max_sequences_per_pack=job.max_sequences_per_pack, algorithm=job.algorithm,
+        seed=job.seed)
+    if replanned:
+        # Re-planned packs were appended: mix them in again.
+        order = np.random.default_rng(job.seed + 1).permutation(len(packs))
+        packs = _reorder(packs, order)
+    depths = np.diff(packs.row_splits)
+    pack_index = np.repeat(np.arange(len(packs)), depths)
+    slot_of = np.empty(lengths.size, dtype=np.int8)
+    shard_of = np.empty(lengths.size, dtype=np.int32)
+    pack_of = np.empty(lengths.size, dtype=np.int64)
+    shard_of[packs.sequence_indices] = pack_index % job.num_output_shards
+    pack_of[packs.sequence_indices] = pack_index // job.num_output_shards
+    slot_of[packs.sequence_indices] = (np.arange(packs.sequence_indices.size)
+                                       - np.repeat(packs.row_splits[:-1], depths))
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    num_packs = len(packs)
+    real_tokens = int(lengths.sum())
+    summary = {
+        "sequences_in": int(lengths.size),
+        "packs": num_packs,
+        "real_tokens": real_tokens,
+        "padding_tokens": num_packs * job.max_sequence_length - real_tokens,
+        "efficiency": real_tokens / (num_packs * job.max_sequence_length),
+        "packing_factor": lengths.size / num_packs,
+        "replanned_for_masked_overflow": replanned,
+        "plan": {key: value for key, value in plan.summary().items()
+                 if key in ("algorithm", "num_packs", "efficiency", "lp_lower_bound_packs",
+                            "token_lower_bound", "theoretical_speedup",
+                            "solve_time_seconds", "num_strategies")},
+        "planning_seconds": time.perf_counter() - start,
+    }
+    split = lambda values: {g: values[bounds[i]:bounds[i + 1]]  # noqa: E731
+                            for i, g in enumerate(groups)}
+    return Routing(shard=split(shard_of), pack=split(pack_of), slot=split(slot_of),
+                   summary=summary)
+
+
+def _reorder(packs: PackAssignment, order: np.ndarray) -> PackAssignment:
+    depths = np.diff(packs.row_splits)[order]
+    splits = np.concatenate([[0], np.cumsum(depths)])
+    starts = packs.row_splits[:-1][order]
+    index = np.repeat(starts - splits[:-1], depths) + np.arange(splits[-1])
+    return PackAssignment(splits, packs.sequence_indices[index])
+
+
+def route_group(group: int, batch: SequenceBatch, routing: Routing):
+    """Cuts one group's sequences by output shard: yields (shard, chunk)."""
+    shard_of, pack_of, slot_of = (routing.shard[group], routing.pack[group],
+                                  routing.slot[group])
+    if shard_of.size != len(batch):
+        raise ValueError(f"group {group}: read {len(batch)} sequences the second "
+                         f"time, {shard_of.size} the first (did the input change?)")
+    order = np.argsort(shard_of, kind="stable")
+    bounds = np.searchsorted(shard_of[order], np.arange(shard_of.max() + 2))
+    for shard in np.flatnonzero(np.diff(bounds)):
+        rows = order[bounds[shard]:bounds[shard + 1]]
+        yield int(shard), (group, batch.take(rows), pack_of[rows], slot_of[rows])
+
+
+def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> dict:
+    """Lays out and writes one output shard under a temporary name."""
+    from packed_bert_tf.data import tfrecords
+
+    chunks = sorted(chunks, key=lambda chunk: chunk[0])  # by group: deterministic
+    batch = SequenceBatch.concatenate([c[1] for c in chunks])
+    pack = np.concatenate([c[2] for c in chunks])
+    slot = np.concatenate([c[3] for c in chunks])
+    order = np.lexsort((slot, pack))
+    pack_ids, depths = np.unique(pack[order], return_counts=True)
+    if pack_ids.size and not np.array_equal(pack_ids, np.arange(pack_ids.size)):
+        raise RuntimeError(f"shard {shard}: packs are missing sequences")
+    packs = PackAssignment(np.concatenate([[0], np.cumsum(depths)]), order)
+    arrays = pack_sequences(batch, packs, job.packed_format)
+    path = job.shard_path(shard) + temporary_suffix
+    tfrecords.write_arrays(path, arrays)
+    return {"shard": shard, "path": path, "records": len(packs),
+            "sequences": len(batch), "tokens": batch.num_tokens}
+
+
+def finalize(job: PackingJob, shard_results, routing: Routing,
+             temporary_suffix: str) -> dict:
+    """Renames every shard into place and writes packing_stats.json."""
+    import tensorflow as tf
+
+    shard_results = sorted(shard_results, key=lambda r: r["shard"])
+    written_sequences = sum(r["sequences"] for r in shard_results)
+    summary = dict(routing.summary)
+    if written_sequences != summary["sequences_in"]:
+        raise RuntimeError(f"wrote {written_sequences} sequences, read "
+                           f"{summary['sequences_in']}")
+    for result in shard_results:
+        tf.io.gfile.rename(result["path"], result["path"][:-len(temporary_suffix)],
+                           overwrite=True)
+    written = {r["shard"] for r in shard_results}
+    for shard in range(job.num_output_shards):
+        if shard not in written:  # fewer packs than shards: an empty shard
+            tf.io.TFRecordWriter(job.shard_path(shard)).close()
+            shard_results.append({"shard": shard, "records": 0})
+    shard_results.sort(key=lambda r: r["shard"])
+    packed_format = job.packed_format
+    stats = {
+        "sequences_out": written_sequences,
+        **summary,
+        "num_output_shards": job.num_output_shards,
+        "records_per_shard": [r["records"] for r in shard_results],
+        "max_sequence_length": job.max_sequence_length,
+        "max_predictions_per_sequence": job.max_predictions_per_sequence,
+        "max_masked_tokens": packed_format.max_masked_tokens,
+        "max_sequences_per_pack": job.max_sequences_per_pack,
+        "algorithm": job.algorithm,
+        "seed": job.seed,
+        "input_files": list(job.input_files),
+    }
+    path = os.path.join(job.output_dir, STATS_FILE)
+    with tf.io.gfile.GFile(path + temporary_suffix, "w") as f:
+        f.write(json.dumps(stats, indent=2))
+    tf.io.gfile.rename(path + temporary_suffix, path, overwrite=True)
+    return stats
+
+
+# ------------------------------------------------------------------ Beam
+class _ReadLengths(beam.DoFn):
+    def __init__(self, job):
+        self.job = job
+        self.sequences = beam.metrics.Metrics.counter(_NAMESPACE, "sequences_read")
+
+    def process(self, group):
+        index, files = group
+        lengths, masked = read_group(self.job, files, lengths_only=True)
+        self.sequences.inc(int(lengths.size))
+        yield index, lengths, masked
+
+
+class _ReadAndRoute(beam.DoFn):
+    def __init__(self, job):
+        self.job = job
+
+    def process(self, group, routing):
+        index, files = group
+        batch = read_group(self.job, files, lengths_only=False)
+        yield from route_group(index, batch, routing)
+
+
+class _WriteShard(beam.DoFn):
+    def __init__(self, job, temporary_suffix):
+        self.job = job
+        self.temporary_suffix = temporary_suffix
+        self.packs = beam.metrics.Metrics.counter(_NAMESPACE, "packs_written")
+        self.replanned = beam.metrics.Metrics.counter(_NAMESPACE, "replanned")
+
+    def process(self, shard_and_chunks):
+        shard, chunks = shard_and_chunks
+        result = write_shard(self.job, shard, list(chunks), self.temporary_suffix)
+        self.packs.inc(result["records"])
+        yield result
+
+
+class PackPretrainingData(beam.PTransform):
+    """PBegin -> one element: the stats dict, once every shard is in place."""
+
+    def __init__(self, job: PackingJob):
+        super().__init__()
+        self.job = job
+        self.temporary_suffix = f".tmp-{uuid.uuid4().hex[:8]}"
+
+    def expand(self, pipeline):
+        job = self.job
+        groups = pipeline | "ListShardGroups" >> beam.Create(job.groups())
+        routing = (groups
+                   | "ReadLengths" >> beam.ParDo(_ReadLengths(job))
+                   | "GatherLengths" >> beam.combiners.ToList()
+                   | "PlanPacks" >> beam.Map(lambda items: plan_routing(job, items)))
+        written = (groups
+                   | "ReadAndRoute" >> beam.ParDo(_ReadAndRoute(job),
+                                                  beam.pvalue.AsSingleton(routing))
+                   | "GroupByShard" >> beam.GroupByKey()
+                   | "WriteShards" >> beam.ParDo(_WriteShard(job, self.temporary_suffix))
+                   | "GatherShards" >> beam.combiners.ToList())
+        suffix = self.temporary_suffix
+        return (written
+                | "Finalize" >> beam.Map(
+                    lambda results, routing: finalize(job, results, routing, suffix),
+                    beam.pvalue.AsSingleton(routing)))
+
+
+def default_files_per_group(num_files: int, num_workers: int) -> int:
+    """Groups of files: a few per worker, for balance, never empty."""
+    return max(1, math.ceil(num_files / max(1, 4 * num_workers)))

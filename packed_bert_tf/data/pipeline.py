@@ -1,0 +1,123 @@
+"""tf.data input pipelines for pre-training records, packed or unpacked.
+
+Both formats come out in the packed layout with static shapes, int32 (the
+masked-LM weights float32), so one model code path serves both: an unpacked
+batch is a packed batch with one sequence per pack (D = 1). Letters: B batch,
+S sequence length, M masked-LM slots, D max sequences per pack.
+
+    input_ids, input_mask, segment_ids, positions          [B, S]
+    masked_lm_positions, masked_lm_ids, masked_lm_weights  [B, M]
+    next_sentence_positions, next_sentence_labels,
+    next_sentence_weights                                  [B, D]
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import RecordFormat
+
+
+def detect_record_format(files: Sequence[str]) -> RecordFormat:
+    """The format of the first file (packed if it has ``positions``)."""
+    from packed_bert_tf.data.verify import infer_record_format
+
+    return infer_record_format(files[0])
+
+
+def to_packed_layout(features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Unpacked batch features -> the packed layout with one sequence per pack.
+
+    ``input_mask`` (1 on real tokens) is already the sequence index; positions
+    count 0..S-1 on real tokens (0 on padding, as in packed records); the
+    next-sentence features get a D = 1 axis with the [CLS] at offset 0.
+    """
+    input_mask = features["input_mask"]
+    batch_size = tf.shape(input_mask)[0]
+    positions = tf.range(tf.shape(input_mask)[1], dtype=input_mask.dtype)[None, :] \
+        * input_mask
+    return {
+        "input_ids": features["input_ids"],
+        "input_mask": input_mask,
+        "segment_ids": features["segment_ids"],
+        "positions": positions,
+        "masked_lm_positions": features["masked_lm_positions"],
+        "masked_lm_ids": features["masked_lm_ids"],
+        "masked_lm_weights": features["masked_lm_weights"],
+        "next_sentence_positions": tf.zeros([batch_size, 1], input_mask.dtype),
+        "next_sentence_labels": features["next_sentence_labels"],
+        "next_sentence_weights": tf.ones([batch_size, 1], input_mask.dtype),
+    }
+
+
+def pretraining_dataset(file_patterns, batch_size: int, *,
+                        record_format: RecordFormat | None = None,
+                        is_training: bool = True,
+                        input_context: tf.distribute.InputContext | None = None,
+                        shuffle_buffer_size: int = 10_000,
+                        cycle_length: int = 8, seed: int | None = None,
+                        repeat: bool | None = None) -> tf.data.Dataset:
+    """Batches of pre-training features in the packed layout.
+
+    Parameters
+    ----------
+    file_patterns : str or list of str
+        Globs (comma-separated in a string) of TFRecord files, all of one format.
+    batch_size : int
+        The global batch size; with `input_context`, each input pipeline
+        yields ``input_context.get_per_replica_batch_size(batch_size)``.
+    record_format : RecordFormat, optional
+        Expected format; read off the first file when not given. Records of
+        another size fail to parse with an error naming the feature.
+    is_training : bool
+        Shuffle files and records (with `seed`) and repeat forever.
+    input_context : tf.distribute.InputContext, optional
+        Files are sharded between input pipelines: pipeline i reads files
+        i, i + n, ... (each record read by exactly one pipeline).
+    repeat : bool, optional
+        Default: `is_training`.
+
+    Returns
+    -------
+    tf.data.Dataset of dicts, static shapes (``drop_remainder=True``).
+    """
+    files = tfrecords.expand_file_patterns(file_patterns)
+    if record_format is None:
+        record_format = detect_record_format(files)
+    per_pipeline_batch = batch_size
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        if len(files) < pipelines:
+            raise ValueError(f"{len(files)} input files cannot be sharded between "
+                             f"{pipelines} input pipelines: write more shards")
+        files = files[input_context.input_pipeline_id::pipelines]
+        per_pipeline_batch = input_context.get_per_replica_batch_size(batch_size)
+    repeat = is_training if repeat is None else repeat
+
+    dataset = tf.data.Dataset.from_tensor_slices(files)
+    if is_training:
+        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=not is_training or
+        seed is not None)
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
+    spec = tfrecords.parse_spec(record_format)
+
+    def parse(serialized):
+        features = tf.io.parse_example(serialized, spec)
+        # One cast, here: int64 on disk, int32 in the model.
+        features = {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
+                    for name, value in features.items()}
+        return features if record_format.packed else to_packed_layout(features)
+
+    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=not is_training or seed is not None)
+    return dataset.prefetch(tf.data.AUTOTUNE)

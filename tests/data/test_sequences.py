@@ -1,0 +1,123 @@
+import numpy as np
+import pytest
+
+from packed_bert_tf.data import synthetic
+from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
+                                           pack_sequences, unpack_records)
+from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
+
+S, P, D = 32, 6, 3
+PACKED = RecordFormat.packed_format(S, P + D - 1, D)
+
+
+def _batch(lengths, seed=0):
+    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
+                                       max_predictions_per_seq=P, vocab_size=3000,
+                                       seed=seed)
+    return arrays, SequenceBatch.from_unpacked_arrays(arrays)
+
+
+def test_worked_example_layout():
+    arrays, batch = _batch([6, 5, 12])
+    packs = PackAssignment(np.array([0, 2, 3]), np.array([1, 0, 2]))
+    out = pack_sequences(batch, packs, PACKED)
+    assert out["input_mask"][0, :12].tolist() == [1] * 5 + [2] * 6 + [0]
+    assert out["positions"][0, :12].tolist() == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 0]
+    assert out["input_ids"][0, :11].tolist() == (arrays["input_ids"][1, :5].tolist()
+                                                 + arrays["input_ids"][0, :6].tolist())
+    assert out["next_sentence_positions"][0].tolist() == [0, 5, 0]
+    assert out["next_sentence_weights"].tolist() == [[1, 1, 0], [1, 0, 0]]
+    assert out["next_sentence_labels"][0, :2].tolist() == [
+        arrays["next_sentence_labels"][1, 0], arrays["next_sentence_labels"][0, 0]]
+    # Sequence 1 (5 tokens) masks 1 token, sequence 0 (6 tokens) masks 1.
+    first = arrays["masked_lm_positions"][1, 0]
+    second = arrays["masked_lm_positions"][0, 0] + 5
+    assert out["masked_lm_positions"][0, :3].tolist() == [first, second, 0]
+    assert out["masked_lm_weights"][0, :3].tolist() == [1.0, 2.0, 0.0]
+    assert out["input_ids"].dtype == np.int32
+    assert out["masked_lm_weights"].dtype == np.float32
+
+
+def test_pack_then_unpack_gives_back_every_sequence(rng):
+    lengths = rng.integers(5, S + 1, 400)
+    _, batch = _batch(lengths, seed=1)
+    plan = pack_lengths(batch.lengths, S, D)
+    packs = assign_sequences(batch.lengths, plan, seed=3)
+    out = pack_sequences(batch, packs, PACKED)
+    back, records = unpack_records(out)
+    assert len(back) == len(batch)
+    np.testing.assert_array_equal(np.sort(back.fingerprints()), np.sort(batch.fingerprints()))
+    # In pack order, exactly the assigned sequences.
+    np.testing.assert_array_equal(back.fingerprints(),
+                                  batch.take(packs.sequence_indices).fingerprints())
+    np.testing.assert_array_equal(records, np.repeat(np.arange(len(packs)),
+                                                     np.diff(packs.row_splits)))
+
+
+def test_fingerprints_see_every_field():
+    _, batch = _batch([10, 10])
+    base = batch.fingerprints()
+    assert base[0] != base[1]
+    for field in ("token_ids", "segment_ids", "masked_positions", "masked_ids",
+                  "next_sentence_labels"):
+        values = getattr(batch, field).copy()
+        values[0] = values[0] + 1
+        changed = SequenceBatch(**{**batch.__dict__, field: values})
+        assert changed.fingerprints()[0] != base[0], field
+
+
+@pytest.mark.parametrize("edit, rule", [
+    (lambda a: a["input_mask"].__setitem__((0, 2), 2), "does not number the sequences"),
+    (lambda a: a["positions"].__setitem__((0, 7), 0), "positions do not restart"),
+    (lambda a: a["input_ids"].__setitem__((0, S - 1), 7), "input_ids is not 0 on padding"),
+    (lambda a: a["next_sentence_positions"].__setitem__((0, 1), 3),
+     "next_sentence_positions are not"),
+    (lambda a: a["next_sentence_weights"].__setitem__((0, 1), 0), "next_sentence_weights"),
+    (lambda a: a["masked_lm_weights"].__setitem__((0, 0), 2.0), "not the sequence index"),
+    (lambda a: a["masked_lm_ids"].__setitem__((0, PACKED.max_masked_tokens - 1), 5),
+     "empty masked-LM slot holds"),
+    (lambda a: a["masked_lm_weights"].__setitem__((0, 0), 0.5), "not sequence indices"),
+])
+def test_broken_packed_records_are_caught(edit, rule):
+    _, batch = _batch([8, 9, 10])
+    out = pack_sequences(batch, PackAssignment(np.array([0, 3]), np.arange(3)), PACKED)
+    edit(out)
+    with pytest.raises(ValueError, match=f"shard-7: record 0: .*{rule}"):
+        unpack_records(out, source="shard-7")
+
+
+def test_packs_over_the_format_are_refused():
+    _, batch = _batch([20, 20])
+    with pytest.raises(ValueError, match="pack 0 holds 40 tokens, more than the format's 32"):
+        pack_sequences(batch, PackAssignment(np.array([0, 2]), np.arange(2)), PACKED)
+
+
+def test_masked_overflow_is_replanned_not_truncated():
+    # Sequences of 10 tokens, 6 masked each (more than 0.15 x 10): three fit
+    # in 32 tokens but not in M = 8 masked slots.
+    lengths = np.full(9, 10)
+    masked = np.full(9, 6)
+    plan = pack_lengths(lengths, S, D)
+    packs = assign_sequences(lengths, plan, seed=0)
+    assert np.diff(packs.row_splits).max() == 3
+    fixed, replanned = masked_overflow_fix(lengths, masked, packs, max_masked_tokens=8,
+                                           max_sequence_length=S, max_sequences_per_pack=D)
+    assert replanned == 9
+    np.testing.assert_array_equal(np.sort(fixed.sequence_indices), np.arange(9))
+    per_pack = np.add.reduceat(masked[fixed.sequence_indices], fixed.row_splits[:-1])
+    assert per_pack.max() <= 8 and len(fixed) == 9
+    with pytest.raises(ValueError, match="holds 9 masked tokens, more than max_masked_tokens=8"):
+        masked_overflow_fix(lengths, np.full(9, 9), packs, max_masked_tokens=8,
+                            max_sequence_length=S, max_sequences_per_pack=D)
+
+
+def test_unpacked_records_that_break_the_format_are_named():
+    arrays, _ = _batch([8, 9])
+    arrays["input_mask"][1, 2] = 0
+    with pytest.raises(ValueError, match="f.tfrecord: record 11: input_mask is not"):
+        SequenceBatch.from_unpacked_arrays(arrays, source="f.tfrecord", first_record=10)
+    arrays, _ = _batch([8, 9])
+    arrays["masked_lm_positions"][0, 0] = 20
+    with pytest.raises(ValueError, match="record 0: a masked-LM position lies outside"):
+        SequenceBatch.from_unpacked_arrays(arrays)

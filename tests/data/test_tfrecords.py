@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import RecordFormat
+
+FORMAT = RecordFormat.unpacked(16, 4)
+
+
+def _arrays(num, seed=0):
+    rng = np.random.default_rng(seed)
+    arrays = {name: rng.integers(0, 100, (num, length))
+              for name, length in FORMAT.feature_lengths().items()}
+    arrays["masked_lm_weights"] = rng.random((num, 4)).astype(np.float32)
+    return arrays
+
+
+def test_round_trip_in_batches(tmp_path):
+    arrays = _arrays(10)
+    path = str(tmp_path / "a.tfrecord")
+    assert tfrecords.write_arrays(path, arrays, batch_size=3) == 10
+    back = tfrecords.read_arrays(path, FORMAT, batch_size=4)
+    assert set(back) == set(arrays)
+    for name in arrays:
+        np.testing.assert_array_equal(back[name], arrays[name])
+    assert back["input_ids"].dtype == np.int64
+    assert back["masked_lm_weights"].dtype == np.float32
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+    path = tmp_path / "a.tfrecord"
+    with pytest.raises(RuntimeError):
+        with tfrecords.RecordWriter(str(path)) as writer:
+            writer.write_arrays(_arrays(2))
+            raise RuntimeError("boom")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_wrong_length_and_missing_feature_name_the_record(tmp_path):
+    good, short = _arrays(3), _arrays(1)
+    short["input_ids"] = short["input_ids"][:, :15]
+    path = str(tmp_path / "mixed.tfrecord")
+    with tfrecords.RecordWriter(path) as writer:
+        writer.write_arrays(good)
+        writer.write_arrays(short)
+    with pytest.raises(tfrecords.RecordError,
+                       match=r"mixed.tfrecord: record 3 feature 'input_ids' has 15 "
+                             r"values, expected 16"):
+        tfrecords.read_arrays(path, FORMAT, batch_size=2)
+    missing = _arrays(2)
+    del missing["segment_ids"]
+    path = str(tmp_path / "missing.tfrecord")
+    tfrecords.write_arrays(path, missing)
+    with pytest.raises(tfrecords.RecordError, match="record 0 has no feature 'segment_ids'"):
+        tfrecords.read_arrays(path, FORMAT)
+
+
+def test_corrupt_record_is_located(tmp_path):
+    path = tmp_path / "c.tfrecord"
+    tfrecords.write_arrays(str(path), _arrays(5))
+    data = bytearray(path.read_bytes())
+    record = len(data) // 5
+    data[3 * record + 20] ^= 0xFF  # inside the fourth record's payload
+    path.write_bytes(bytes(data))
+    with pytest.raises(tfrecords.RecordError, match=r"c.tfrecord: record 3 is corrupt"):
+        tfrecords.read_arrays(str(path), FORMAT)
+
+
+def test_file_patterns(tmp_path):
+    for name in ("b.tfrecord", "a.tfrecord", "c.txt"):
+        (tmp_path / name).write_bytes(b"")
+    files = tfrecords.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
+    assert [f.rsplit("/", 1)[1] for f in files] == ["a.tfrecord", "b.tfrecord"]
+    with pytest.raises(ValueError, match=r"--input_file: '.*/nothing\*' matches no files"):
+        tfrecords.expand_file_patterns(f"{tmp_path}/nothing*")
+    with pytest.raises(ValueError, match="--packed is empty"):
+        tfrecords.expand_file_patterns("", flag="packed")
