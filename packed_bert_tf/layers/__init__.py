@@ -1,0 +1,39 @@
+"""Keras 3 layers of packed BERT, one per module, and the pure functions under them.
+
+Letters used in every docstring and shape comment: B batch, S sequence length,
+D max sequences per pack, M masked-LM slots, H hidden, N heads, E head size,
+I intermediate size, V vocab, P max positions.
+
+A packed row (S = 6, D = 2)::
+
+    input_ids   a1 a2 a3 b1 b2 0
+    input_mask   1  1  1  2  2 0
+    positions    0  1  2  0  1 0
+    next_sentence_positions 0 3
+"""
+
+from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
+from packed_bert_tf.layers.block_diagonal_attention_mask import (
+    BlockDiagonalAttentionMask, block_diagonal_attention_mask, padding_attention_mask)
+from packed_bert_tf.layers.losses import (WeightedSum, cross_replica_sum,
+                                          loss_normalisers, masked_lm_accuracy,
+                                          masked_lm_loss, next_sentence_accuracy,
+                                          next_sentence_loss, pretraining_losses,
+                                          weighted_mean)
+from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
+from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
+from packed_bert_tf.layers.ops import gather_positions, gelu, get_activation
+from packed_bert_tf.layers.position_embedding import PositionEmbedding
+from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention, masked_softmax
+from packed_bert_tf.layers.transformer_block import BertTransformerBlock
+from packed_bert_tf.layers.transformer_encoder import BertEncoder
+
+__all__ = [
+    "BertEmbeddings", "BertEncoder", "BertTransformerBlock",
+    "BlockDiagonalAttentionMask", "MaskedLMHead", "MultiHeadSelfAttention",
+    "NextSentenceHead", "PositionEmbedding", "WeightedSum",
+    "block_diagonal_attention_mask", "cross_replica_sum", "gather_positions", "gelu",
+    "get_activation", "loss_normalisers", "masked_lm_accuracy", "masked_lm_loss",
+    "masked_softmax", "next_sentence_accuracy", "next_sentence_loss",
+    "padding_attention_mask", "pretraining_losses", "weighted_mean",
+]

@@ -1,0 +1,66 @@
+"""Attention masks from the per-token sequence index (``input_mask``).
+
+Letters: B batch, S sequence length, D max sequences per pack.
+
+In a packed row ``input_mask`` holds each token's sequence index 1..D and 0
+for padding. A token may attend to a key only when both carry the same
+non-zero index, which makes the mask block-diagonal (S = 6, D = 2)::
+
+    input_ids   a1 a2 a3 b1 b2 0
+    input_mask   1  1  1  2  2 0
+
+    mask         a1 a2 a3 b1 b2 0
+      a1          1  1  1  0  0 0
+      a2          1  1  1  0  0 0
+      a3          1  1  1  0  0 0
+      b1          0  0  0  1  1 0
+      b2          0  0  0  1  1 0
+      0           0  0  0  0  0 0
+
+Padding attends to nothing and nothing attends to padding. An unpacked row
+(D = 1, ``input_mask`` 0/1) gives the usual padding mask on its real rows.
+"""
+
+import keras
+import tensorflow as tf
+
+
+def block_diagonal_attention_mask(sequence_index):
+    """Block-diagonal attention mask of a packed batch.
+
+    Args:
+      sequence_index: [B, S] int, the sequence index of each token (1..D),
+        0 for padding (the ``input_mask`` feature).
+
+    Returns:
+      [B, S, S] bool: ``mask[b, i, j]`` is True when query ``i`` may attend to
+      key ``j``, that is ``sequence_index[b, i] == sequence_index[b, j] > 0``.
+    """
+    sequence_index = tf.convert_to_tensor(sequence_index)
+    same_sequence = tf.equal(sequence_index[:, :, None],
+                             sequence_index[:, None, :])  # [B, S, S]
+    is_real = tf.greater(sequence_index, 0)  # [B, S]
+    return tf.logical_and(same_sequence, is_real[:, :, None])  # [B, S, S]
+
+
+def padding_attention_mask(input_mask):
+    """Standard (unpacked) BERT attention mask: every query sees all real keys.
+
+    Args:
+      input_mask: [B, S] int, non-zero for real tokens, 0 for padding.
+
+    Returns:
+      [B, 1, S] bool, broadcast over the queries.
+    """
+    return tf.greater(tf.convert_to_tensor(input_mask), 0)[:, None, :]  # [B, 1, S]
+
+
+@keras.saving.register_keras_serializable(package="packed_bert_tf")
+class BlockDiagonalAttentionMask(keras.layers.Layer):
+    """Layer around `block_diagonal_attention_mask`: [B, S] int -> [B, S, S] bool."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def call(self, input_mask):
+        return block_diagonal_attention_mask(input_mask)

@@ -1,0 +1,239 @@
+"""Pre-training losses and accuracies that unpack per sequence.
+
+Letters: B batch, M masked-LM slots, D max sequences per pack, V vocab.
+
+Every function returns a `WeightedSum` (``total``, ``count``) instead of a
+mean, so that the caller chooses the normaliser; `weighted_mean` divides with
+``divide_no_nan`` and, inside a ``tf.distribute`` replica context, by the
+count summed over all replicas. The gradient then does not depend on how the
+sequences landed on the replicas: each replica contributes
+``local total / global count`` and the replicas' gradients are summed.
+
+Default normalisation is the unpacked MLPerf reference's:
+
+* masked-LM loss: sum over real masked tokens / number of real masked tokens
+  in the (global) batch;
+* next-sentence loss: mean over real sequences in the (global) batch.
+
+``per_sequence=True`` averages each sequence's masked-LM loss first, then
+over the sequences that have masked tokens (Graphcore's packed weighting).
+
+An all-reduce does not compile inside an XLA per-replica step; the counts
+depend only on the features, so `loss_normalisers` computes (and all-reduces)
+them outside it, and `pretraining_losses(..., normalisers=...)` uses them.
+
+In the packed layout ``masked_lm_weights`` holds the sequence index (1..D)
+of each masked token, 0 for an empty slot; ``next_sentence_weights`` is 1
+for a real sequence, 0 for an empty slot. Unpacked batches (D = 1) use 0/1.
+"""
+
+from typing import NamedTuple
+
+import tensorflow as tf
+
+
+class WeightedSum(NamedTuple):
+    """A weighted sum and its normaliser, both float32 scalars."""
+    total: tf.Tensor
+    count: tf.Tensor
+
+
+def cross_replica_sum(value):
+    """``value`` summed over the replicas of the current replica context.
+
+    Outside ``strategy.run`` (the default context, or a cross-replica
+    context) the value is returned unchanged.
+    """
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return value
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+
+
+def weighted_mean(weighted_sum: WeightedSum, *, global_normaliser: bool = True):
+    """``divide_no_nan(total, count)``; the count is summed across replicas.
+
+    Args:
+      weighted_sum: the (total, count) of one of the functions below.
+      global_normaliser: divide by the count of the global batch when
+        inside a ``tf.distribute`` replica context (the default); False
+        divides by this replica's count.
+
+    Returns:
+      float32 scalar: this replica's share of the global mean (summing it
+      over the replicas gives the mean over the global batch).
+    """
+    count = weighted_sum.count
+    if global_normaliser:
+        count = cross_replica_sum(count)
+    return tf.math.divide_no_nan(weighted_sum.total, count)
+
+
+def _token_cross_entropy(logits, labels):
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+
+
+def masked_lm_loss(mlm_logits, masked_lm_ids, masked_lm_weights, *,
+                   per_sequence: bool = False, max_sequences_per_pack: int | None = None):
+    """Masked-LM cross entropy, (sum, count).
+
+    Args:
+      mlm_logits: [B, M, V] logits.
+      masked_lm_ids: [B, M] int original token ids.
+      masked_lm_weights: [B, M] sequence index of each masked token (1..D),
+        0 for an empty slot.
+      per_sequence: False: total = sum of the real tokens' losses, count =
+        number of real tokens. True: total = sum over sequences of each
+        sequence's mean token loss, count = number of sequences with at least
+        one masked token.
+      max_sequences_per_pack: D, needed only when ``per_sequence``.
+
+    Returns:
+      `WeightedSum` of float32 scalars.
+    """
+    token_loss = _token_cross_entropy(mlm_logits, masked_lm_ids)  # [B, M]
+    sequence_index = tf.cast(masked_lm_weights, tf.int32)  # [B, M]
+    if not per_sequence:
+        is_real = tf.cast(sequence_index > 0, tf.float32)  # [B, M]
+        return WeightedSum(tf.reduce_sum(token_loss * is_real), tf.reduce_sum(is_real))
+    if max_sequences_per_pack is None:
+        raise ValueError("per_sequence=True needs max_sequences_per_pack (D)")
+    # One-hot over the sequence index; column 0 (empty slots) is dropped.
+    membership = tf.one_hot(sequence_index, max_sequences_per_pack + 1,
+                            dtype=tf.float32)[:, :, 1:]  # [B, M, D]
+    sequence_total = tf.einsum("bm,bmd->bd", token_loss, membership)  # [B, D]
+    sequence_count = tf.reduce_sum(membership, axis=1)  # [B, D]
+    sequence_mean = tf.math.divide_no_nan(sequence_total, sequence_count)  # [B, D]
+    has_tokens = tf.cast(sequence_count > 0, tf.float32)  # [B, D]
+    return WeightedSum(tf.reduce_sum(sequence_mean * has_tokens),
+                       tf.reduce_sum(has_tokens))
+
+
+def masked_lm_accuracy(mlm_logits, masked_lm_ids, masked_lm_weights):
+    """Masked-LM accuracy, (correct real tokens, real tokens).
+
+    Args: as `masked_lm_loss`.
+
+    Returns:
+      `WeightedSum` of float32 scalars.
+    """
+    predictions = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)  # [B, M]
+    correct = tf.cast(tf.equal(predictions, tf.cast(masked_lm_ids, tf.int32)),
+                      tf.float32)  # [B, M]
+    is_real = tf.cast(tf.cast(masked_lm_weights, tf.int32) > 0, tf.float32)  # [B, M]
+    return WeightedSum(tf.reduce_sum(correct * is_real), tf.reduce_sum(is_real))
+
+
+def next_sentence_loss(nsp_logits, next_sentence_labels, next_sentence_weights):
+    """Next-sentence cross entropy per sequence, (sum, number of real sequences).
+
+    Args:
+      nsp_logits: [B, D, 2] logits.
+      next_sentence_labels: [B, D] int 0/1.
+      next_sentence_weights: [B, D] 1 for a real sequence, 0 for an empty slot.
+
+    Returns:
+      `WeightedSum` of float32 scalars.
+    """
+    sequence_loss = _token_cross_entropy(nsp_logits, next_sentence_labels)  # [B, D]
+    weights = tf.cast(next_sentence_weights, tf.float32)  # [B, D]
+    return WeightedSum(tf.reduce_sum(sequence_loss * weights), tf.reduce_sum(weights))
+
+
+def next_sentence_accuracy(nsp_logits, next_sentence_labels, next_sentence_weights):
+    """Next-sentence accuracy per sequence, (correct, real sequences).
+
+    Args: as `next_sentence_loss`.
+
+    Returns:
+      `WeightedSum` of float32 scalars.
+    """
+    predictions = tf.argmax(nsp_logits, axis=-1, output_type=tf.int32)  # [B, D]
+    correct = tf.cast(tf.equal(predictions, tf.cast(next_sentence_labels, tf.int32)),
+                      tf.float32)  # [B, D]
+    weights = tf.cast(next_sentence_weights, tf.float32)  # [B, D]
+    return WeightedSum(tf.reduce_sum(correct * weights), tf.reduce_sum(weights))
+
+
+def loss_normalisers(features, *, global_normaliser: bool = True):
+    """The counts the losses divide by, from the features alone.
+
+    They do not depend on the model, so under ``tf.distribute`` with XLA they
+    can be computed and all-reduced outside the compiled per-replica step
+    (an all-reduce does not compile inside it) and passed to
+    `pretraining_losses` as ``normalisers``.
+
+    Args:
+      features: the feature dict (``masked_lm_weights`` [B, M],
+        ``next_sentence_weights`` [B, D]).
+      global_normaliser: sum the counts over the replicas of the current
+        replica context.
+
+    Returns:
+      dict of float32 scalars: ``masked_lm_tokens`` (real masked tokens),
+      ``masked_lm_sequences`` (sequences with at least one masked token),
+      ``sequences`` (real sequences).
+    """
+    sequence_index = tf.cast(features["masked_lm_weights"], tf.int32)  # [B, M]
+    next_sentence_weights = tf.cast(features["next_sentence_weights"], tf.float32)
+    max_sequences_per_pack = next_sentence_weights.shape[1]
+    membership = tf.one_hot(sequence_index, max_sequences_per_pack + 1,
+                            dtype=tf.float32)[:, :, 1:]  # [B, M, D]
+    counts = {
+        "masked_lm_tokens": tf.reduce_sum(tf.cast(sequence_index > 0, tf.float32)),
+        "masked_lm_sequences": tf.reduce_sum(tf.reduce_max(membership, axis=1)),
+        "sequences": tf.reduce_sum(next_sentence_weights),
+    }
+    if global_normaliser:
+        counts = {name: cross_replica_sum(count) for name, count in counts.items()}
+    return counts
+
+
+def pretraining_losses(features, outputs, *, per_sequence: bool = False,
+                       global_normaliser: bool = True, normalisers=None):
+    """The pre-training objective and metrics for a batch.
+
+    Args:
+      features: the packed feature dict (``masked_lm_ids``,
+        ``masked_lm_weights``, ``next_sentence_labels``,
+        ``next_sentence_weights``; see `BertPretrainingModel`).
+      outputs: the model's outputs (``mlm_logits`` [B, M, V], ``nsp_logits``
+        [B, D, 2]).
+      per_sequence: masked-LM normalisation, see `masked_lm_loss`.
+      global_normaliser: see `weighted_mean`; ignored with ``normalisers``.
+      normalisers: precomputed counts from `loss_normalisers` (for an XLA
+        per-replica step); None counts here.
+
+    Returns:
+      dict of float32 scalars: ``loss`` (masked-LM + next-sentence),
+      ``masked_lm_loss``, ``next_sentence_loss``, ``masked_lm_accuracy``,
+      ``next_sentence_accuracy``. Under ``tf.distribute`` each is this
+      replica's share: sum them over replicas for the global value.
+    """
+    mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]
+    mlm_args = (mlm_logits, features["masked_lm_ids"], features["masked_lm_weights"])
+    nsp_args = (nsp_logits, features["next_sentence_labels"],
+                features["next_sentence_weights"])
+    parts = {
+        "masked_lm_loss": masked_lm_loss(*mlm_args, per_sequence=per_sequence,
+                                         max_sequences_per_pack=nsp_logits.shape[1]),
+        "next_sentence_loss": next_sentence_loss(*nsp_args),
+        "masked_lm_accuracy": masked_lm_accuracy(*mlm_args),
+        "next_sentence_accuracy": next_sentence_accuracy(*nsp_args),
+    }
+    if normalisers is None:
+        means = {name: weighted_mean(part, global_normaliser=global_normaliser)
+                 for name, part in parts.items()}
+    else:
+        count_of = {
+            "masked_lm_loss": ("masked_lm_sequences" if per_sequence
+                               else "masked_lm_tokens"),
+            "next_sentence_loss": "sequences",
+            "masked_lm_accuracy": "masked_lm_tokens",
+            "next_sentence_accuracy": "sequences",
+        }
+        means = {name: tf.math.divide_no_nan(part.total, normalisers[count_of[name]])
+                 for name, part in parts.items()}
+    means["loss"] = means["masked_lm_loss"] + means["next_sentence_loss"]
+    return means

@@ -1,0 +1,141 @@
+"""BertPretrainingModel: BERT with the masked-LM and next-sentence heads.
+
+Letters: B batch, S sequence length, D max sequences per pack, M masked-LM
+slots, H hidden, V vocab.
+
+The model consumes the packed feature dict (int32 except
+``masked_lm_weights``, float32). A packed row (S = 6, D = 2)::
+
+    input_ids   a1 a2 a3 b1 b2 0
+    input_mask   1  1  1  2  2 0
+    segment_ids  0  0  1  0  1 0
+    positions    0  1  2  0  1 0
+    next_sentence_positions 0 3
+
+* input_ids [B, S]: token ids, 0 = padding.
+* input_mask [B, S]: sequence index of each token in the pack (1..D), 0 = padding.
+* segment_ids [B, S]: BERT token types.
+* positions [B, S]: position ids restarting at 0 at each sequence's [CLS].
+* masked_lm_positions [B, M]: offsets of the masked tokens in the row.
+* masked_lm_ids [B, M], masked_lm_weights [B, M] (float: sequence index, 0 = empty).
+* next_sentence_positions [B, D]: the [CLS] offset of each sequence.
+* next_sentence_labels [B, D], next_sentence_weights [B, D] (1 real, 0 empty).
+
+An unpacked batch is the same layout with D = 1.
+"""
+
+import keras
+
+from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
+from packed_bert_tf.layers.block_diagonal_attention_mask import (
+    block_diagonal_attention_mask, padding_attention_mask)
+from packed_bert_tf.layers.losses import pretraining_losses
+from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
+from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
+from packed_bert_tf.layers.transformer_encoder import BertEncoder
+from packed_bert_tf.models.config import BertConfig
+
+_LAYER_NORM_EPSILON = 1e-12
+
+
+@keras.saving.register_keras_serializable(package="packed_bert_tf")
+class BertPretrainingModel(keras.Model):
+    """BERT pre-training model on packed (or unpacked) batches.
+
+    Args:
+      bert_config: a `BertConfig` (or its dict).
+      packed: True: position embeddings gathered by ``positions`` and the
+        block-diagonal [B, S, S] attention mask built from ``input_mask``
+        (the paper's changes; also correct for unpacked D = 1 data).
+        False: standard BERT, positions 0..S-1 sliced from the table and the
+        [B, 1, S] padding mask; ``positions`` is ignored, and packed data
+        would be cross-contaminated. Same weights either way.
+      per_sequence_masked_lm_loss: the masked-LM normalisation of
+        `compute_loss` (see `packed_bert_tf.layers.masked_lm_loss`).
+
+    Call arguments:
+      features: the feature dict above. ``training`` turns dropout on.
+
+    Returns:
+      dict: ``mlm_logits`` [B, M, V] float32, ``nsp_logits`` [B, D, 2]
+      float32, ``sequence_output`` [B, S, H] and ``pooled_output``
+      [B, D, H] in the compute dtype.
+    """
+
+    def __init__(self, bert_config, *, packed: bool = True,
+                 per_sequence_masked_lm_loss: bool = False, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(bert_config, dict):
+            bert_config = BertConfig(**bert_config)
+        self.bert_config = bert_config
+        self.packed = packed
+        self.per_sequence_masked_lm_loss = per_sequence_masked_lm_loss
+        config = bert_config
+        self.embeddings = BertEmbeddings(
+            config.vocab_size, config.hidden_size, config.max_position_embeddings,
+            config.type_vocab_size, config.hidden_dropout_prob, config.initializer_range,
+            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="embeddings")
+        self.encoder = BertEncoder(
+            config.num_hidden_layers, config.num_attention_heads,
+            config.intermediate_size, config.hidden_act, config.hidden_dropout_prob,
+            config.attention_probs_dropout_prob, config.initializer_range,
+            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="encoder")
+        self.masked_lm_head = MaskedLMHead(
+            config.vocab_size, config.hidden_act, config.initializer_range,
+            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="masked_lm_head")
+        self.next_sentence_head = NextSentenceHead(
+            config.initializer_range, dtype=self.dtype_policy, name="next_sentence_head")
+
+    def build(self, input_shape=None):
+        """Creates every weight; none depends on B, S, M or D."""
+        if self.built:
+            return
+        hidden_size = self.bert_config.hidden_size
+        self.embeddings.build((None, None))
+        self.encoder.build((None, None, hidden_size))
+        self.masked_lm_head.build((None, None, hidden_size))
+        self.next_sentence_head.build((None, None, hidden_size))
+        self.built = True
+
+    def call(self, features, training=False):
+        input_mask = features["input_mask"]  # [B, S]
+        if self.packed:
+            positions = features["positions"]  # [B, S]
+            attention_mask = block_diagonal_attention_mask(input_mask)  # [B, S, S]
+        else:
+            positions = None
+            attention_mask = padding_attention_mask(input_mask)  # [B, 1, S]
+        embeddings = self.embeddings(features["input_ids"], features["segment_ids"],
+                                     positions=positions, training=training)
+        sequence_output = self.encoder(embeddings, attention_mask,
+                                       training=training)  # [B, S, H]
+        mlm_logits = self.masked_lm_head(
+            sequence_output, features["masked_lm_positions"],
+            self.embeddings.word_embeddings.embeddings)  # [B, M, V]
+        nsp_logits, pooled_output = self.next_sentence_head(
+            sequence_output, features["next_sentence_positions"])  # [B, D, 2], [B, D, H]
+        return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits,
+                "sequence_output": sequence_output, "pooled_output": pooled_output}
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None,
+                     training=True):
+        """The pre-training loss for ``fit``: ``x`` is the feature dict, no ``y``.
+
+        Under ``tf.distribute`` the normalisers are global, so each replica
+        returns its share of the global loss and the summed gradients are
+        those of the global batch (Keras scales only compiled losses by the
+        replica count, not an overridden ``compute_loss``).
+        """
+        del y, sample_weight, training
+        return pretraining_losses(
+            x, y_pred, per_sequence=self.per_sequence_masked_lm_loss)["loss"]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(bert_config=self.bert_config.to_dict(), packed=self.packed,
+                      per_sequence_masked_lm_loss=self.per_sequence_masked_lm_loss)
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
