@@ -5,8 +5,8 @@ r"""Packs unpacked pre-training TFRecords into packed TFRecords (Apache Beam).
         --max_sequence_length=512 --max_predictions_per_sequence=76 \
         --max_sequences_per_pack=3 --num_output_shards=8
 
-Every other flag goes to Beam: by default the DirectRunner in multi-process
-mode on all cores; the same pipeline runs unchanged on Dataflow, Flink or
+Every other flag goes to Beam: by default Beam's local runner (FnApiRunner) in
+multi-process mode on all cores; the same pipeline runs unchanged on Dataflow, Flink or
 Spark with the standard Beam options (--runner, --project, ...). Writes the
 shards, then packing_stats.json (what training reads for the packing factor),
 and prints a short report. Check the result with
@@ -14,6 +14,7 @@ and prints a short report. Check the result with
 """
 
 import json
+import logging as logging_module
 import os
 import sys
 
@@ -61,20 +62,28 @@ def _beam_options(pipeline_args):
 
     args = list(pipeline_args)
     if not any(a.startswith("--runner") for a in args):
-        args += ["--runner=DirectRunner", "--direct_running_mode=multi_processing",
-                 f"--direct_num_workers={os.cpu_count() or 1}"]
+        # The local runner itself (DirectRunner would first try to download
+        # the Prism runner binary from the internet).
+        args.append("--runner=FnApiRunner")
+    if not any(a.startswith("--direct_running_mode") for a in args):
+        args.append("--direct_running_mode=multi_processing")
+    if not any(a.startswith("--direct_num_workers") for a in args):
+        args.append(f"--direct_num_workers={os.cpu_count() or 1}")
     if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
-        args.append("--default_sdk_harness_log_level=WARNING")
+        # Worker failures come back as the tool's own one-line error.
+        args.append("--default_sdk_harness_log_level=CRITICAL")
     return PipelineOptions(args)
 
 
 def _beam_error_message(error: Exception) -> str:
     """The library's one-line message out of a Beam worker failure."""
     text = str(error)
+    line = text.splitlines()[0] if text else type(error).__name__
     for marker in ("RecordError: ", "ValueError: "):
-        if marker in text:
-            return text.rsplit(marker, 1)[1].splitlines()[0].strip(" '\"")
-    return text.splitlines()[0] if text else type(error).__name__
+        if marker in text:  # a worker's error, inside Beam's own message
+            line = text.rsplit(marker, 1)[1].splitlines()[0]
+            break
+    return line.split(" [while running")[0].strip(" '\"")
 
 
 def _prepare_output_dir(job, overwrite):
@@ -123,6 +132,9 @@ def main(argv):
     transform = pack_pipeline.PackPretrainingData(job)
     logging.info("Packing %d files into %d shards in %s", len(files),
                  job.num_output_shards, job.output_dir)
+    # In-process workers log each failure with its traceback before Beam
+    # raises it; the tool reports it as one line instead.
+    logging_module.getLogger("apache_beam.runners.common").setLevel(logging_module.CRITICAL)
     try:
         with beam.Pipeline(options=_beam_options(argv[1:])) as pipeline:
             _ = pipeline | "Pack" >> transform

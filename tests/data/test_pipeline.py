@@ -1,0 +1,88 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from packed_bert_tf.data import pipeline, tfrecords
+from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+from packed_bert_tf.packing import assign_sequences, pack_lengths
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
+
+S, P = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS
+
+
+def _all(dataset):
+    batches = list(dataset.as_numpy_iterator())
+    return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+
+
+def test_unpacked_records_come_out_in_the_packed_layout(unpacked_files):
+    dataset = pipeline.pretraining_dataset(unpacked_files[0], batch_size=32,
+                                           is_training=False)
+    spec = dataset.element_spec
+    assert spec["input_ids"].shape == (32, S) and spec["input_ids"].dtype == tf.int32
+    assert spec["masked_lm_weights"].dtype == tf.float32
+    assert spec["next_sentence_positions"].shape == (32, 1)
+    got = _all(dataset)
+    raw = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
+    kept = (300 // 32) * 32  # drop_remainder
+    np.testing.assert_array_equal(got["input_ids"], raw["input_ids"][:kept])
+    np.testing.assert_array_equal(got["positions"],
+                                  np.arange(S)[None, :] * raw["input_mask"][:kept])
+    np.testing.assert_array_equal(got["next_sentence_labels"],
+                                  raw["next_sentence_labels"][:kept])
+    assert (got["next_sentence_weights"] == 1).all()
+    assert (got["next_sentence_positions"] == 0).all()
+
+
+def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files):
+    raw = tfrecords.read_arrays(unpacked_files[1], RecordFormat.unpacked(S, P))
+    batch = SequenceBatch.from_unpacked_arrays(raw)
+    packed_format = RecordFormat.packed_format(S, P + 2, 3)
+    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, 3), seed=0)
+    written = pack_sequences(batch, packs, packed_format)
+    path = str(tmp_path / "packed.tfrecord")
+    tfrecords.write_arrays(path, written)
+    dataset = pipeline.pretraining_dataset(path, batch_size=8, is_training=False)
+    assert dataset.element_spec["next_sentence_positions"].shape == (8, 3)
+    got = _all(dataset)
+    kept = (len(packs) // 8) * 8
+    for name, values in written.items():
+        np.testing.assert_array_equal(got[name], values[:kept], err_msg=name)
+        assert got[name].dtype == values.dtype
+
+
+def test_training_order_is_seeded_and_files_are_sharded(unpacked_files):
+    def first_ids(seed):
+        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=16, seed=seed,
+                                               shuffle_buffer_size=100)
+        return next(iter(dataset))["input_ids"].numpy()
+
+    np.testing.assert_array_equal(first_ids(5), first_ids(5))
+    assert not np.array_equal(first_ids(5), first_ids(6))
+
+    seen = []
+    for pipeline_id in range(3):
+        context = tf.distribute.InputContext(num_input_pipelines=3,
+                                             input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=3)
+        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=30,
+                                               is_training=False, input_context=context)
+        assert dataset.element_spec["input_ids"].shape == (10, S)
+        seen.append(_all(dataset)["input_ids"])
+    raw = [tfrecords.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
+           for f in unpacked_files]
+    for pipeline_id in range(3):  # pipeline i reads file i only
+        np.testing.assert_array_equal(seen[pipeline_id], raw[pipeline_id][:300])
+    context = tf.distribute.InputContext(num_input_pipelines=4, input_pipeline_id=0,
+                                         num_replicas_in_sync=4)
+    with pytest.raises(ValueError, match="3 input files cannot be sharded between 4"):
+        pipeline.pretraining_dataset(unpacked_files, batch_size=8, input_context=context)
+
+
+def test_records_of_another_size_fail_naming_the_feature(unpacked_files):
+    dataset = pipeline.pretraining_dataset(
+        unpacked_files[0], batch_size=4, is_training=False,
+        record_format=RecordFormat.unpacked(S + 1, P))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids|Key"):
+        next(iter(dataset))

@@ -1,0 +1,173 @@
+"""pack_pretraining_data and verify_packing end to end, as a user runs them."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
+from apache_beam.testing.util import assert_that
+
+from packed_bert_tf.data import pack_pipeline, tfrecords
+from packed_bert_tf.data.verify import infer_record_format
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
+
+# Fast, single-process Beam for the error cases; the default (multi-process)
+# runner is exercised by the first test.
+IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+
+def _run(module, *args, tmp_path):
+    env = dict(os.environ, TMPDIR=str(tmp_path))  # Beam leaves beam-temp* here
+    return subprocess.run([sys.executable, "-m", f"data_prep.{module}", *args],
+                          capture_output=True, text=True, env=env)
+
+
+def _pack(unpacked, output_dir, tmp_path, *extra):
+    return _run("pack_pretraining_data", f"--input_file={','.join(unpacked)}",
+                f"--output_dir={output_dir}", "--num_output_shards=2",
+                f"--max_sequence_length={SMALL_SEQ_LENGTH}",
+                f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *extra,
+                tmp_path=tmp_path)
+
+
+@pytest.fixture(scope="module")
+def packed_dir(tmp_path_factory, unpacked_files):
+    tmp_path = tmp_path_factory.mktemp("packed")
+    result = _pack(unpacked_files, tmp_path / "out", tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp_path / "out", result.stdout
+
+
+def test_pack_writes_shards_and_stats(packed_dir, unpacked_files):
+    output_dir, stdout = packed_dir
+    names = sorted(os.listdir(output_dir))
+    assert names == ["packing_stats.json", "part-00000-of-00002.tfrecord",
+                     "part-00001-of-00002.tfrecord"]
+    stats = json.loads((output_dir / "packing_stats.json").read_text())
+    assert stats["sequences_in"] == stats["sequences_out"] == 900
+    assert sum(stats["records_per_shard"]) == stats["packs"]
+    assert abs(stats["packing_factor"] - 900 / stats["packs"]) < 1e-12
+    assert stats["max_masked_tokens"] == SMALL_PREDICTIONS + 2
+    assert stats["efficiency"] == stats["plan"]["efficiency"] > 0.98
+    assert f"packed 900 sequences into {stats['packs']:,} packs" in stdout
+    record_format = infer_record_format(str(output_dir / "part-00000-of-00002.tfrecord"))
+    assert record_format.packed and record_format.max_masked_tokens == 12
+    assert record_format.max_sequences_per_pack == 3
+
+
+def test_verify_accepts_the_packed_set(packed_dir, unpacked_files, tmp_path):
+    output_dir, _ = packed_dir
+    result = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
+                  f"--packed={output_dir}/part-*", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "OK: 900 sequences" in result.stdout
+
+
+def test_same_seed_same_bytes_whatever_the_runner(packed_dir, unpacked_files, tmp_path):
+    output_dir, _ = packed_dir
+    result = _pack(unpacked_files, tmp_path / "again", tmp_path, *IN_MEMORY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
+        assert (tmp_path / "again" / shard).read_bytes() == (output_dir / shard).read_bytes()
+
+
+def _tampered_copy(packed_dir, tmp_path, edit):
+    output_dir, _ = packed_dir
+    path = output_dir / "part-00000-of-00002.tfrecord"
+    arrays = tfrecords.read_arrays(str(path), infer_record_format(str(path)))
+    edit(arrays)
+    target = tmp_path / "tampered"
+    target.mkdir()
+    tfrecords.write_arrays(str(target / "part-00000.tfrecord"), arrays)
+    (target / "part-00001.tfrecord").write_bytes(
+        (output_dir / "part-00001-of-00002.tfrecord").read_bytes())
+    return target
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a["input_ids"].__setitem__((4, 1), a["input_ids"][4, 1] + 1),
+     "is not in the packed set"),
+    (lambda a: [a.__setitem__(k, v[1:]) for k, v in list(a.items())],
+     "is not in the packed set"),
+    (lambda a: [a.__setitem__(k, np.concatenate([v, v[:1]])) for k, v in list(a.items())],
+     "once too often"),
+    (lambda a: a["positions"].__setitem__((0, 0), 1), "positions do not restart"),
+])
+def test_verify_finds_the_first_mismatch(packed_dir, unpacked_files, tmp_path, edit,
+                                         message):
+    target = _tampered_copy(packed_dir, tmp_path, edit)
+    result = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
+                  f"--packed={target}/*", tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert message in result.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in result.stderr
+
+
+def _bad_file(tmp_path, kind):
+    folder = tmp_path / "bad"
+    paths = write_unpacked_dataset(folder, num_files=2, per_file=20, seed=3)
+    if kind == "empty":
+        open(paths[1], "wb").close()
+    elif kind == "corrupt":
+        data = bytearray(open(paths[1], "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(paths[1], "wb").write(bytes(data))
+    return paths
+
+
+@pytest.mark.parametrize("kind, flags, message", [
+    ("ok", ["--input_file=/nonexistent/*"], "--input_file: '/nonexistent/*' matches no files"),
+    ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
+    ("corrupt", [], "unpacked-001.tfrecord: record "),
+    ("ok", [f"--max_sequence_length={SMALL_SEQ_LENGTH // 2}"],
+     f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
+    ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
+    ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
+])
+def test_bad_input_fails_cleanly_and_leaves_no_output(tmp_path, kind, flags, message):
+    paths = _bad_file(tmp_path, kind)
+    output_dir = tmp_path / "out"
+    args = [f"--input_file={','.join(paths)}", f"--output_dir={output_dir}",
+            f"--max_sequence_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY]
+    args = [a for a in args if not any(a.split("=")[0] == f.split("=")[0] for f in flags)]
+    result = _run("pack_pretraining_data", *args, *flags, tmp_path=tmp_path)
+    assert result.returncode != 0
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("pack_pretraining_data: ")
+    assert message in last_line
+    assert "[while running" not in last_line and "Traceback" not in result.stderr
+    leftovers = os.listdir(output_dir) if output_dir.exists() else []
+    assert leftovers == []
+
+
+def test_an_earlier_run_is_not_overwritten_by_accident(packed_dir, unpacked_files,
+                                                       tmp_path):
+    output_dir, _ = packed_dir
+    result = _pack(unpacked_files, output_dir, tmp_path, *IN_MEMORY)
+    assert result.returncode != 0
+    assert "already holds" in result.stderr.splitlines()[-1]
+    assert "pass --overwrite to replace" in result.stderr.splitlines()[-1]
+    assert (output_dir / "packing_stats.json").exists()
+
+
+def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
+    job = pack_pipeline.PackingJob(
+        input_files=tuple(unpacked_files), output_dir=str(tmp_path),
+        num_output_shards=4, max_sequence_length=SMALL_SEQ_LENGTH,
+        max_predictions_per_sequence=SMALL_PREDICTIONS, algorithm="spfhp", seed=1)
+
+    def check(stats_list):
+        (stats,) = stats_list
+        assert stats["sequences_out"] == 900
+        assert stats["plan"]["algorithm"] == "spfhp"
+        assert len(stats["records_per_shard"]) == 4
+
+    with BeamTestPipeline(runner="FnApiRunner") as pipeline:
+        stats = pipeline | pack_pipeline.PackPretrainingData(job)
+        assert_that(stats, check)
+    assert sorted(os.listdir(tmp_path))[0] == "packing_stats.json"
+    assert len([n for n in os.listdir(tmp_path) if n.startswith("part-")]) == 4
