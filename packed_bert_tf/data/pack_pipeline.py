@@ -43,6 +43,7 @@ from packed_bert_tf.packing.api import histogram_from_lengths
 
 _NAMESPACE = "pack_pretraining_data"
 STATS_FILE = "packing_stats.json"
+WRITE_CHUNK_PACKS = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,17 +106,24 @@ def read_group(job: PackingJob, files, *, lengths_only: bool):
     from packed_bert_tf.data import tfrecords  # TensorFlow: import in the worker
 
     record_format = job.unpacked_format
+    # The masks alone for the lengths: cheap, and checked fully in the
+    # second read.
+    features = ("input_mask", "masked_lm_weights") if lengths_only else None
     batches, lengths, masked = [], [], []
     for path in files:
-        arrays = tfrecords.read_arrays(path, record_format)
-        if not arrays["input_mask"].shape[0]:
+        records = 0
+        for first, arrays in tfrecords.iter_array_batches(path, record_format,
+                                                          features=features):
+            records += arrays["input_mask"].shape[0]
+            if lengths_only:
+                lengths.append(arrays["input_mask"].sum(axis=1).astype(np.int32))
+                masked.append((arrays["masked_lm_weights"] > 0).sum(axis=1)
+                              .astype(np.int32))
+            else:
+                batches.append(SequenceBatch.from_unpacked_arrays(
+                    arrays, source=path, first_record=first))
+        if not records:
             raise ValueError(f"{path}: the file holds no records")
-        if lengths_only:
-            # The masks alone: cheap, and checked fully in the second read.
-            lengths.append(arrays["input_mask"].sum(axis=1).astype(np.int32))
-            masked.append((arrays["masked_lm_weights"] > 0).sum(axis=1).astype(np.int32))
-        else:
-            batches.append(SequenceBatch.from_unpacked_arrays(arrays, source=path))
     if lengths_only:
         return np.concatenate(lengths), np.concatenate(masked)
     return SequenceBatch.concatenate(batches)
@@ -226,11 +234,15 @@ def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> d
     pack_ids, depths = np.unique(pack[order], return_counts=True)
     if pack_ids.size and not np.array_equal(pack_ids, np.arange(pack_ids.size)):
         raise RuntimeError(f"shard {shard}: packs are missing sequences")
-    packs = PackAssignment(np.concatenate([[0], np.cumsum(depths)]), order)
-    arrays = pack_sequences(batch, packs, job.packed_format)
+    splits = np.concatenate([[0], np.cumsum(depths)])
     path = job.shard_path(shard) + temporary_suffix
-    tfrecords.write_arrays(path, arrays)
-    return {"shard": shard, "path": path, "records": len(packs),
+    with tfrecords.RecordWriter(path) as writer:
+        # A few thousand packs at a time: small temporaries, fast.
+        for first in range(0, pack_ids.size, WRITE_CHUNK_PACKS):
+            chunk = splits[first:first + WRITE_CHUNK_PACKS + 1]
+            packs = PackAssignment(chunk - chunk[0], order[chunk[0]:chunk[-1]])
+            writer.write_arrays(pack_sequences(batch, packs, job.packed_format))
+    return {"shard": shard, "path": path, "records": int(pack_ids.size),
             "sequences": len(batch), "tokens": batch.num_tokens}
 
 

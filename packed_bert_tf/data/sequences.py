@@ -45,10 +45,12 @@ class SequenceBatch:
     Attributes
     ----------
     lengths : [N] int32, real tokens per sequence
-    token_ids, segment_ids : [sum(lengths)] int32 / int8, all sequences' tokens
+    token_ids, segment_ids : [sum(lengths)] uint16 or int32 / int8, all
+        sequences' tokens
     masked_counts : [N] int32, masked-LM predictions per sequence
-    masked_positions, masked_ids : [sum(masked_counts)] int32, positions
-        relative to the sequence's first token ([CLS]), in record order
+    masked_positions, masked_ids : [sum(masked_counts)] int16 / int32,
+        positions relative to the sequence's first token ([CLS]), in record
+        order
     next_sentence_labels : [N] int8
     """
 
@@ -92,12 +94,15 @@ class SequenceBatch:
         if bad.size:
             raise ValueError(f"{source}: record {first_record + bad[0]}: a masked-LM "
                              "position lies outside the sequence")
+        token_ids = np.asarray(arrays["input_ids"])[prefix]
+        # Compact: BERT vocabularies fit 16 bits (this batch may travel).
+        narrow = token_ids.size and 0 <= token_ids.min() and token_ids.max() < 1 << 16
         return cls(
             lengths=lengths,
-            token_ids=np.asarray(arrays["input_ids"])[prefix].astype(np.int32),
+            token_ids=token_ids.astype(np.uint16 if narrow else np.int32),
             segment_ids=np.asarray(arrays["segment_ids"])[prefix].astype(np.int8),
             masked_counts=real_masked.sum(axis=1).astype(np.int32),
-            masked_positions=positions[real_masked].astype(np.int32),
+            masked_positions=positions[real_masked].astype(np.int16),
             masked_ids=np.asarray(arrays["masked_lm_ids"])[real_masked].astype(np.int32),
             next_sentence_labels=np.asarray(
                 arrays["next_sentence_labels"]).reshape(-1).astype(np.int8))

@@ -85,11 +85,14 @@ def _first_unreadable_record(path: str) -> int:
     return index
 
 
-def read_arrays(path: str, record_format: RecordFormat, *,
-                batch_size: int = 4096) -> dict[str, np.ndarray]:
-    """All records of one TFRecord file as arrays: name -> [N, length].
+def iter_array_batches(path: str, record_format: RecordFormat, *,
+                       batch_size: int = 4096, features=None):
+    """Yields (index of the batch's first record, name -> [n, length] arrays).
 
-    Integer features come back as int64, the weights as float32.
+    Integer features come back as int64, the weights as float32. With
+    `features` (names), only those are parsed: reading two of seven features
+    of an MLPerf record is about twice as fast. Batch by batch, so that a
+    large file never has to fit in memory as int64 arrays.
 
     Raises
     ------
@@ -98,15 +101,15 @@ def read_arrays(path: str, record_format: RecordFormat, *,
         feature or one of the wrong length.
     """
     spec = parse_spec(record_format)
-    dataset = tf.data.TFRecordDataset(path).batch(batch_size)
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in spec}
+    if features is not None:
+        spec = {name: spec[name] for name in features}
+    iterator = iter(tf.data.TFRecordDataset(path).batch(batch_size))
     start = 0
-    iterator = iter(dataset)
     while True:
         try:
             serialized = next(iterator)
         except StopIteration:
-            break
+            return
         except tf.errors.DataLossError as error:
             raise RecordError(f"{path}: record {_first_unreadable_record(path)} is "
                               f"corrupt ({_first_line(error.message)})") from None
@@ -115,20 +118,34 @@ def read_arrays(path: str, record_format: RecordFormat, *,
         try:
             parsed = tf.io.parse_example(serialized, spec)
         except tf.errors.InvalidArgumentError:
-            records = serialized.numpy()
-            for offset, record in enumerate(records):
+            for offset, record in enumerate(serialized.numpy()):
                 try:
                     tf.io.parse_example(tf.constant([record]), spec)
                 except tf.errors.InvalidArgumentError:
                     raise RecordError(_describe_bad_record(
                         path, start + offset, record, spec)) from None
             raise
-        for name, values in parsed.items():
-            parts[name].append(values.numpy())
+        yield start, {name: values.numpy() for name, values in parsed.items()}
         start += int(serialized.shape[0])
-    return {name: (np.concatenate(chunks) if chunks else
-                   np.zeros((0, spec[name].shape[0]), spec[name].dtype.as_numpy_dtype))
-            for name, chunks in parts.items()}
+
+
+def read_arrays(path: str, record_format: RecordFormat, *,
+                batch_size: int = 4096, features=None) -> dict[str, np.ndarray]:
+    """All records of one TFRecord file as arrays: name -> [N, length].
+
+    See `iter_array_batches` for the types, `features` and the errors.
+    """
+    parts: dict[str, list[np.ndarray]] = {}
+    for _, arrays in iter_array_batches(path, record_format, batch_size=batch_size,
+                                        features=features):
+        for name, values in arrays.items():
+            parts.setdefault(name, []).append(values)
+    if not parts:
+        spec = parse_spec(record_format)
+        names = features if features is not None else spec
+        return {name: np.zeros((0, spec[name].shape[0]), spec[name].dtype.as_numpy_dtype)
+                for name in names}
+    return {name: np.concatenate(chunks) for name, chunks in parts.items()}
 
 
 class RecordWriter:
@@ -182,7 +199,7 @@ class RecordWriter:
 
 
 def write_arrays(path: str, features: Mapping[str, np.ndarray], *,
-                 batch_size: int = 4096) -> int:
+                 batch_size: int = 1024) -> int:
     """Writes the arrays to one TFRecord file atomically; returns records written."""
     num_records = len(next(iter(features.values())))
     with RecordWriter(path) as writer:

@@ -1,0 +1,117 @@
+r"""Data preparation benchmark: unpacked MLPerf-format TFRecords -> packed.
+
+    python benchmarks/data_prep_benchmark.py --num_sequences=1000000 \
+        --write_markdown=BENCHMARKS.md
+
+Generates (once, cached in --work_dir) an unpacked dataset in the MLPerf format
+(S = 512, P = 76) whose lengths follow the Wikipedia-512 histogram, then times
+``python -m data_prep.pack_pretraining_data`` end to end as a user runs it
+(process start, reading, planning, writing; Beam's default local runner
+unless --beam_args say otherwise), then checks the result with
+``python -m data_prep.verify_packing`` (not timed).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("num_sequences", 1_000_000, "Unpacked sequences to generate.")
+flags.DEFINE_integer("num_input_shards", 32, "Unpacked files.")
+flags.DEFINE_integer("num_output_shards", 32, "Packed files.")
+flags.DEFINE_string("work_dir", "/tmp/packed_bert_tf_data_prep_benchmark",
+                    "Where the generated data and the output go.")
+flags.DEFINE_list("beam_args", [], "Extra Beam options for the packing tool.")
+flags.DEFINE_bool("verify", True, "Run verify_packing on the result.")
+flags.DEFINE_string("write_markdown", None, "Replace this benchmark's section here.")
+
+BEGIN, END = "<!-- data_prep_benchmark:begin -->", "<!-- data_prep_benchmark:end -->"
+
+
+def generate(folder, num_sequences, num_shards):
+    """Writes the unpacked dataset unless an identical one is there."""
+    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.packing import load_histogram
+
+    marker = os.path.join(folder, "generated.json")
+    spec = {"num_sequences": num_sequences, "num_shards": num_shards, "version": 1}
+    if os.path.exists(marker) and json.load(open(marker)) == spec:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    lengths = synthetic.lengths_from_histogram(
+        load_histogram("wikipedia_512").counts, num_sequences, seed=0)
+    for shard, rows in enumerate(np.array_split(np.arange(num_sequences), num_shards)):
+        with tfrecords.RecordWriter(os.path.join(folder, f"part-{shard:05d}.tfrecord")) as w:
+            for start in range(0, rows.size, 20_000):
+                chunk = rows[start:start + 20_000]
+                w.write_arrays(synthetic.unpacked_arrays(
+                    lengths[chunk], max_seq_length=512, max_predictions_per_seq=76,
+                    seed=shard * 1_000_003 + start))
+    json.dump(spec, open(marker, "w"))
+
+
+def main(argv):
+    del argv
+    unpacked = os.path.join(FLAGS.work_dir, "unpacked")
+    packed = os.path.join(FLAGS.work_dir, "packed")
+    start = time.perf_counter()
+    generate(unpacked, FLAGS.num_sequences, FLAGS.num_input_shards)
+    print(f"dataset ready in {time.perf_counter() - start:.1f} s", flush=True)
+    shutil.rmtree(packed, ignore_errors=True)
+    command = [sys.executable, "-m", "data_prep.pack_pretraining_data",
+               f"--input_file={unpacked}/part-*", f"--output_dir={packed}",
+               f"--num_output_shards={FLAGS.num_output_shards}",
+               "--max_sequence_length=512", "--max_predictions_per_sequence=76",
+               *FLAGS.beam_args]
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if result.returncode:
+        sys.exit(f"packing failed:\n{result.stderr[-3000:]}")
+    stats = json.load(open(os.path.join(packed, "packing_stats.json")))
+    rate = FLAGS.num_sequences / seconds
+    print(result.stdout.strip())
+    print(f"{FLAGS.num_sequences:,} sequences in {seconds:.1f} s: {rate:,.0f} sequences/s")
+    verified = "not run"
+    if FLAGS.verify:
+        check = subprocess.run([sys.executable, "-m", "data_prep.verify_packing",
+                                f"--unpacked={unpacked}/part-*",
+                                f"--packed={packed}/part-*"], capture_output=True, text=True)
+        verified = check.stdout.strip() or check.stderr.strip().splitlines()[-1]
+        print(verified)
+    if FLAGS.write_markdown:
+        shown = " ".join(a for a in sys.argv[1:] if not a.startswith("--write_markdown"))
+        section = "\n".join([
+            BEGIN, "## Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)",
+            "", f"Command: `python benchmarks/data_prep_benchmark.py {shown}`  ",
+            f"Machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}  ",
+            f"Date: {time.strftime('%Y-%m-%d')}", "",
+            "| sequences | input shards | output shards | beam args | wall s | sequences/s "
+            "| packs | efficiency % | plan s |",
+            "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+            f"| {FLAGS.num_sequences:,} | {FLAGS.num_input_shards} | "
+            f"{FLAGS.num_output_shards} | {' '.join(FLAGS.beam_args) or '(default)'} | "
+            f"{seconds:.1f} | {rate:,.0f} | {stats['packs']:,} | "
+            f"{100 * stats['efficiency']:.3f} | {stats['plan']['solve_time_seconds']:.2f} |",
+            "", f"verify_packing: {verified}", END])
+        path = FLAGS.write_markdown
+        text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
+        if BEGIN in text:
+            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section,
+                          text, flags=re.S)
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+        open(path, "w").write(text)
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    app.run(main)
