@@ -123,7 +123,7 @@ def _bad_file(tmp_path, kind):
     ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
     ("corrupt", [], "unpacked-001.tfrecord: record "),
     ("ok", [f"--max_sequence_length={SMALL_SEQ_LENGTH // 2}"],
-     f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
+     f"unpacked-000.tfrecord: record 0 feature 'input_mask' has {SMALL_SEQ_LENGTH} values"),
     ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
     ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
 ])
