@@ -13,7 +13,6 @@ unless --beam_args say otherwise), then checks the result with
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,8 @@ import time
 
 import numpy as np
 from absl import app, flags
+
+from markdown_sections import replace_section  # benchmarks/, beside this script
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_sequences", 1_000_000, "Unpacked sequences to generate.")
@@ -32,7 +33,6 @@ flags.DEFINE_list("beam_args", [], "Extra Beam options for the packing tool.")
 flags.DEFINE_bool("verify", True, "Run verify_packing on the result.")
 flags.DEFINE_string("write_markdown", None, "Replace this benchmark's section here.")
 
-BEGIN, END = "<!-- data_prep_benchmark:begin -->", "<!-- data_prep_benchmark:end -->"
 
 
 def generate(folder, num_sequences, num_shards):
@@ -90,7 +90,7 @@ def main(argv):
     if FLAGS.write_markdown:
         shown = " ".join(a for a in sys.argv[1:] if not a.startswith("--write_markdown"))
         section = "\n".join([
-            BEGIN, "## Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)",
+            "## Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)",
             "", f"Command: `python benchmarks/data_prep_benchmark.py {shown}`  ",
             f"Machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}  ",
             f"Date: {time.strftime('%Y-%m-%d')}", "",
@@ -101,16 +101,9 @@ def main(argv):
             f"{FLAGS.num_output_shards} | {' '.join(FLAGS.beam_args) or '(default)'} | "
             f"{seconds:.1f} | {rate:,.0f} | {stats['packs']:,} | "
             f"{100 * stats['efficiency']:.3f} | {stats['plan']['solve_time_seconds']:.2f} |",
-            "", f"verify_packing: {verified}", END])
-        path = FLAGS.write_markdown
-        text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section,
-                          text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        open(path, "w").write(text)
-        print(f"wrote {path}")
+            "", f"verify_packing: {verified}"])
+        replace_section(FLAGS.write_markdown, "data_prep_benchmark", section)
+        print(f"wrote {FLAGS.write_markdown}")
 
 
 if __name__ == "__main__":

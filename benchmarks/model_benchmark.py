@@ -1,7 +1,7 @@
 r"""Model benchmark: step time of packed BERT against standard (unpacked) BERT.
 
     python benchmarks/model_benchmark.py \
-        --write_markdown=benchmarks/results/model_benchmark.md
+        --write_markdown=BENCHMARKS.md
 
 Both models are `BertPretrainingModel` with the same config and weights, run
 under XLA (``jit_compile=True``) on the same feature tensors (identical
@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
+from markdown_sections import replace_section  # benchmarks/, beside this script
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
@@ -187,7 +188,7 @@ def run():
 
 def markdown(config, rows, real_tokens, sequences) -> str:
     command = ("python benchmarks/model_benchmark.py "
-               "--write_markdown=benchmarks/results/model_benchmark.md")
+               "--write_markdown=BENCHMARKS.md")
     flags_used = (f"--num_layers={FLAGS.num_layers} --hidden_size={FLAGS.hidden_size} "
                   f"--num_heads={FLAGS.num_heads} "
                   f"--intermediate_size={FLAGS.intermediate_size} "
@@ -242,11 +243,7 @@ def main(argv):
     text = markdown(config, rows, real_tokens, sequences)
     print(text)
     if FLAGS.write_markdown:
-        directory = os.path.dirname(FLAGS.write_markdown)
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        with open(FLAGS.write_markdown, "w", encoding="utf-8") as file:
-            file.write("# Model benchmark\n\n" + text)
+        replace_section(FLAGS.write_markdown, "model_benchmark", text)
 
 
 if __name__ == "__main__":

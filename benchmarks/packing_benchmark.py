@@ -12,13 +12,13 @@ measured in the same run, is the figure to compare across machines.
 import os
 import platform
 import re
-import subprocess
 import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
+from markdown_sections import replace_section  # benchmarks/, beside this script
 from packed_bert_tf import packing
 
 FLAGS = flags.FLAGS
@@ -41,7 +41,6 @@ CASES = [
     ("squad_1_1_384", "optimal", 3, "<= 40,215", lambda p: p <= 40_215),
 ]
 
-BEGIN, END = "<!-- packing_benchmark:begin -->", "<!-- packing_benchmark:end -->"
 
 
 def _machine() -> str:
@@ -87,7 +86,7 @@ def time_assignment(histogram, plan):
 
 def markdown(rows, assignment, command) -> str:
     by_key = {(r["histogram"], r["algorithm"], r["cap"]): r for r in rows}
-    lines = [BEGIN, "## Packing the paper's histograms", "",
+    lines = ["## Packing the paper's histograms", "",
              f"Command: `{command}`  ",
              f"Machine: {_machine()}  ",
              f"Date: {time.strftime('%Y-%m-%d')}", "",
@@ -109,7 +108,7 @@ def markdown(rows, assignment, command) -> str:
     seconds, packs, sequences = assignment
     lines += ["", f"`assign_sequences` on the whole Wikipedia histogram "
               f"({sequences:,} sequences into {packs:,} packs of the optimal cap-3 plan): "
-              f"{seconds:.2f} s.", END]
+              f"{seconds:.2f} s."]
     return "\n".join(lines)
 
 
@@ -124,16 +123,8 @@ def main(argv):
     print(f"assign_sequences: {wiki_plan.num_sequences:,} sequences in {seconds:.2f} s")
     section = markdown(rows, (seconds, packs, wiki_plan.num_sequences), command.strip())
     if FLAGS.write_markdown:
-        path = FLAGS.write_markdown
-        text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-        if BEGIN in text:
-            text = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END),
-                          lambda _: section, text, flags=re.S)
-        else:
-            text = text.rstrip("\n") + "\n\n" + section + "\n"
-        with open(path, "w") as f:
-            f.write(text)
-        print(f"wrote {path}")
+        replace_section(FLAGS.write_markdown, "packing_benchmark", section)
+        print(f"wrote {FLAGS.write_markdown}")
     if any(r["met"] == "NO" for r in rows):
         sys.exit("some pack-count targets were missed")
 
