@@ -104,6 +104,7 @@ def main(argv):
     import tensorflow as tf
 
     from packed_bert_tf.data import pack_pipeline, tfrecords
+    from packed_bert_tf.data.features import PACKING_STATS_FILE
 
     try:
         for name in ("input_file", "output_dir"):
@@ -144,7 +145,7 @@ def main(argv):
                 tf.io.gfile.remove(os.path.join(job.output_dir, name))
         sys.exit(f"pack_pretraining_data: {_beam_error_message(error)}")
 
-    with tf.io.gfile.GFile(os.path.join(job.output_dir, pack_pipeline.STATS_FILE)) as f:
+    with tf.io.gfile.GFile(os.path.join(job.output_dir, PACKING_STATS_FILE)) as f:
         stats = json.load(f)
     print(f"packed {stats['sequences_in']:,} sequences into {stats['packs']:,} packs "
           f"({job.num_output_shards} shards in {job.output_dir})")

@@ -44,6 +44,10 @@ PACKED_FEATURE_NAMES = (
     "masked_lm_ids", "masked_lm_weights", "next_sentence_positions",
     "next_sentence_labels", "next_sentence_weights")
 
+#: Written beside packed shards by the packing tool; training reads the
+#: packing factor from it.
+PACKING_STATS_FILE = "packing_stats.json"
+
 #: The only features stored as float32 on disk; all others are int64.
 FLOAT_FEATURE_NAMES = frozenset({"masked_lm_weights"})
 

@@ -35,14 +35,14 @@ import uuid
 import apache_beam as beam
 import numpy as np
 
-from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
+from packed_bert_tf.data.features import (PACKING_STATS_FILE, RecordFormat,
+                                          default_max_masked_tokens)
 from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
                                            pack_sequences)
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_histogram
 from packed_bert_tf.packing.api import histogram_from_lengths
 
 _NAMESPACE = "pack_pretraining_data"
-STATS_FILE = "packing_stats.json"
 WRITE_CHUNK_PACKS = 2048
 
 
@@ -280,7 +280,7 @@ def finalize(job: PackingJob, shard_results, routing: Routing,
         "seed": job.seed,
         "input_files": list(job.input_files),
     }
-    path = os.path.join(job.output_dir, STATS_FILE)
+    path = os.path.join(job.output_dir, PACKING_STATS_FILE)
     with tf.io.gfile.GFile(path + temporary_suffix, "w") as f:
         f.write(json.dumps(stats, indent=2))
     tf.io.gfile.rename(path + temporary_suffix, path, overwrite=True)
