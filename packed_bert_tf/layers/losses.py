@@ -110,6 +110,13 @@ def masked_lm_loss(mlm_logits, masked_lm_ids, masked_lm_weights, *,
                        tf.reduce_sum(has_tokens))
 
 
+def _weighted_accuracy(logits, labels, weights):
+    """(weighted count of argmax == label, sum of weights); weights float32 [B, X]."""
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, X]
+    correct = tf.cast(tf.equal(predictions, tf.cast(labels, tf.int32)), tf.float32)
+    return WeightedSum(tf.reduce_sum(correct * weights), tf.reduce_sum(weights))
+
+
 def masked_lm_accuracy(mlm_logits, masked_lm_ids, masked_lm_weights):
     """Masked-LM accuracy, (correct real tokens, real tokens).
 
@@ -118,11 +125,8 @@ def masked_lm_accuracy(mlm_logits, masked_lm_ids, masked_lm_weights):
     Returns:
       `WeightedSum` of float32 scalars.
     """
-    predictions = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)  # [B, M]
-    correct = tf.cast(tf.equal(predictions, tf.cast(masked_lm_ids, tf.int32)),
-                      tf.float32)  # [B, M]
     is_real = tf.cast(tf.cast(masked_lm_weights, tf.int32) > 0, tf.float32)  # [B, M]
-    return WeightedSum(tf.reduce_sum(correct * is_real), tf.reduce_sum(is_real))
+    return _weighted_accuracy(mlm_logits, masked_lm_ids, is_real)
 
 
 def next_sentence_loss(nsp_logits, next_sentence_labels, next_sentence_weights):
@@ -149,11 +153,8 @@ def next_sentence_accuracy(nsp_logits, next_sentence_labels, next_sentence_weigh
     Returns:
       `WeightedSum` of float32 scalars.
     """
-    predictions = tf.argmax(nsp_logits, axis=-1, output_type=tf.int32)  # [B, D]
-    correct = tf.cast(tf.equal(predictions, tf.cast(next_sentence_labels, tf.int32)),
-                      tf.float32)  # [B, D]
-    weights = tf.cast(next_sentence_weights, tf.float32)  # [B, D]
-    return WeightedSum(tf.reduce_sum(correct * weights), tf.reduce_sum(weights))
+    return _weighted_accuracy(nsp_logits, next_sentence_labels,
+                              tf.cast(next_sentence_weights, tf.float32))
 
 
 def loss_normalisers(features, *, global_normaliser: bool = True):
