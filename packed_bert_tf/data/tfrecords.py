@@ -103,11 +103,16 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
     spec = parse_spec(record_format)
     if features is not None:
         spec = {name: spec[name] for name in features}
-    iterator = iter(tf.data.TFRecordDataset(path).batch(batch_size))
+    # Parsing runs on TensorFlow's threads, a batch or two ahead of the caller.
+    dataset = (tf.data.TFRecordDataset(path).batch(batch_size)
+               .map(lambda serialized: tf.io.parse_example(serialized, spec),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+               .prefetch(2))
+    iterator = iter(dataset)
     start = 0
     while True:
         try:
-            serialized = next(iterator)
+            parsed = next(iterator)
         except StopIteration:
             return
         except tf.errors.DataLossError as error:
@@ -115,18 +120,21 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
                               f"corrupt ({_first_line(error.message)})") from None
         except tf.errors.NotFoundError:
             raise RecordError(f"{path}: no such file") from None
-        try:
-            parsed = tf.io.parse_example(serialized, spec)
         except tf.errors.InvalidArgumentError:
-            for offset, record in enumerate(serialized.numpy()):
-                try:
-                    tf.io.parse_example(tf.constant([record]), spec)
-                except tf.errors.InvalidArgumentError:
-                    raise RecordError(_describe_bad_record(
-                        path, start + offset, record, spec)) from None
-            raise
-        yield start, {name: values.numpy() for name, values in parsed.items()}
-        start += int(serialized.shape[0])
+            raise RecordError(_first_unparsable_record(path, start, spec)) from None
+        arrays = {name: parsed[name].numpy() for name in spec}  # the format's order
+        yield start, arrays
+        start += next(iter(arrays.values())).shape[0]
+
+
+def _first_unparsable_record(path: str, start: int, spec) -> str:
+    """Why the first record from `start` on that does not parse fails."""
+    for offset, serialized in enumerate(tf.data.TFRecordDataset(path).skip(start)):
+        try:
+            tf.io.parse_example(serialized[None], spec)
+        except tf.errors.InvalidArgumentError:
+            return _describe_bad_record(path, start + offset, serialized.numpy(), spec)
+    return f"{path}: a record after record {start} cannot be parsed"
 
 
 def read_arrays(path: str, record_format: RecordFormat, *,
