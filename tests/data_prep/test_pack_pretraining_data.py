@@ -11,7 +11,7 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
 from packed_bert_tf.data import pack_pipeline, tfrecords
-from packed_bert_tf.data.verify import infer_record_format
+from packed_bert_tf.data.verify import infer_record_format, verify_packing
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
@@ -170,4 +170,7 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
         stats = pipeline | pack_pipeline.PackPretrainingData(job)
         assert_that(stats, check)
     assert sorted(os.listdir(tmp_path))[0] == "packing_stats.json"
-    assert len([n for n in os.listdir(tmp_path) if n.startswith("part-")]) == 4
+    shards = sorted(str(tmp_path / n) for n in os.listdir(tmp_path) if n.startswith("part-"))
+    assert len(shards) == 4
+    report = verify_packing(unpacked_files, shards)
+    assert report.packed_sequences == report.unpacked_sequences == 900
