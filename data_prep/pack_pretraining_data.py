@@ -48,6 +48,11 @@ def define_flags():
     flags.DEFINE_integer("seed", 0, "Seed of the pack order and sequence placement.")
     flags.DEFINE_integer("files_per_group", 0,
                          "Input files per Beam work item (0: a few groups per worker).")
+    flags.DEFINE_enum(
+        "packing_scope", "global", ["global", "groups"],
+        "global: one plan for the whole dataset (best efficiency; every sequence "
+        "travels to its output shard). groups: each group of input shards is "
+        "planned and written on its own (no shuffle; slightly lower efficiency).")
     flags.DEFINE_bool("overwrite", False,
                       "Replace the shards and stats of an earlier run in --output_dir.")
 
@@ -119,9 +124,9 @@ def main(argv):
             max_predictions_per_sequence=FLAGS.max_predictions_per_sequence,
             max_sequences_per_pack=FLAGS.max_sequences_per_pack,
             max_masked_tokens=FLAGS.max_masked_tokens, algorithm=FLAGS.algorithm,
-            seed=FLAGS.seed,
-            files_per_group=FLAGS.files_per_group or
-            pack_pipeline.default_files_per_group(len(files), workers))
+            seed=FLAGS.seed, scope=FLAGS.packing_scope,
+            files_per_group=FLAGS.files_per_group or pack_pipeline.default_files_per_group(
+                len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
         from packed_bert_tf.packing import ALGORITHMS
         if job.algorithm not in ALGORITHMS:
             raise ValueError(f"--algorithm={job.algorithm!r} is not one of "

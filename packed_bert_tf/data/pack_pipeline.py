@@ -44,6 +44,7 @@ from packed_bert_tf.packing.api import histogram_from_lengths
 
 _NAMESPACE = "pack_pretraining_data"
 WRITE_CHUNK_PACKS = 2048
+SCOPES = ("global", "groups")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +61,12 @@ class PackingJob:
     algorithm: str = "optimal"
     seed: int = 0
     files_per_group: int = 1
+    scope: str = "global"  # or "groups": plan and write each group on its own
 
     def __post_init__(self):
+        if self.scope not in SCOPES:
+            raise ValueError(f"--packing_scope must be one of {', '.join(SCOPES)}, "
+                             f"got {self.scope!r}")
         if not self.input_files:
             raise ValueError("no input files")
         if self.num_output_shards < 1:
@@ -139,6 +144,43 @@ class Routing:
     summary: dict
 
 
+def plan_packs(job: PackingJob, lengths: np.ndarray, masked: np.ndarray):
+    """Plan, packs (masked-LM overflow re-planned) and a summary for sequences."""
+    too_long = np.flatnonzero(lengths > job.max_sequence_length)
+    if too_long.size:
+        raise ValueError(f"a sequence of length {lengths[too_long[0]]} is longer than "
+                         f"--max_sequence_length={job.max_sequence_length}")
+    start = time.perf_counter()
+    plan = pack_histogram(histogram_from_lengths(lengths, job.max_sequence_length),
+                          job.max_sequence_length, job.max_sequences_per_pack,
+                          job.algorithm)
+    packs = assign_sequences(lengths, plan, seed=job.seed)
+    packs, replanned = masked_overflow_fix(
+        lengths, masked, packs, max_masked_tokens=job.packed_format.max_masked_tokens,
+        max_sequence_length=job.max_sequence_length,
+        max_sequences_per_pack=job.max_sequences_per_pack, algorithm=job.algorithm,
+        seed=job.seed)
+    if replanned:
+        # Re-planned packs were appended: mix them in again.
+        order = np.random.default_rng(job.seed + 1).permutation(len(packs))
+        packs = _reorder(packs, order)
+    num_packs = len(packs)
+    real_tokens = int(lengths.sum())
+    summary = {
+        "sequences_in": int(lengths.size),
+        "packs": num_packs,
+        "real_tokens": real_tokens,
+        "padding_tokens": num_packs * job.max_sequence_length - real_tokens,
+        "replanned_for_masked_overflow": replanned,
+        "plan": {key: value for key, value in plan.summary().items()
+                 if key in ("algorithm", "num_packs", "efficiency", "lp_lower_bound_packs",
+                            "token_lower_bound", "theoretical_speedup",
+                            "solve_time_seconds", "num_strategies")},
+        "planning_seconds": time.perf_counter() - start,
+    }
+    return packs, summary
+
+
 def plan_routing(job: PackingJob, group_lengths) -> Routing:
     """The global plan, and each sequence's output shard, pack and slot.
 
@@ -149,25 +191,7 @@ def plan_routing(job: PackingJob, group_lengths) -> Routing:
     sizes = np.array([lengths.size for _, lengths, _ in group_lengths])
     lengths = np.concatenate([lengths for _, lengths, _ in group_lengths])
     masked = np.concatenate([m for _, _, m in group_lengths])
-    too_long = np.flatnonzero(lengths > job.max_sequence_length)
-    if too_long.size:
-        raise ValueError(f"a sequence of length {lengths[too_long[0]]} is longer than "
-                         f"--max_sequence_length={job.max_sequence_length}")
-    packed_format = job.packed_format
-    start = time.perf_counter()
-    plan = pack_histogram(histogram_from_lengths(lengths, job.max_sequence_length),
-                          job.max_sequence_length, job.max_sequences_per_pack,
-                          job.algorithm)
-    packs = assign_sequences(lengths, plan, seed=job.seed)
-    packs, replanned = masked_overflow_fix(
-        lengths, masked, packs, max_masked_tokens=packed_format.max_masked_tokens,
-        max_sequence_length=job.max_sequence_length,
-        max_sequences_per_pack=job.max_sequences_per_pack, algorithm=job.algorithm,
-        seed=job.seed)
-    if replanned:
-        # Re-planned packs were appended: mix them in again.
-        order = np.random.default_rng(job.seed + 1).permutation(len(packs))
-        packs = _reorder(packs, order)
+    packs, summary = plan_packs(job, lengths, masked)
     depths = np.diff(packs.row_splits)
     pack_index = np.repeat(np.arange(len(packs)), depths)
     slot_of = np.empty(lengths.size, dtype=np.int8)
@@ -178,22 +202,6 @@ def plan_routing(job: PackingJob, group_lengths) -> Routing:
     slot_of[packs.sequence_indices] = (np.arange(packs.sequence_indices.size)
                                        - np.repeat(packs.row_splits[:-1], depths))
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    num_packs = len(packs)
-    real_tokens = int(lengths.sum())
-    summary = {
-        "sequences_in": int(lengths.size),
-        "packs": num_packs,
-        "real_tokens": real_tokens,
-        "padding_tokens": num_packs * job.max_sequence_length - real_tokens,
-        "efficiency": real_tokens / (num_packs * job.max_sequence_length),
-        "packing_factor": lengths.size / num_packs,
-        "replanned_for_masked_overflow": replanned,
-        "plan": {key: value for key, value in plan.summary().items()
-                 if key in ("algorithm", "num_packs", "efficiency", "lp_lower_bound_packs",
-                            "token_lower_bound", "theoretical_speedup",
-                            "solve_time_seconds", "num_strategies")},
-        "planning_seconds": time.perf_counter() - start,
-    }
     split = lambda values: {g: values[bounds[i]:bounds[i + 1]]  # noqa: E731
                             for i, g in enumerate(groups)}
     return Routing(shard=split(shard_of), pack=split(pack_of), slot=split(slot_of),
@@ -224,8 +232,6 @@ def route_group(group: int, batch: SequenceBatch, routing: Routing):
 
 def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> dict:
     """Lays out and writes one output shard under a temporary name."""
-    from packed_bert_tf.data import tfrecords
-
     chunks = sorted(chunks, key=lambda chunk: chunk[0])  # by group: deterministic
     batch = SequenceBatch.concatenate([c[1] for c in chunks])
     pack = np.concatenate([c[2] for c in chunks])
@@ -234,26 +240,76 @@ def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> d
     pack_ids, depths = np.unique(pack[order], return_counts=True)
     if pack_ids.size and not np.array_equal(pack_ids, np.arange(pack_ids.size)):
         raise RuntimeError(f"shard {shard}: packs are missing sequences")
-    splits = np.concatenate([[0], np.cumsum(depths)])
     path = job.shard_path(shard) + temporary_suffix
-    with tfrecords.RecordWriter(path) as writer:
-        # A few thousand packs at a time: small temporaries, fast.
-        for first in range(0, pack_ids.size, WRITE_CHUNK_PACKS):
-            chunk = splits[first:first + WRITE_CHUNK_PACKS + 1]
-            packs = PackAssignment(chunk - chunk[0], order[chunk[0]:chunk[-1]])
-            writer.write_arrays(pack_sequences(batch, packs, job.packed_format))
+    _write_packs(job, path, batch, PackAssignment(
+        np.concatenate([[0], np.cumsum(depths)]), order))
     return {"shard": shard, "path": path, "records": int(pack_ids.size),
             "sequences": len(batch), "tokens": batch.num_tokens}
 
 
-def finalize(job: PackingJob, shard_results, routing: Routing,
+def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
+                 packs: PackAssignment) -> None:
+    """Lays out and writes packs of `batch` to one file, atomically."""
+    from packed_bert_tf.data import tfrecords
+
+    with tfrecords.RecordWriter(path) as writer:
+        # A few thousand packs at a time: small temporaries, fast.
+        for first in range(0, len(packs), WRITE_CHUNK_PACKS):
+            chunk = packs.row_splits[first:first + WRITE_CHUNK_PACKS + 1]
+            writer.write_arrays(pack_sequences(batch, PackAssignment(
+                chunk - chunk[0], packs.sequence_indices[chunk[0]:chunk[-1]]),
+                job.packed_format))
+
+
+def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
+                       temporary_suffix: str) -> dict:
+    """Scope "groups": reads, plans and writes one group of shards on its own.
+
+    The group owns output shards group, group + G, ...; its packs are dealt
+    to them in turn. Returns the shards written and the group's summary.
+    """
+    batch = read_group(job, files, lengths_only=False)
+    packs, summary = plan_packs(job, batch.lengths, batch.masked_counts)
+    owned = list(range(group, job.num_output_shards, num_groups))
+    depths = np.diff(packs.row_splits)
+    results = []
+    for turn, shard in enumerate(owned):
+        chosen = np.arange(turn, len(packs), len(owned))
+        shard_packs = _reorder(packs, chosen)
+        path = job.shard_path(shard) + temporary_suffix
+        _write_packs(job, path, batch, shard_packs)
+        results.append({"shard": shard, "path": path, "records": int(chosen.size),
+                        "sequences": int(depths[chosen].sum())})
+    return {"shards": results, "summary": summary}
+
+
+def combine_group_summaries(summaries) -> dict:
+    """The run's summary from the groups' (sums; the plans listed)."""
+    total = {key: sum(s[key] for s in summaries)
+             for key in ("sequences_in", "packs", "real_tokens", "padding_tokens",
+                         "replanned_for_masked_overflow")}
+    total["plan"] = {
+        "algorithm": summaries[0]["plan"]["algorithm"],
+        "solve_time_seconds": max(s["plan"]["solve_time_seconds"] for s in summaries),
+        "groups": len(summaries),
+        "lp_lower_bound_packs": sum(s["plan"]["lp_lower_bound_packs"] or 0
+                                    for s in summaries) or None,
+    }
+    total["planning_seconds"] = max(s["planning_seconds"] for s in summaries)
+    return total
+
+
+def finalize(job: PackingJob, shard_results, summary: dict,
              temporary_suffix: str) -> dict:
     """Renames every shard into place and writes packing_stats.json."""
     import tensorflow as tf
 
     shard_results = sorted(shard_results, key=lambda r: r["shard"])
     written_sequences = sum(r["sequences"] for r in shard_results)
-    summary = dict(routing.summary)
+    summary = dict(summary)
+    summary["efficiency"] = summary["real_tokens"] / max(
+        1, summary["packs"] * job.max_sequence_length)
+    summary["packing_factor"] = summary["sequences_in"] / max(1, summary["packs"])
     if written_sequences != summary["sequences_in"]:
         raise RuntimeError(f"wrote {written_sequences} sequences, read "
                            f"{summary['sequences_in']}")
@@ -277,6 +333,7 @@ def finalize(job: PackingJob, shard_results, routing: Routing,
         "max_masked_tokens": packed_format.max_masked_tokens,
         "max_sequences_per_pack": job.max_sequences_per_pack,
         "algorithm": job.algorithm,
+        "scope": job.scope,
         "seed": job.seed,
         "input_files": list(job.input_files),
     }
@@ -334,7 +391,19 @@ class PackPretrainingData(beam.PTransform):
 
     def expand(self, pipeline):
         job = self.job
+        suffix = self.temporary_suffix
         groups = pipeline | "ListShardGroups" >> beam.Create(job.groups())
+        if job.scope == "groups":
+            num_groups = len(job.groups())
+            return (groups
+                    | "PackGroups" >> beam.Map(
+                        lambda group: pack_group_locally(job, group[0], group[1],
+                                                         num_groups, suffix))
+                    | "GatherGroups" >> beam.combiners.ToList()
+                    | "Finalize" >> beam.Map(lambda results: finalize(
+                        job, [r for result in results for r in result["shards"]],
+                        combine_group_summaries([r["summary"] for r in results]),
+                        suffix)))
         routing = (groups
                    | "ReadLengths" >> beam.ParDo(_ReadLengths(job))
                    | "GatherLengths" >> beam.combiners.ToList()
@@ -343,15 +412,23 @@ class PackPretrainingData(beam.PTransform):
                    | "ReadAndRoute" >> beam.ParDo(_ReadAndRoute(job),
                                                   beam.pvalue.AsSingleton(routing))
                    | "GroupByShard" >> beam.GroupByKey()
-                   | "WriteShards" >> beam.ParDo(_WriteShard(job, self.temporary_suffix))
+                   | "WriteShards" >> beam.ParDo(_WriteShard(job, suffix))
                    | "GatherShards" >> beam.combiners.ToList())
-        suffix = self.temporary_suffix
         return (written
                 | "Finalize" >> beam.Map(
-                    lambda results, routing: finalize(job, results, routing, suffix),
+                    lambda results, routing: finalize(job, results, routing.summary,
+                                                      suffix),
                     beam.pvalue.AsSingleton(routing)))
 
 
-def default_files_per_group(num_files: int, num_workers: int) -> int:
-    """Groups of files: a few per worker, for balance, never empty."""
+def default_files_per_group(num_files: int, num_workers: int, scope: str = "global",
+                            num_output_shards: int = 1) -> int:
+    """Groups of files, never empty.
+
+    Scope "global": a few groups per worker, for balance. Scope "groups": one
+    group per worker (each group pays for a plan of its own, about as long as
+    the global one), and no more groups than output shards.
+    """
+    if scope == "groups":
+        return max(1, math.ceil(num_files / max(1, min(num_workers, num_output_shards))))
     return max(1, math.ceil(num_files / max(1, 4 * num_workers)))

@@ -174,3 +174,19 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
     assert len(shards) == 4
     report = verify_packing(unpacked_files, shards)
     assert report.packed_sequences == report.unpacked_sequences == 900
+
+
+def test_groups_scope_packs_each_group_on_its_own(packed_dir, unpacked_files, tmp_path):
+    result = _pack(unpacked_files, tmp_path / "groups", tmp_path, "--packing_scope=groups",
+                   "--files_per_group=2", *IN_MEMORY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stats = json.loads((tmp_path / "groups" / "packing_stats.json").read_text())
+    assert stats["scope"] == "groups" and stats["plan"]["groups"] == 2
+    assert stats["sequences_in"] == stats["sequences_out"] == 900
+    assert sum(stats["records_per_shard"]) == stats["packs"]
+    global_stats = json.loads((packed_dir[0] / "packing_stats.json").read_text())
+    # Two plans of half the data each: at most a few packs more.
+    assert global_stats["packs"] <= stats["packs"] <= global_stats["packs"] + 5
+    check = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
+                 f"--packed={tmp_path / 'groups'}/part-*", tmp_path=tmp_path)
+    assert check.returncode == 0, check.stderr[-2000:]
