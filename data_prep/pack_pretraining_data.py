@@ -46,13 +46,17 @@ def define_flags():
     flags.DEFINE_string("algorithm", "optimal",
                         "Packing algorithm (see packed_bert_tf.packing.ALGORITHMS).")
     flags.DEFINE_integer("seed", 0, "Seed of the pack order and sequence placement.")
-    flags.DEFINE_integer("files_per_group", 0,
-                         "Input files per Beam work item (0: a few groups per worker).")
+    flags.DEFINE_integer(
+        "files_per_group", 0,
+        "Input files per Beam work item (0: one group per worker with "
+        "--packing_scope=groups, a few per worker with global). The output depends "
+        "on the grouping: set it to reproduce a run on another machine.")
     flags.DEFINE_enum(
-        "packing_scope", "global", ["global", "groups"],
-        "global: one plan for the whole dataset (best efficiency; every sequence "
-        "travels to its output shard). groups: each group of input shards is "
-        "planned and written on its own (no shuffle; slightly lower efficiency).")
+        "packing_scope", "groups", ["groups", "global"],
+        "groups: each group of input shards (one per worker by default, see "
+        "--files_per_group) is planned and written on its own: no shuffle, "
+        "about 1.8x faster, a few packs more. global: one plan for the whole "
+        "dataset, every sequence travels to its output shard.")
     flags.DEFINE_bool("overwrite", False,
                       "Replace the shards and stats of an earlier run in --output_dir.")
 

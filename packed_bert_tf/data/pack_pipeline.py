@@ -61,7 +61,7 @@ class PackingJob:
     algorithm: str = "optimal"
     seed: int = 0
     files_per_group: int = 1
-    scope: str = "global"  # or "groups": plan and write each group on its own
+    scope: str = "groups"  # or "global": one plan for all, sequences shuffled
 
     def __post_init__(self):
         if self.scope not in SCOPES:
@@ -334,6 +334,7 @@ def finalize(job: PackingJob, shard_results, summary: dict,
         "max_sequences_per_pack": job.max_sequences_per_pack,
         "algorithm": job.algorithm,
         "scope": job.scope,
+        "files_per_group": job.files_per_group,
         "seed": job.seed,
         "input_files": list(job.input_files),
     }

@@ -51,7 +51,9 @@ def test_pack_writes_shards_and_stats(packed_dir, unpacked_files):
     assert sum(stats["records_per_shard"]) == stats["packs"]
     assert abs(stats["packing_factor"] - 900 / stats["packs"]) < 1e-12
     assert stats["max_masked_tokens"] == SMALL_PREDICTIONS + 2
-    assert stats["efficiency"] == stats["plan"]["efficiency"] > 0.98
+    assert stats["scope"] == "groups" and stats["plan"]["algorithm"] == "optimal"
+    assert stats["efficiency"] == stats["real_tokens"] / (stats["packs"] * SMALL_SEQ_LENGTH)
+    assert stats["efficiency"] > 0.98
     assert f"packed 900 sequences into {stats['packs']:,} packs" in stdout
     record_format = infer_record_format(str(output_dir / "part-00000-of-00002.tfrecord"))
     assert record_format.packed and record_format.max_masked_tokens == 12
@@ -123,7 +125,7 @@ def _bad_file(tmp_path, kind):
     ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
     ("corrupt", [], "unpacked-001.tfrecord: record "),
     ("ok", [f"--max_sequence_length={SMALL_SEQ_LENGTH // 2}"],
-     f"unpacked-000.tfrecord: record 0 feature 'input_mask' has {SMALL_SEQ_LENGTH} values"),
+     f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
     ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
     ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
 ])
@@ -176,17 +178,18 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
     assert report.packed_sequences == report.unpacked_sequences == 900
 
 
-def test_groups_scope_packs_each_group_on_its_own(packed_dir, unpacked_files, tmp_path):
-    result = _pack(unpacked_files, tmp_path / "groups", tmp_path, "--packing_scope=groups",
-                   "--files_per_group=2", *IN_MEMORY)
+def test_global_scope_plans_the_whole_dataset_at_once(packed_dir, unpacked_files,
+                                                       tmp_path):
+    result = _pack(unpacked_files, tmp_path / "global", tmp_path, "--packing_scope=global",
+                   *IN_MEMORY)
     assert result.returncode == 0, result.stderr[-3000:]
-    stats = json.loads((tmp_path / "groups" / "packing_stats.json").read_text())
-    assert stats["scope"] == "groups" and stats["plan"]["groups"] == 2
+    stats = json.loads((tmp_path / "global" / "packing_stats.json").read_text())
+    assert stats["scope"] == "global" and "groups" not in stats["plan"]
     assert stats["sequences_in"] == stats["sequences_out"] == 900
-    assert sum(stats["records_per_shard"]) == stats["packs"]
-    global_stats = json.loads((packed_dir[0] / "packing_stats.json").read_text())
-    # Two plans of half the data each: at most a few packs more.
-    assert global_stats["packs"] <= stats["packs"] <= global_stats["packs"] + 5
+    assert stats["efficiency"] == stats["plan"]["efficiency"]
+    grouped = json.loads((packed_dir[0] / "packing_stats.json").read_text())
+    # One plan for everything: never more packs than a plan per group.
+    assert stats["packs"] <= grouped["packs"] <= stats["packs"] + 5
     check = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
-                 f"--packed={tmp_path / 'groups'}/part-*", tmp_path=tmp_path)
+                 f"--packed={tmp_path / 'global'}/part-*", tmp_path=tmp_path)
     assert check.returncode == 0, check.stderr[-2000:]
