@@ -36,6 +36,8 @@ flags.DEFINE_multi_string(
     "--beam_args=--direct_running_mode=in_memory).")
 flags.DEFINE_bool("verify", True, "Run verify_packing on the result.")
 flags.DEFINE_string("write_markdown", None, "Replace this benchmark's section here.")
+flags.DEFINE_string("markdown_section", "data_prep_benchmark",
+                    "Name of the section (one per dataset size, say).")
 
 
 
@@ -115,7 +117,7 @@ def main(argv):
             "| packs | efficiency % | plan s |",
             "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
             *rows, "", f"verify_packing: {verified}"])
-        replace_section(FLAGS.write_markdown, "data_prep_benchmark", section)
+        replace_section(FLAGS.write_markdown, FLAGS.markdown_section, section)
         print(f"wrote {FLAGS.write_markdown}")
 
 
