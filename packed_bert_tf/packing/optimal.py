@@ -373,9 +373,11 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
                                                max_sequences_per_pack,
                                                ALL_PATTERNS_LIMIT)
             if every_pattern is not None:
-                columns = np.concatenate([columns, every_pattern], axis=1)
-                whole = _solve_integer_master(columns, remaining[active],
+                candidates = np.concatenate([columns, every_pattern], axis=1)
+                whole = _solve_integer_master(candidates, remaining[active],
                                               node_limit=integer_node_limit)
+                if whole is not None:
+                    columns = candidates
         if whole is None:
             whole = np.floor(x + 1e-9).astype(np.int64)
             if first_solve:

@@ -142,13 +142,6 @@ class PackingPlan:
                                    dtype=np.int64, count=int(depths.sum()))
         return depths, flat_lengths
 
-    def strategy_matrix(self) -> np.ndarray:
-        """[S, num_strategies] int64: entry (i, j) = sequences of length i+1 in strategy j."""
-        depths, flat_lengths = self.flat_strategies()
-        matrix = np.zeros((self.max_sequence_length, len(self.strategies)), np.int64)
-        np.add.at(matrix, (flat_lengths - 1, np.repeat(np.arange(depths.size), depths)), 1)
-        return matrix
-
     def packed_histogram(self) -> np.ndarray:
         """[S] int64: how many sequences of each length the plan packs."""
         depths, flat_lengths = self.flat_strategies()
