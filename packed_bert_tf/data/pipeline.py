@@ -59,7 +59,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10_000,
                         cycle_length: int = 8, seed: int | None = None,
-                        repeat: bool | None = None) -> tf.data.Dataset:
+                        repeat: bool | None = None, skip_batches: int = 0,
+                        pad_with_empty_batches: bool = False) -> tf.data.Dataset:
     """Batches of pre-training features in the packed layout.
 
     Parameters
@@ -79,6 +80,15 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         i, i + n, ... (each record read by exactly one pipeline).
     repeat : bool, optional
         Default: `is_training`.
+    skip_batches : int
+        Batches (of this pipeline) to skip first, without parsing them: a
+        resumed run skips what it had consumed. With a `seed` the records
+        that follow are exactly those the interrupted run would have read.
+    pad_with_empty_batches : bool
+        For evaluation: keep the last, partial batch, filled up with empty
+        records (all features 0, so every weight is 0), then yield empty
+        batches forever, so that replicas with fewer batches can run as many
+        steps as the others and every record counts exactly once.
 
     Returns
     -------
@@ -108,7 +118,9 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         seed is not None)
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
-    dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches * per_pipeline_batch)
+    dataset = dataset.batch(per_pipeline_batch, drop_remainder=not pad_with_empty_batches)
     spec = tfrecords.parse_spec(record_format)
 
     def parse(serialized):
@@ -120,4 +132,44 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=not is_training or seed is not None)
+    if pad_with_empty_batches:
+        dataset = _pad_with_empty_batches(dataset, per_pipeline_batch)
     return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _pad_with_empty_batches(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
+    """Partial batches filled up with zero records, then zero batches forever."""
+
+    def fill(features):
+        missing = batch_size - tf.shape(features["input_ids"])[0]
+        return {name: tf.ensure_shape(
+                    tf.pad(value, [[0, missing]] + [[0, 0]] * (value.shape.rank - 1)),
+                    [batch_size] + value.shape[1:].as_list())
+                for name, value in features.items()}
+
+    dataset = dataset.map(fill)
+    empty = tf.nest.map_structure(
+        lambda spec: tf.zeros([batch_size] + spec.shape[1:].as_list(), spec.dtype),
+        dataset.element_spec)
+    return dataset.concatenate(tf.data.Dataset.from_tensors(empty).repeat())
+
+
+def count_records(files: Sequence[str]) -> list[int]:
+    """The number of records in each TFRecord file (reads the framing only)."""
+    return [int(tf.data.TFRecordDataset(path).reduce(
+        tf.constant(0, tf.int64), lambda count, _: count + 1)) for path in files]
+
+
+def pipeline_batches(record_counts: Sequence[int], batch_size: int,
+                     input_context: tf.distribute.InputContext | None = None) -> int:
+    """Batches (the last one partial) of the biggest input pipeline's share of files.
+
+    Evaluation runs this many steps per replica over datasets made with
+    ``pad_with_empty_batches=True``, so that every record is read once.
+    ``batch_size`` is the global batch size, as for `pretraining_dataset`.
+    """
+    pipelines = 1 if input_context is None else input_context.num_input_pipelines
+    per_pipeline_batch = (batch_size if input_context is None
+                          else input_context.get_per_replica_batch_size(batch_size))
+    records = [sum(record_counts[index::pipelines]) for index in range(pipelines)]
+    return max(-(-count // per_pipeline_batch) for count in records)

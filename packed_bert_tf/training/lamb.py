@@ -38,6 +38,8 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
+from packed_bert_tf.training.clipping import ClipAfterCrossReplicaSum
+
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
 
@@ -59,7 +61,7 @@ def matches_any(path: str, patterns: Sequence[str]) -> bool:
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
-class LAMB(keras.optimizers.Optimizer):
+class LAMB(ClipAfterCrossReplicaSum, keras.optimizers.Optimizer):
     """MLPerf's LAMB: Adam moments, L2 weight decay, layer-wise trust ratio.
 
     The update rule is in the module docstring. Clipping is by the global norm
@@ -160,27 +162,6 @@ class LAMB(keras.optimizers.Optimizer):
         self._applies_weight_decay = tuple(self.uses_weight_decay(v) for v in var_list)
         self._applies_layer_adaptation = tuple(self.uses_layer_adaptation(v)
                                                for v in var_list)
-
-    def _clip_gradients(self, grads):
-        # Clipping happens in _backend_update_step, after the cross-replica sum.
-        return grads
-
-    def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        """Sums gradients over replicas, clips them by global norm, then updates.
-
-        Mirrors ``TFOptimizer._backend_update_step`` of Keras with the clipping
-        moved after the all-reduce.
-        """
-        trainable_variables = [v.value if isinstance(v, keras.Variable) else v
-                               for v in trainable_variables]
-        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, trainable_variables)))
-        if self.global_clipnorm:
-            clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars],
-                                                self.global_clipnorm)
-            grads_and_vars = [(g, v) for g, (_, v) in zip(clipped, grads_and_vars)]
-        tf.__internal__.distribute.interim.maybe_merge_call(
-            self._distributed_tf_update_step, self._distribution_strategy,
-            grads_and_vars, learning_rate)
 
     def update_step(self, gradient, variable, learning_rate):
         """One variable's LAMB update (formulas in the module docstring)."""

@@ -1,0 +1,73 @@
+"""tf.distribute strategies and mixed precision, chosen by name (the scripts' flags)."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
+MIXED_PRECISION = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+
+
+def create_strategy(name: str = "default", *, tpu: str | None = None,
+                    devices=None) -> tf.distribute.Strategy:
+    """The strategy for ``--distribution_strategy``.
+
+    Parameters
+    ----------
+    name : {"default", "mirrored", "multi_worker_mirrored", "tpu"}
+        ``default``: no distribution, the first device (``tf.distribute``'s
+        default strategy). ``mirrored``: every local GPU, or every logical CPU
+        device when there is no GPU. ``multi_worker_mirrored``: synchronous
+        data parallelism across the workers of ``TF_CONFIG``. ``tpu``: the TPU
+        named by `tpu` (a name, ``grpc://`` address or ``local``).
+    tpu : str, optional
+        The TPU to connect to, for ``name="tpu"``.
+    devices : list of str, optional
+        The devices of ``mirrored`` (default: see above).
+    """
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        if devices is None and not tf.config.list_logical_devices("GPU"):
+            devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+        return tf.distribute.MirroredStrategy(devices)
+    if name == "multi_worker_mirrored":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if name == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"--distribution_strategy={name!r} is not one of "
+                     f"{', '.join(STRATEGIES)}")
+
+
+def is_tpu_strategy(strategy: tf.distribute.Strategy) -> bool:
+    """TPU strategies compile the whole step; no ``jit_compile`` inside them."""
+    return isinstance(strategy, (tf.distribute.TPUStrategy,
+                                 tf.distribute.experimental.TPUStrategy))
+
+
+def set_mixed_precision(mode: str) -> str:
+    """Sets the global Keras dtype policy for ``--mixed_precision`` and returns its name.
+
+    ``bf16``: bfloat16 compute, float32 variables (no loss scaling needed).
+    ``fp16``: float16 compute, float32 variables; the trainer wraps the
+    optimizer in a dynamic `keras.optimizers.LossScaleOptimizer`.
+    """
+    if mode not in MIXED_PRECISION:
+        raise ValueError(f"--mixed_precision={mode!r} is not one of "
+                         f"{', '.join(MIXED_PRECISION)}")
+    keras.mixed_precision.set_global_policy(MIXED_PRECISION[mode])
+    return MIXED_PRECISION[mode]
+
+
+def check_global_batch_size(batch_size: int, strategy: tf.distribute.Strategy,
+                            flag: str = "--train_batch_size") -> int:
+    """The per-replica batch size; a clear error when it does not divide evenly."""
+    replicas = strategy.num_replicas_in_sync
+    if batch_size < 1 or batch_size % replicas:
+        raise ValueError(f"{flag}={batch_size} is not a positive multiple of the "
+                         f"{replicas} replicas in sync")
+    return batch_size // replicas

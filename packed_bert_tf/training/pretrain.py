@@ -1,0 +1,285 @@
+"""A whole pre-training run (what ``run_pretraining.py`` does), from options.
+
+Order of events: every input is checked (config, files, record sizes, token
+ids, batch sizes, packing statistics) before anything is built; then the
+model and optimizer are made under the strategy, restored from the output
+folder's latest checkpoint (or initialised from ``init_checkpoint``), trained
+to ``num_train_steps``, written as a Google-format checkpoint, evaluated, and
+summarised in ``train_summary.json`` / ``eval_results.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+
+import tensorflow as tf
+from absl import logging
+
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
+from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
+                                                     save_google_checkpoint)
+from packed_bert_tf.training import pretraining
+from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
+from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
+                                                     read_packing_factor)
+from packed_bert_tf.training.loop import run_training
+from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.progress import TrainingLogger, format_values, \
+    write_json_atomically
+from packed_bert_tf.training.runs import (google_checkpoint_path, make_output_dir,
+                                          mixed_precision_policy, read_bert_config,
+                                          restore_or_initialize)
+from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
+from packed_bert_tf.training.trainer import Trainer
+
+TRAIN_SUMMARY_FILE = "train_summary.json"
+EVAL_RESULTS_FILE = "eval_results.json"
+
+
+@dataclasses.dataclass
+class PretrainingOptions:
+    """The options of a run; ``run_pretraining.py``'s flags of the same names."""
+
+    bert_config_file: str | None = None
+    output_dir: str | None = None
+    input_file: str | None = None
+    eval_input_file: str | None = None
+    init_checkpoint: str | None = None
+    max_seq_length: int = 512
+    max_predictions_per_seq: int = 76
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    optimizer: str = "lamb"
+    learning_rate: float = 5e-5
+    num_train_steps: int = 100_000
+    num_warmup_steps: int = 10_000
+    start_warmup_step: int = 0
+    steps_per_update: int = 1
+    lamb_beta_1: float = 0.9
+    lamb_beta_2: float = 0.999
+    lamb_weight_decay_rate: float = 0.01
+    lamb_epsilon: float = 1e-6
+    do_train: bool = False
+    do_eval: bool = False
+    max_eval_steps: int = 0
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 3
+    iterations_per_loop: int = 100
+    seed: int | None = None
+    packed_input: bool | None = None
+    max_sequences_per_pack: int = 3
+    packing_hyperparameter_adjustment: str = "none"
+    packing_factor: float | None = None
+    distribution_strategy: str = "default"
+    tpu: str | None = None
+    jit_compile: bool = True
+    mixed_precision: str = "none"
+    log_every_n_steps: int = 100
+    shuffle_buffer_size: int = 10_000
+    progress_bar: bool | None = None
+
+
+@dataclasses.dataclass
+class _Inputs:
+    """What the checks found out about the inputs."""
+
+    train_files: list
+    train_format: object
+    eval_files: list
+    eval_format: object
+    packing_factor: float | None
+
+
+def _check_positive(options: PretrainingOptions) -> None:
+    for name in ("max_seq_length", "max_predictions_per_seq", "train_batch_size",
+                 "eval_batch_size", "num_train_steps", "steps_per_update",
+                 "iterations_per_loop", "log_every_n_steps", "max_sequences_per_pack"):
+        if getattr(options, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(options, name)}")
+    for name in ("num_warmup_steps", "save_checkpoints_steps", "max_eval_steps"):
+        if getattr(options, name) < 0:
+            raise ValueError(f"--{name} must be >= 0, got {getattr(options, name)}")
+    if options.packing_hyperparameter_adjustment not in PACKING_MODES:
+        raise ValueError(f"--packing_hyperparameter_adjustment="
+                         f"{options.packing_hyperparameter_adjustment!r} is not one of "
+                         f"{', '.join(PACKING_MODES)}")
+
+
+def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
+    """Every check that can fail before training starts; one clear error each."""
+    _check_positive(options)
+    if not (options.do_train or options.do_eval):
+        raise ValueError("nothing to do: give --do_train and/or --do_eval")
+    if config.max_position_embeddings < options.max_seq_length:
+        raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
+                         f"max_position_embeddings {config.max_position_embeddings} of "
+                         f"--bert_config_file")
+    sizes = dict(max_seq_length=options.max_seq_length,
+                 max_predictions_per_seq=options.max_predictions_per_seq,
+                 max_sequences_per_pack=options.max_sequences_per_pack)
+    train_files = train_format = eval_files = eval_format = packing_factor = None
+    if options.do_train:
+        if not options.input_file:
+            raise ValueError("--do_train needs --input_file")
+        check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
+        train_files = tfrecords.expand_file_patterns(options.input_file, flag="input_file")
+        train_format = pretraining.expected_record_format(
+            train_files, packed_input=options.packed_input, **sizes)
+        pretraining.check_token_ids(train_files, train_format, config.vocab_size)
+        packing_factor = _packing_factor(options, train_files, train_format)
+    if options.do_eval:
+        if not options.eval_input_file:
+            raise ValueError("--do_eval needs --eval_input_file")
+        check_global_batch_size(options.eval_batch_size, strategy, "--eval_batch_size")
+        eval_files = tfrecords.expand_file_patterns(options.eval_input_file,
+                                                    flag="eval_input_file")
+        eval_format = pretraining.expected_record_format(eval_files, **sizes)
+        pretraining.check_token_ids(eval_files, eval_format, config.vocab_size)
+    return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor)
+
+
+def _packing_factor(options, files, record_format) -> float | None:
+    """The packing factor: the option, else the dataset's packing_stats.json."""
+    if not record_format.packed:
+        return 1.0
+    if options.packing_factor is not None:
+        return options.packing_factor
+    try:
+        return read_packing_factor(os.path.dirname(files[0]))
+    except ValueError as error:
+        if options.packing_hyperparameter_adjustment != "none":
+            raise ValueError(f"--packing_hyperparameter_adjustment="
+                             f"{options.packing_hyperparameter_adjustment} needs the "
+                             f"packing factor: {error}; or give --packing_factor") from None
+        logging.warning("packing factor unknown (%s)", error)
+        return None
+
+
+def run_pretraining(options: PretrainingOptions,
+                    strategy: tf.distribute.Strategy | None = None) -> dict:
+    """Runs training and/or evaluation as the options say; returns the summary dict.
+
+    Raises:
+      ValueError: a bad option or input, before anything is trained.
+      NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
+    """
+    config = read_bert_config(options.bert_config_file)
+    output_dir = make_output_dir(options.output_dir)
+    if strategy is None:
+        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu)
+    inputs = check_inputs(options, config, strategy)
+    summary = {"options": dataclasses.asdict(options),
+               "replicas": strategy.num_replicas_in_sync}
+
+    adjustment = adjust_for_packing(
+        options.packing_hyperparameter_adjustment if inputs.packing_factor else "none",
+        inputs.packing_factor or 1.0, beta_1=options.lamb_beta_1,
+        beta_2=options.lamb_beta_2, steps_per_update=options.steps_per_update)
+    logging.info("packing hyper-parameter adjustment: %s", adjustment.description)
+    summary.update(packing_factor=inputs.packing_factor,
+                   adjustment=dataclasses.asdict(adjustment))
+
+    with mixed_precision_policy(options.mixed_precision):
+        if options.seed is not None:
+            tf.keras.utils.set_random_seed(options.seed)
+        packed_model = any(f is not None and f.packed
+                           for f in (inputs.train_format, inputs.eval_format))
+        schedule = PolynomialDecayWithWarmup(
+            options.learning_rate, options.num_train_steps, options.num_warmup_steps,
+            options.start_warmup_step)
+        with strategy.scope():
+            model = BertPretrainingModel(config, packed=packed_model)
+            model.build()
+            optimizer = create_optimizer(
+                options.optimizer, schedule, beta_1=adjustment.beta_1,
+                beta_2=adjustment.beta_2, epsilon=options.lamb_epsilon,
+                weight_decay_rate=options.lamb_weight_decay_rate,
+                loss_scaling=options.mixed_precision == "fp16")
+        trainer = Trainer(
+            model, optimizer, strategy=strategy, metric_names=pretraining.METRIC_NAMES,
+            loss_fn=pretraining.pretraining_loss_fn,
+            normaliser_fn=pretraining.pretraining_normalisers,
+            statistics_fn=pretraining.pretraining_statistics,
+            steps_per_update=adjustment.steps_per_update, jit_compile=options.jit_compile)
+        checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
+                                          step=trainer.step,
+                                          max_to_keep=options.keep_checkpoint_max)
+        start_step = restore_or_initialize(
+            checkpoints, functools.partial(load_google_checkpoint, model),
+            options.init_checkpoint)
+
+        if options.do_train:
+            summary["train"] = _train(options, inputs, trainer, checkpoints, schedule,
+                                      start_step, output_dir)
+        if options.do_eval:
+            summary["eval"] = evaluate(trainer, inputs.eval_files, inputs.eval_format,
+                                       options.eval_batch_size, options.max_eval_steps)
+            write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE),
+                                  summary["eval"])
+    write_json_atomically(os.path.join(output_dir, TRAIN_SUMMARY_FILE), summary)
+    return summary
+
+
+def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir) -> dict:
+    strategy = trainer.strategy
+    dataset_fn = pretraining.train_dataset_fn(
+        inputs.train_files, global_batch_size=options.train_batch_size,
+        steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
+        seed=options.seed, skip_steps=start_step,
+        shuffle_buffer_size=options.shuffle_buffer_size)
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    logger = TrainingLogger(output_dir, options.num_train_steps,
+                            progress_bar=options.progress_bar)
+    try:
+        result = run_training(
+            trainer, iterator, num_train_steps=options.num_train_steps,
+            iterations_per_loop=options.iterations_per_loop,
+            log_every_n_steps=options.log_every_n_steps,
+            save_checkpoints_steps=options.save_checkpoints_steps,
+            checkpoints=checkpoints, logger=logger,
+            learning_rate_at=lambda step: float(schedule(step)))
+    finally:
+        logger.close()
+    path = save_google_checkpoint(trainer.model, google_checkpoint_path(output_dir,
+                                                                        result.final_step))
+    logging.info("final weights in the original BERT format: %s", path)
+    train = result.to_dict()
+    train.update(google_checkpoint=path,
+                 train_steps_function_traces=trainer.train_steps_function
+                 .experimental_get_tracing_count())
+    logging.info("trained steps %d..%d: %s", result.start_step, result.final_step,
+                 format_values({**result.final_metrics,
+                                "sequences_per_second": result.sequences_per_second,
+                                "tokens_per_second": result.tokens_per_second,
+                                "occupancy": result.occupancy}))
+    return train
+
+
+def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,
+             max_eval_steps: int = 0) -> dict:
+    """Masked-LM and next-sentence accuracy (and losses) over the evaluation records.
+
+    Every record is read exactly once (the last batch filled up with empty
+    records) unless ``max_eval_steps`` cuts it short; the metrics are ratios
+    of totals, so packed and unpacked copies of a set give the same numbers.
+    """
+    strategy = trainer.strategy
+    steps = pretraining.evaluation_steps(files, global_batch_size=eval_batch_size,
+                                         strategy=strategy, max_eval_steps=max_eval_steps)
+    iterator = iter(strategy.distribute_datasets_from_function(
+        pretraining.eval_dataset_fn(files, global_batch_size=eval_batch_size,
+                                    record_format=record_format)))
+    started = time.perf_counter()
+    sums = trainer.evaluate(iterator, steps, pretraining.pretraining_eval_sums)
+    results = pretraining.eval_results(sums)
+    results.update(steps=steps, seconds=time.perf_counter() - started,
+                   step=int(trainer.step.numpy()))
+    logging.info("eval at step %d over %d sequences: %s", results["step"],
+                 results["sequences"], format_values(
+                     {name: results[name] for name in pretraining.METRIC_NAMES}))
+    return results

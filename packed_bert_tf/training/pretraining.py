@@ -1,0 +1,166 @@
+"""The pre-training task for `Trainer`: losses, counts, datasets, evaluation, input checks."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from packed_bert_tf.data import pipeline
+from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
+from packed_bert_tf.layers.losses import (loss_normalisers, masked_lm_accuracy,
+                                          masked_lm_loss, next_sentence_accuracy,
+                                          next_sentence_loss, pretraining_losses)
+from packed_bert_tf.training.trainer import batch_statistics, stack_micro_batches
+
+METRIC_NAMES = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy",
+                "next_sentence_accuracy")
+
+
+def pretraining_loss_fn(features, outputs, normalisers, *, per_sequence: bool = False):
+    """`Trainer`'s ``loss_fn``: `pretraining_losses` with precomputed global counts."""
+    return pretraining_losses(features, outputs, per_sequence=per_sequence,
+                              normalisers=normalisers)
+
+
+def pretraining_normalisers(features):
+    """`Trainer`'s ``normaliser_fn``: the loss counts summed over replicas."""
+    return loss_normalisers(features, global_normaliser=True)
+
+
+def pretraining_statistics(features):
+    """`Trainer`'s ``statistics_fn``: sequences, real and padded tokens."""
+    return batch_statistics(features["input_mask"], features["next_sentence_weights"])
+
+
+def pretraining_eval_sums(features, outputs):
+    """Totals and counts of the evaluation metrics of one batch (see `Trainer.evaluate`)."""
+    mlm = (outputs["mlm_logits"], features["masked_lm_ids"], features["masked_lm_weights"])
+    nsp = (outputs["nsp_logits"], features["next_sentence_labels"],
+           features["next_sentence_weights"])
+    parts = {"masked_lm_accuracy": masked_lm_accuracy(*mlm),
+             "next_sentence_accuracy": next_sentence_accuracy(*nsp),
+             "masked_lm_loss": masked_lm_loss(*mlm),
+             "next_sentence_loss": next_sentence_loss(*nsp)}
+    sums = {name: {"total": part.total, "count": part.count} for name, part in parts.items()}
+    sums["sequences"] = {"total": tf.reduce_sum(tf.cast(features["next_sentence_weights"],
+                                                        tf.float32)),
+                         "count": tf.constant(1.0)}
+    return sums
+
+
+def eval_results(sums: dict) -> dict:
+    """Metric values from summed totals and counts (``sequences``: how many were read)."""
+    results = {name: part["total"] / part["count"] if part["count"] else 0.0
+               for name, part in sums.items() if name != "sequences"}
+    results["loss"] = results["masked_lm_loss"] + results["next_sentence_loss"]
+    results["sequences"] = sums["sequences"]["total"]
+    return results
+
+
+def expected_record_format(files: Sequence[str], *, max_seq_length: int,
+                           max_predictions_per_seq: int, max_sequences_per_pack: int,
+                           packed_input: bool | None = None) -> RecordFormat:
+    """The records' format, checked against the flags; a clear error when they differ.
+
+    Packed records must have S = ``max_seq_length``, D = ``max_sequences_per_pack``
+    and M = P + D - 1 masked-LM slots; unpacked ones S and P.
+    """
+    from packed_bert_tf.data.verify import infer_record_format
+
+    found = infer_record_format(files[0])
+    if packed_input is not None and found.packed != packed_input:
+        raise ValueError(f"{files[0]} holds {'packed' if found.packed else 'unpacked'} "
+                         f"records but --packed_input={packed_input}")
+    if found.packed:
+        expected = RecordFormat.packed_format(
+            max_seq_length, default_max_masked_tokens(max_predictions_per_seq,
+                                                      max_sequences_per_pack),
+            max_sequences_per_pack)
+        sizes = ("max_sequence_length", "max_sequences_per_pack", "max_masked_tokens")
+        flags_of = {"max_sequence_length": "--max_seq_length",
+                    "max_masked_tokens": "--max_predictions_per_seq + "
+                                         "--max_sequences_per_pack - 1",
+                    "max_sequences_per_pack": "--max_sequences_per_pack"}
+    else:
+        expected = RecordFormat.unpacked(max_seq_length, max_predictions_per_seq)
+        sizes = ("max_sequence_length", "max_masked_tokens")
+        flags_of = {"max_sequence_length": "--max_seq_length",
+                    "max_masked_tokens": "--max_predictions_per_seq"}
+    for size in sizes:
+        if getattr(found, size) != getattr(expected, size):
+            raise ValueError(
+                f"{files[0]}: {'packed' if found.packed else 'unpacked'} records have "
+                f"{size} {getattr(found, size)} but the flags give "
+                f"{getattr(expected, size)} ({flags_of[size]})")
+    return found
+
+
+def check_token_ids(files: Sequence[str], record_format: RecordFormat, vocab_size: int,
+                    *, records_per_file: int = 256) -> None:
+    """Fails when the first records of any file hold a token id >= ``vocab_size``.
+
+    A config whose vocabulary is smaller than the data's would otherwise fail
+    deep inside an embedding lookup (or, on accelerators, read zeros).
+    """
+    spec = {"input_ids": tf.io.FixedLenFeature([record_format.max_sequence_length],
+                                               tf.int64)}
+    for path in files:
+        serialized = list(tf.data.TFRecordDataset(path).take(records_per_file))
+        if not serialized:
+            continue
+        ids = tf.io.parse_example(tf.stack(serialized), spec)["input_ids"].numpy()
+        if ids.size and int(ids.max()) >= vocab_size:
+            record = int(np.argwhere(ids >= vocab_size)[0][0])
+            raise ValueError(f"{path} record {record}: token id {int(ids.max())} is out "
+                             f"of range for vocab_size {vocab_size} in --bert_config_file")
+
+
+def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
+                     steps_per_update: int, record_format: RecordFormat,
+                     seed: int | None, skip_steps: int = 0,
+                     shuffle_buffer_size: int = 10_000):
+    """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
+
+    Each pipeline yields per-replica elements [K, b, ...]; ``skip_steps``
+    updates already done are skipped (a resumed run).
+    """
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        replicas_per_pipeline = (input_context.num_replicas_in_sync
+                                 // input_context.num_input_pipelines)
+        dataset = pipeline.pretraining_dataset(
+            files, global_batch_size, record_format=record_format, is_training=True,
+            input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
+            skip_batches=skip_steps * steps_per_update * replicas_per_pipeline)
+        return stack_micro_batches(dataset, steps_per_update)
+
+    return dataset_fn
+
+
+def eval_dataset_fn(files: Sequence[str], *, global_batch_size: int,
+                    record_format: RecordFormat):
+    """Evaluation ``dataset_fn``: every record once, then empty batches."""
+    return functools.partial(_eval_dataset, files, global_batch_size, record_format)
+
+
+def _eval_dataset(files, global_batch_size, record_format, input_context):
+    return pipeline.pretraining_dataset(
+        files, global_batch_size, record_format=record_format, is_training=False,
+        input_context=input_context, pad_with_empty_batches=True)
+
+
+def evaluation_steps(files: Sequence[str], *, global_batch_size: int,
+                     strategy: tf.distribute.Strategy, max_eval_steps: int | None = None) -> int:
+    """Steps that read every evaluation record once on every input pipeline."""
+    workers = strategy.extended._num_workers if hasattr(  # noqa: SLF001
+        strategy.extended, "_num_workers") else 1
+    context = tf.distribute.InputContext(num_input_pipelines=workers,
+                                         num_replicas_in_sync=strategy.num_replicas_in_sync)
+    batches = pipeline.pipeline_batches(pipeline.count_records(files), global_batch_size,
+                                        context)
+    steps = math.ceil(batches / (strategy.num_replicas_in_sync // workers))
+    return min(steps, max_eval_steps) if max_eval_steps else steps

@@ -1,0 +1,251 @@
+"""The distributed custom training loop shared by run_pretraining.py and run_squad.py.
+
+One optimizer update ("step") consumes ``steps_per_update`` micro-batches per
+replica: the per-replica dataset yields them stacked, every feature shaped
+[K, b, ...] (K = steps_per_update, b = per-replica batch), static shapes.
+Within a step, on each replica:
+
+1. the task's loss normalisers (counts of masked tokens, sequences, ...) are
+   computed from all K micro-batches and summed over the replicas, outside
+   XLA (an all-reduce does not compile inside the per-replica computation);
+2. forward and backward passes over the K micro-batches run as one
+   XLA-compiled function (a loop inside it), summing the gradients; each
+   micro-batch's loss is its share of the update's global mean, so the sum is
+   the gradient of the mean loss over all K x replicas micro-batches, exactly
+   as one big batch would give it;
+3. ``optimizer.apply_gradients`` sums the gradients over the replicas and
+   updates the variables (under the strategy: the MLPerf LAMB clips after the
+   sum).
+
+`Trainer.train_steps` runs n such steps in one ``tf.function`` call (the TPU
+"iterations per loop"); n is a tensor, so the function is traced once for the
+whole run, and it returns the metrics summed over the n steps plus the index
+of the first step whose loss was not finite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from packed_bert_tf.training.distribution import is_tpu_strategy
+
+#: Counts every task's `statistics_fn` returns, summed over replicas and steps.
+STATISTICS = ("sequences", "tokens", "padded_tokens")
+
+Features = Mapping[str, tf.Tensor]
+
+
+def batch_statistics(input_mask: tf.Tensor, sequence_weights: tf.Tensor) -> dict:
+    """Sequences, real tokens and padded tokens (rows x S) of a batch, float32.
+
+    Args:
+      input_mask: [..., S], 0 on padding.
+      sequence_weights: [..., D], 1 for each real sequence.
+    """
+    return {
+        "sequences": tf.reduce_sum(tf.cast(sequence_weights, tf.float32)),
+        "tokens": tf.reduce_sum(tf.cast(input_mask > 0, tf.float32)),
+        "padded_tokens": tf.cast(tf.size(input_mask), tf.float32),
+    }
+
+
+def merge_micro_batches(features: Features) -> dict:
+    """[K, b, ...] features -> [K * b, ...] (for counts over a whole update)."""
+    return {name: tf.reshape(value, [-1] + value.shape[2:].as_list())
+            for name, value in features.items()}
+
+
+def stack_micro_batches(dataset: tf.data.Dataset, steps_per_update: int) -> tf.data.Dataset:
+    """Per-replica batches [b, ...] -> per-step elements [K, b, ...] (K = steps_per_update)."""
+    return dataset.batch(steps_per_update, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsResult:
+    """What `Trainer.train_steps` returns, as numpy on the host.
+
+    Attributes:
+      num_steps: optimizer updates run.
+      metrics: each of the task's metrics summed over the steps (divide by
+        ``num_steps`` for the mean per step).
+      statistics: `STATISTICS` summed over the steps.
+      first_nonfinite_step: index (0-based, within these steps) of the first
+        step whose loss was NaN or infinite, -1 when every loss was finite.
+    """
+
+    num_steps: int
+    metrics: dict
+    statistics: dict
+    first_nonfinite_step: int
+
+    def mean(self, name: str) -> float:
+        return float(self.metrics[name]) / max(self.num_steps, 1)
+
+
+class Trainer:
+    """Gradient-accumulating, XLA-compiled, distributed training and evaluation steps.
+
+    Args:
+      model: a Keras model called as ``model(features, training=...)``,
+        created (and built) under ``strategy.scope()``.
+      optimizer: a Keras optimizer (for ``--mixed_precision=fp16`` a
+        `keras.optimizers.LossScaleOptimizer`); built here, inside the scope.
+      loss_fn: ``(features, outputs, normalisers) -> dict`` of float32 scalars
+        with ``"loss"`` and every name of `metric_names`; each value is this
+        replica's share of the update's global mean (so that summing over
+        micro-batches and replicas gives the global value).
+      normaliser_fn: ``features -> dict`` of float32 counts over the given
+        features, summed over the replicas (``cross_replica_sum``); called in
+        the replica context on the K micro-batches merged.
+      statistics_fn: ``features -> dict`` with the `STATISTICS` of a batch
+        (see `batch_statistics`).
+      metric_names: the names ``loss_fn`` returns, ``"loss"`` first.
+      strategy: the ``tf.distribute`` strategy (default: the current one).
+      steps_per_update: K, micro-batches per update per replica.
+      jit_compile: XLA-compile the per-replica forward/backward (ignored on
+        TPU, which compiles the whole step).
+    """
+
+    def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, *,
+                 loss_fn: Callable, normaliser_fn: Callable, statistics_fn: Callable,
+                 metric_names: Sequence[str], strategy: tf.distribute.Strategy | None = None,
+                 steps_per_update: int = 1, jit_compile: bool = True):
+        if steps_per_update < 1:
+            raise ValueError(f"steps_per_update must be >= 1, got {steps_per_update}")
+        if not metric_names or metric_names[0] != "loss":
+            raise ValueError(f"metric_names must start with 'loss', got {metric_names}")
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.normaliser_fn = normaliser_fn
+        self.statistics_fn = statistics_fn
+        self.metric_names = tuple(metric_names)
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.steps_per_update = steps_per_update
+        self.jit_compile = jit_compile and not is_tpu_strategy(self.strategy)
+        with self.strategy.scope():
+            # Inside the scope, or the optimizer's slots are not mirrored.
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self._accumulate = tf.function(self._accumulate_gradients,
+                                       jit_compile=self.jit_compile)
+        self._evaluate_batch = tf.function(self._evaluate_batch_fn,
+                                           jit_compile=self.jit_compile)
+        self.train_steps_function = tf.function(self._train_steps)
+        self.eval_steps_function = tf.function(self._eval_steps)
+
+    # Training.
+
+    def _micro_step(self, features, normalisers):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            outputs = self.model(features, training=True)
+            results = self.loss_fn(features, outputs, normalisers)
+            scaled_loss = self.optimizer.scale_loss(results["loss"])
+        gradients = tape.gradient(scaled_loss, variables)
+        # Embedding gradients come as IndexedSlices: dense to be summed.
+        gradients = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                     for g, v in zip(gradients, variables)]
+        return {name: tf.cast(results[name], tf.float32) for name in self.metric_names}, \
+            gradients
+
+    def _accumulate_gradients(self, features, normalisers):
+        """Forward and backward over the K micro-batches of one replica; sums."""
+        steps = self.steps_per_update
+        results, gradients = self._micro_step(
+            {name: value[0] for name, value in features.items()}, normalisers)
+        for index in tf.range(1, steps):
+            micro_results, micro_gradients = self._micro_step(
+                {name: value[index] for name, value in features.items()}, normalisers)
+            results = {name: results[name] + micro_results[name] for name in results}
+            gradients = [g + m for g, m in zip(gradients, micro_gradients)]
+        return results, gradients
+
+    def _replica_step(self, features):
+        merged = merge_micro_batches(features)
+        normalisers = self.normaliser_fn(merged)
+        statistics = self.statistics_fn(merged)
+        results, gradients = self._accumulate(features, normalisers)
+        self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
+        self.step.assign_add(1)
+        return results, statistics
+
+    def _train_steps(self, iterator, num_steps):
+        sum_ = tf.distribute.ReduceOp.SUM
+        zero = tf.constant(0.0)
+        totals = {name: zero for name in self.metric_names}
+        statistics = {name: zero for name in STATISTICS}
+        first_nonfinite = tf.constant(-1, tf.int32)
+        for index in tf.range(num_steps):
+            results, step_statistics = self.strategy.run(self._replica_step,
+                                                         args=(next(iterator),))
+            results = {name: self.strategy.reduce(sum_, results[name], axis=None)
+                       for name in self.metric_names}
+            step_statistics = {name: self.strategy.reduce(sum_, step_statistics[name],
+                                                          axis=None)
+                               for name in STATISTICS}
+            first_nonfinite = tf.where(
+                (first_nonfinite < 0) & ~tf.math.is_finite(results["loss"]),
+                index, first_nonfinite)
+            totals = {name: totals[name] + results[name] for name in totals}
+            statistics = {name: statistics[name] + step_statistics[name]
+                          for name in statistics}
+        return totals, statistics, first_nonfinite
+
+    def train_steps(self, iterator, num_steps: int) -> StepsResult:
+        """Runs `num_steps` optimizer updates from a distributed iterator.
+
+        Args:
+          iterator: ``iter(strategy.distribute_datasets_from_function(...))``
+            over per-replica elements shaped [K, b, ...].
+          num_steps: updates to run in this call (a tensor inside: changing
+            it does not retrace).
+        """
+        totals, statistics, first_nonfinite = self.train_steps_function(
+            iterator, tf.constant(num_steps, tf.int32))
+        return StepsResult(num_steps, _to_numpy(totals), _to_numpy(statistics),
+                           int(first_nonfinite))
+
+    # Evaluation.
+
+    def _evaluate_batch_fn(self, features, eval_fn):
+        return eval_fn(features, self.model(features, training=False))
+
+    def _eval_steps(self, iterator, num_steps, eval_fn):
+        def one_batch():
+            sums = self.strategy.run(lambda f: self._evaluate_batch(f, eval_fn),
+                                     args=(next(iterator),))
+            return tf.nest.map_structure(
+                lambda value: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value,
+                                                   axis=None), sums)
+
+        totals = one_batch()
+        for _ in tf.range(1, num_steps):
+            totals = tf.nest.map_structure(tf.add, totals, one_batch())
+        return totals
+
+    def evaluate(self, iterator, num_steps: int, eval_fn: Callable) -> dict:
+        """Sums of ``eval_fn``'s values over `num_steps` distributed batches.
+
+        Args:
+          iterator: a distributed iterator over per-replica batches [b, ...].
+          num_steps: batches per replica to read.
+          eval_fn: ``(features, outputs) -> nested dict`` of float32 sums
+            (totals and counts, never means: they are added across batches
+            and replicas, so that the caller's ratios are exact whatever the
+            batching).
+        """
+        if num_steps < 1:
+            raise ValueError(f"evaluation needs at least one batch, got {num_steps}")
+        return _to_numpy(self.eval_steps_function(iterator, tf.constant(num_steps, tf.int32),
+                                                  eval_fn))
+
+
+def _to_numpy(structure):
+    return tf.nest.map_structure(lambda value: np.asarray(value).item(), structure)

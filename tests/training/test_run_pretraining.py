@@ -1,0 +1,195 @@
+"""run_pretraining end to end on small generated data (tiny model, S = 64)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
+from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+from packed_bert_tf.models import BertConfig
+from packed_bert_tf.packing import assign_sequences, pack_lengths
+from packed_bert_tf.training.loop import NonFiniteLossError
+from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
+from packed_bert_tf.training.trainer import Trainer
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+S, P, D = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS, 3
+CONFIG = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, intermediate_size=64,
+                    max_position_embeddings=S)
+
+
+def pack_files(unpacked_files, folder: pathlib.Path) -> list:
+    """Packs each unpacked file into one packed file, with packing_stats.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    packed_format = RecordFormat.packed_format(S, P + D - 1, D)
+    paths, sequences, packs = [], 0, 0
+    for index, path in enumerate(unpacked_files):
+        batch = SequenceBatch.from_unpacked_arrays(
+            tfrecords.read_arrays(path, RecordFormat.unpacked(S, P)))
+        assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
+                                      seed=index)
+        out = str(folder / f"packed-{index:03d}.tfrecord")
+        tfrecords.write_arrays(out, pack_sequences(batch, assignment, packed_format))
+        paths.append(out)
+        sequences += len(batch.lengths)
+        packs += len(assignment)
+    (folder / PACKING_STATS_FILE).write_text(json.dumps(
+        {"packing_factor": sequences / packs, "sequences": sequences, "packs": packs}))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def packed_files(unpacked_files, tmp_path_factory):
+    return pack_files(unpacked_files, tmp_path_factory.mktemp("packed"))
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("config") / "bert_config.json"
+    CONFIG.to_json_file(str(path))
+    return str(path)
+
+
+def options(config_file, output_dir, **overrides):
+    values = dict(bert_config_file=config_file, output_dir=str(output_dir),
+                  max_seq_length=S, max_predictions_per_seq=P, train_batch_size=4,
+                  eval_batch_size=16, learning_rate=1e-3, num_train_steps=6,
+                  num_warmup_steps=2, save_checkpoints_steps=3, iterations_per_loop=3,
+                  log_every_n_steps=3, seed=3, shuffle_buffer_size=50,
+                  progress_bar=False)
+    values.update(overrides)
+    return PretrainingOptions(**values)
+
+
+def google_weights(path):
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
+        config_file, packed_files, tmp_path, monkeypatch):
+    train = dict(do_train=True, input_file=",".join(packed_files),
+                 packing_hyperparameter_adjustment="lamb_betas")
+    straight = run_pretraining(options(config_file, tmp_path / "straight", **train))
+    assert straight["train"]["final_step"] == 6
+    assert straight["train"]["train_steps_function_traces"] == 1
+    packing_factor = straight["packing_factor"]
+    assert 1.2 < packing_factor < 3  # a third of the sequences are full length
+    assert straight["adjustment"]["beta_1"] == pytest.approx(0.9 ** packing_factor)
+    assert straight["train"]["sequences"] == pytest.approx(
+        straight["train"]["history"][-1]["sequences_seen"])
+    files = {str(p.relative_to(tmp_path / "straight"))
+             for p in (tmp_path / "straight").rglob("*")}
+    assert {"train_summary.json", "model.ckpt-6.index", "checkpoints/ckpt-3.index",
+            "checkpoints/ckpt-6.index"} <= files
+    assert any(name.startswith("train/events.out.tfevents") for name in files)
+
+    # The same run, killed during its second chunk of steps (after ckpt-3).
+    calls = []
+    original = Trainer.train_steps
+
+    def dies_on_second_call(self, iterator, num_steps):
+        calls.append(num_steps)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return original(self, iterator, num_steps)
+
+    monkeypatch.setattr(Trainer, "train_steps", dies_on_second_call)
+    killed_dir = tmp_path / "killed"
+    with pytest.raises(KeyboardInterrupt):
+        run_pretraining(options(config_file, killed_dir, **train))
+    assert not (killed_dir / "train_summary.json").exists()
+    assert tf.train.latest_checkpoint(str(killed_dir / "checkpoints")).endswith("ckpt-3")
+    monkeypatch.setattr(Trainer, "train_steps", original)
+
+    # Restarted with the same flags (and an init checkpoint, which is ignored).
+    resumed = run_pretraining(options(config_file, killed_dir,
+                                      init_checkpoint=str(tmp_path / "nothing"), **train))
+    assert (resumed["train"]["start_step"], resumed["train"]["final_step"]) == (3, 6)
+    want = google_weights(str(tmp_path / "straight" / "model.ckpt-6"))
+    got = google_weights(str(killed_dir / "model.ckpt-6"))
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
+
+
+def test_packed_and_unpacked_evaluation_give_the_same_numbers(
+        config_file, unpacked_files, packed_files, tmp_path):
+    results = {}
+    for name, files in (("unpacked", unpacked_files), ("packed", packed_files)):
+        summary = run_pretraining(options(config_file, tmp_path / name, do_eval=True,
+                                          eval_input_file=",".join(files)))
+        results[name] = summary["eval"]
+        assert json.loads((tmp_path / name / "eval_results.json").read_text()) == \
+            summary["eval"]
+    # Every sequence once (900 of them; 16 does not divide the record counts).
+    assert results["unpacked"]["sequences"] == results["packed"]["sequences"] == 900
+    for metric in ("masked_lm_accuracy", "next_sentence_accuracy", "masked_lm_loss",
+                   "next_sentence_loss"):
+        assert results["packed"][metric] == pytest.approx(results["unpacked"][metric],
+                                                          rel=1e-5), metric
+
+
+def test_a_nan_loss_stops_the_run_keeping_the_last_good_checkpoint(
+        config_file, unpacked_files, tmp_path):
+    with pytest.raises(NonFiniteLossError, match="not finite at step 2") as error:
+        run_pretraining(options(config_file, tmp_path, do_train=True,
+                                input_file=unpacked_files[0], learning_rate=1e30,
+                                num_warmup_steps=0, iterations_per_loop=1,
+                                save_checkpoints_steps=1))
+    assert error.value.checkpoint.endswith("ckpt-1")
+    assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(bert_config_file="/nonexistent/bert_config.json"),
+     "--bert_config_file=/nonexistent/bert_config.json: no such file"),
+    (dict(input_file="/nonexistent/*.tfrecord"), "--input_file: '/nonexistent/"),
+    (dict(max_sequences_per_pack=2), "max_sequences_per_pack 3 but the flags give 2"),
+    (dict(max_predictions_per_seq=20), "max_masked_tokens 12 but the flags give 22"),
+    (dict(max_seq_length=32), "max_sequence_length 64 but the flags give 32"),
+    (dict(packed_input=False), "holds packed records but --packed_input=False"),
+    (dict(do_train=False), "nothing to do"),
+    (dict(train_batch_size=3), "--train_batch_size=3 is not a positive multiple of the "
+                               "2 replicas"),
+    (dict(packing_hyperparameter_adjustment="betas"), "is not one of none"),
+])
+def test_bad_input_is_rejected_before_training(config_file, packed_files, tmp_path,
+                                               overrides, message):
+    values = dict(do_train=True, input_file=",".join(packed_files))
+    values.update(overrides)
+    two_replicas = types.SimpleNamespace(num_replicas_in_sync=2)
+    with pytest.raises(ValueError, match=message):
+        run_pretraining(options(config_file, tmp_path, **values), strategy=two_replicas)
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_vocabulary_smaller_than_the_data_is_rejected(packed_files, tmp_path):
+    small = tmp_path / "small_vocab.json"
+    BertConfig(**{**CONFIG.to_dict(), "vocab_size": 100}).to_json_file(str(small))
+    with pytest.raises(ValueError, match=r"packed-000.tfrecord record \d+: token id \d+ "
+                                         r"is out of range for vocab_size 100"):
+        run_pretraining(options(str(small), tmp_path, do_train=True,
+                                input_file=packed_files[0]))
+
+
+def test_the_script_reports_bad_input_in_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "run_pretraining.py", "--bert_config_file=/nonexistent.json",
+         f"--output_dir={tmp_path}", "--do_train", "--input_file=x"],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == \
+        "run_pretraining: --bert_config_file=/nonexistent.json: no such file"

@@ -1,0 +1,83 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from packed_bert_tf.layers import pretraining_losses
+from tests.training.trainer_checks import (make_trainer, max_relative_difference,
+                                           micro_batches, random_features, weights)
+
+
+def _iterator(elements):
+    """A tf.data iterator over a list of [K, b, ...] numpy feature dicts."""
+    stacked = {name: np.stack([e[name] for e in elements]) for name in elements[0]}
+    return iter(tf.data.Dataset.from_tensor_slices(stacked))
+
+
+def test_accumulated_micro_batches_take_the_big_batch_step():
+    features = random_features(0, 8)
+    big = make_trainer(steps_per_update=1)
+    big.train_steps(_iterator([micro_batches(features, 1)]), 1)
+    accumulated = make_trainer(steps_per_update=4)
+    result = accumulated.train_steps(_iterator([micro_batches(features, 4)]), 1)
+    assert max_relative_difference(weights(accumulated), weights(big)) < 1e-5
+    # Metrics are the update's means, as for the big batch.
+    model = make_trainer().model  # the same initial weights (same seed)
+    want = pretraining_losses(features, model(features, training=True))
+    assert result.metrics["loss"] == pytest.approx(float(want["loss"]), rel=1e-5)
+    assert result.metrics["masked_lm_accuracy"] == pytest.approx(
+        float(want["masked_lm_accuracy"]), abs=1e-6)
+    assert result.statistics["sequences"] == features["next_sentence_weights"].sum()
+    assert result.statistics["tokens"] == (features["input_mask"] > 0).sum()
+    assert result.statistics["padded_tokens"] == features["input_mask"].size
+
+
+def test_xla_and_eager_graphs_take_the_same_steps():
+    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(3)]
+    compiled = make_trainer(steps_per_update=2, jit_compile=True)
+    compiled.train_steps(_iterator(elements), 3)
+    plain = make_trainer(steps_per_update=2, jit_compile=False)
+    plain.train_steps(_iterator(elements), 3)
+    assert max_relative_difference(weights(compiled), weights(plain)) < 1e-4
+
+
+def test_one_trace_for_the_whole_run_whatever_the_chunk_sizes():
+    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(7)]
+    trainer = make_trainer(steps_per_update=2)
+    iterator = _iterator(elements)
+    for chunk in (1, 3, 2, 1):
+        result = trainer.train_steps(iterator, chunk)
+        assert result.num_steps == chunk and result.first_nonfinite_step == -1
+    assert int(trainer.step.numpy()) == 7
+    assert int(trainer.optimizer.iterations.numpy()) == 7
+    assert trainer.train_steps_function.experimental_get_tracing_count() == 1
+    assert trainer._accumulate.experimental_get_tracing_count() == 1
+
+
+def test_a_nan_loss_is_reported_with_its_step():
+    trainer = make_trainer(learning_rate=1e30)  # weights blow up after one update
+    elements = [micro_batches(random_features(seed, 4), 1) for seed in range(4)]
+    result = trainer.train_steps(_iterator(elements), 4)
+    assert result.first_nonfinite_step in (1, 2)
+    assert not np.isfinite(result.metrics["loss"])
+
+
+def test_evaluation_sums_are_exact_ratios():
+    from packed_bert_tf.training import pretraining
+
+    trainer = make_trainer()
+    batches = [random_features(seed, 4) for seed in range(3)]
+    sums = trainer.evaluate(iter(tf.data.Dataset.from_tensor_slices(
+        {name: np.stack([b[name] for b in batches]) for name in batches[0]})), 3,
+        pretraining.pretraining_eval_sums)
+    whole = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
+    want = pretraining_losses(whole, trainer.model(whole), global_normaliser=False)
+    results = pretraining.eval_results(sums)
+    for name in ("masked_lm_accuracy", "next_sentence_accuracy", "masked_lm_loss",
+                 "next_sentence_loss"):
+        assert results[name] == pytest.approx(float(want[name]), rel=1e-5), name
+    assert results["sequences"] == whole["next_sentence_weights"].sum()
+
+
+def test_bad_arguments_are_rejected():
+    with pytest.raises(ValueError, match="steps_per_update must be >= 1"):
+        make_trainer(steps_per_update=0)

@@ -1,0 +1,55 @@
+"""Shared pieces of the trainer tests: a tiny model, random packed batches, a step."""
+
+import numpy as np
+import tensorflow as tf
+
+from packed_bert_tf.models import BertPretrainingModel
+from packed_bert_tf.training import pretraining
+from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.trainer import Trainer
+from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
+
+SHAPES = dict(sequence_length=32, max_sequences_per_pack=3, max_masked=8)
+
+
+def random_features(seed: int, num_packs: int) -> dict:
+    """``num_packs`` random packs of 1 to 3 sequences, numpy, packed layout."""
+    rng = np.random.default_rng(seed)
+    packs = []
+    for index in range(num_packs):
+        packs += random_packs(rng, 1 + index % 3, num_packs=1, sequence_length=32)
+    features, _ = layout(packs, **SHAPES)
+    return {name: value.numpy() for name, value in features.items()}
+
+
+def micro_batches(features: dict, steps_per_update: int) -> dict:
+    """[B, ...] -> [K, B / K, ...]."""
+    return {name: value.reshape((steps_per_update, -1) + value.shape[1:])
+            for name, value in features.items()}
+
+
+def make_trainer(*, steps_per_update=1, strategy=None, optimizer="lamb", jit_compile=True,
+                 learning_rate=0.01, config=TINY_CONFIG, seed=0):
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        tf.keras.utils.set_random_seed(seed)
+        model = BertPretrainingModel(config)
+        model.build()
+        optimizer = create_optimizer(optimizer, learning_rate)
+    return Trainer(model, optimizer, strategy=strategy,
+                   metric_names=pretraining.METRIC_NAMES,
+                   loss_fn=pretraining.pretraining_loss_fn,
+                   normaliser_fn=pretraining.pretraining_normalisers,
+                   statistics_fn=pretraining.pretraining_statistics,
+                   steps_per_update=steps_per_update, jit_compile=jit_compile)
+
+
+def weights(trainer) -> list:
+    return [v.numpy() for v in trainer.model.trainable_variables]
+
+
+def max_relative_difference(got: list, want: list) -> float:
+    """Largest difference relative to each variable's scale (at least 0.01:
+    variables that start at 0, like biases, are compared absolutely)."""
+    return max(float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-2))
+               for g, w in zip(got, want))
