@@ -98,3 +98,30 @@ def plot_packing_report(name: str, plans: Sequence[PackingPlan], path: str) -> N
         save_figure_atomically(figure, path, dpi=110)
     finally:
         plt.close(figure)
+
+
+def plot_loss_curves(curves: dict, path: str, *, title: str = "") -> None:
+    """Training loss against sequences seen, one line per run.
+
+    Args:
+      curves: label -> list of logged points (dicts with ``sequences_seen``
+        and ``loss``, as in ``train_summary.json``'s ``history``).
+      path: the PNG to write (atomically).
+    """
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for label, history in curves.items():
+        axes.plot([point["sequences_seen"] for point in history],
+                  [point["loss"] for point in history], marker=".", label=label)
+    axes.set_xlabel("sequences seen")
+    axes.set_ylabel("training loss (masked-LM + next-sentence)")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    if title:
+        axes.set_title(title)
+    figure.tight_layout()
+    save_figure_atomically(figure, path, dpi=120)
+    plt.close(figure)

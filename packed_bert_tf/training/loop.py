@@ -36,6 +36,9 @@ class TrainingSummary:
       seconds: wall time of this run's steps (compilation included).
       steady_seconds, steady_sequences, steady_tokens: the same without the
         first chunk of steps (the one that traces and compiles).
+      steady_cpu_seconds: this process's CPU time (all threads, input
+        pipeline included) over the same steps: less sensitive than wall time
+        to other processes on a shared machine.
       history: every logged point.
     """
 
@@ -49,6 +52,7 @@ class TrainingSummary:
     steady_seconds: float
     steady_sequences: float
     steady_tokens: float
+    steady_cpu_seconds: float
     history: list
 
     @property
@@ -92,7 +96,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     start_step = int(trainer.step.numpy())
     step = start_step
     totals = dict.fromkeys(STATISTICS, 0.0)
-    steady = dict.fromkeys(("seconds", "sequences", "tokens"), 0.0)
+    steady = dict.fromkeys(("seconds", "cpu_seconds", "sequences", "tokens"), 0.0)
     interval = _Interval(trainer.metric_names)
     seconds = 0.0
     final_metrics: dict = {}
@@ -102,9 +106,10 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         for every in (log_every_n_steps, save_checkpoints_steps):
             if every:
                 chunk = min(chunk, every - step % every)
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         result = trainer.train_steps(iterator, chunk)
         elapsed = time.perf_counter() - started
+        cpu_elapsed = time.process_time() - cpu_started
         if result.first_nonfinite_step >= 0:
             raise NonFiniteLossError(step + result.first_nonfinite_step + 1,
                                      checkpoints.latest if checkpoints else None)
@@ -114,6 +119,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
             totals[name] += result.statistics[name]
         if not first_chunk:
             steady["seconds"] += elapsed
+            steady["cpu_seconds"] += cpu_elapsed
             steady["sequences"] += result.statistics["sequences"]
             steady["tokens"] += result.statistics["tokens"]
         first_chunk = False
@@ -139,7 +145,8 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         sequences=totals["sequences"], tokens=totals["tokens"],
         padded_tokens=totals["padded_tokens"], seconds=seconds,
         steady_seconds=steady["seconds"], steady_sequences=steady["sequences"],
-        steady_tokens=steady["tokens"], history=logger.history if logger else [])
+        steady_tokens=steady["tokens"], steady_cpu_seconds=steady["cpu_seconds"],
+        history=logger.history if logger else [])
 
 
 class _Interval:

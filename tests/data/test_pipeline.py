@@ -86,3 +86,33 @@ def test_records_of_another_size_fail_naming_the_feature(unpacked_files):
         record_format=RecordFormat.unpacked(S + 1, P))
     with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids|Key"):
         next(iter(dataset))
+
+
+def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_files):
+    dataset = pipeline.pretraining_dataset(unpacked_files[0], batch_size=32,
+                                           is_training=False, pad_with_empty_batches=True)
+    assert dataset.element_spec["input_ids"].shape == (32, S)
+    batches = list(dataset.take(12).as_numpy_iterator())
+    raw = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
+    got = np.concatenate([b["input_ids"] for b in batches[:10]])  # 300 -> 10 batches
+    np.testing.assert_array_equal(got[:300], raw["input_ids"])
+    assert not got[300:].any()
+    for empty in batches[10:]:
+        assert all(not value.any() for value in empty.values())
+    assert pipeline.count_records(unpacked_files) == [300, 300, 300]
+    assert pipeline.pipeline_batches([300, 300, 300], 32) == 29  # ceil(900 / 32)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0,
+                                         num_replicas_in_sync=2)
+    # Pipeline 0 reads files 0 and 2 (600 records) in batches of 16.
+    assert pipeline.pipeline_batches([300, 300, 300], 32, context) == 38
+
+
+def test_skipping_batches_resumes_the_seeded_order(unpacked_files):
+    def batches(skip):
+        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=16, seed=5,
+                                               shuffle_buffer_size=100, skip_batches=skip)
+        return [b["input_ids"] for b in dataset.take(6 - skip).as_numpy_iterator()]
+
+    whole, resumed = batches(0), batches(4)
+    for got, want in zip(resumed, whole[4:]):
+        np.testing.assert_array_equal(got, want)

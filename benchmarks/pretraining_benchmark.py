@@ -1,0 +1,323 @@
+r"""Pre-training benchmark: packed vs unpacked, speed and convergence.
+
+    python benchmarks/pretraining_benchmark.py --write_markdown=BENCHMARKS.md
+
+Speed (``--parts=speed``): lengths drawn from the Wikipedia-512 histogram in
+../shared, S = 512, P = 76, D = 3; the same unpacked records and their packed
+copy (optimal plan); ``run_pretraining.py`` with the same model and the same
+batch of rows on each, alternating unpacked / packed runs; steady-state
+sequences per second (the first loop of each run, which compiles, is left
+out). The figure to compare is the ratio measured in one run, against the
+packing factor of the batches trained on.
+
+Convergence (``--parts=convergence``): the builtin corpus (Python's own
+documentation) -> WordPiece vocab -> pre-training records at S = 512 ->
+packed; a small BERT trained unpacked (two seeds, for the run-to-run noise)
+and packed with ``--packing_hyperparameter_adjustment=accumulation`` (the
+same sequences per update), loss against sequences seen, in a PNG.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+from markdown_sections import replace_section  # benchmarks/, beside this script
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPOSITORY)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("parts", ["speed", "convergence"], "speed and/or convergence.")
+flags.DEFINE_string("work_dir", "/tmp/packed_bert_tf_pretraining_benchmark",
+                    "Generated data and the runs' output.")
+flags.DEFINE_string("write_markdown", None, "Replace this benchmark's sections here.")
+# Speed.
+flags.DEFINE_integer("num_sequences", 12_000, "Sequences generated for the speed part.")
+flags.DEFINE_integer("num_layers", 4, "Speed model: transformer layers.")
+flags.DEFINE_integer("hidden_size", 256, "Speed model: hidden size.")
+flags.DEFINE_integer("num_heads", 4, "Speed model: attention heads.")
+flags.DEFINE_integer("intermediate_size", 1024, "Speed model: feed-forward width.")
+flags.DEFINE_integer("batch_size", 8, "Rows per step (packs or sequences).")
+flags.DEFINE_integer("steps", 60, "Steps per run (the first 10 compile).")
+flags.DEFINE_integer("repetitions", 2, "Unpacked/packed run pairs, alternated.")
+flags.DEFINE_bool("jit_compile", True, "XLA.")
+# Convergence.
+flags.DEFINE_integer("convergence_steps", 300, "Optimizer updates per convergence run.")
+flags.DEFINE_integer("convergence_batch_size", 8, "Rows per micro-batch.")
+flags.DEFINE_integer("convergence_steps_per_update", 2,
+                     "Unpacked micro-batches per update (packed: / packing factor).")
+flags.DEFINE_string("plot", "benchmarks/pretraining_loss_curves.png",
+                    "PNG of the convergence loss curves.")
+
+S, P, D = 512, 76, 3
+ENVIRONMENT = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPOSITORY)
+
+
+def run(command, log_path):
+    """Runs a command, its output to a log; fails with the log's tail."""
+    with open(log_path, "w") as log:
+        result = subprocess.run(command, cwd=REPOSITORY, env=ENVIRONMENT, stdout=log,
+                                stderr=subprocess.STDOUT)
+    if result.returncode:
+        tail = open(log_path).read()[-3000:]
+        raise RuntimeError(f"{' '.join(command)} failed:\n{tail}")
+
+
+def generate_speed_data(folder):
+    """Unpacked Wikipedia-like records and their packed copy (cached)."""
+    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
+    from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+    from packed_bert_tf.packing import assign_sequences, load_histogram, pack_lengths
+
+    marker = os.path.join(folder, "generated.json")
+    spec = {"num_sequences": FLAGS.num_sequences, "version": 1}
+    if os.path.exists(marker) and json.load(open(marker)) == spec:
+        return json.load(open(os.path.join(folder, "packed", PACKING_STATS_FILE)))
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(os.path.join(folder, "unpacked"))
+    os.makedirs(os.path.join(folder, "packed"))
+    lengths = synthetic.lengths_from_histogram(load_histogram("wikipedia_512").counts,
+                                               FLAGS.num_sequences, seed=0)
+    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
+                                       max_predictions_per_seq=P, seed=0)
+    num_shards = 4
+    for shard, rows in enumerate(np.array_split(np.arange(lengths.size), num_shards)):
+        tfrecords.write_arrays(os.path.join(folder, "unpacked", f"part-{shard}.tfrecord"),
+                               {name: value[rows] for name, value in arrays.items()})
+    batch = SequenceBatch.from_unpacked_arrays(arrays)
+    plan = pack_lengths(batch.lengths, S, D)
+    packs = assign_sequences(batch.lengths, plan, seed=0)
+    packed = pack_sequences(batch, packs, RecordFormat.packed_format(S, P + D - 1, D))
+    for shard, rows in enumerate(np.array_split(np.arange(len(packs)), num_shards)):
+        tfrecords.write_arrays(os.path.join(folder, "packed", f"part-{shard}.tfrecord"),
+                               {name: value[rows] for name, value in packed.items()})
+    stats = {"sequences_in": int(lengths.size), "packs": len(packs),
+             "packing_factor": lengths.size / len(packs),
+             "efficiency": float(plan.efficiency)}
+    json.dump(stats, open(os.path.join(folder, "packed", PACKING_STATS_FILE), "w"))
+    json.dump(spec, open(marker, "w"))
+    return stats
+
+
+def write_config(path, *, vocab_size, layers, hidden, heads, intermediate):
+    json.dump({"vocab_size": vocab_size, "hidden_size": hidden, "num_hidden_layers": layers,
+               "num_attention_heads": heads, "intermediate_size": intermediate,
+               "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
+               "attention_probs_dropout_prob": 0.1, "max_position_embeddings": S,
+               "type_vocab_size": 2, "initializer_range": 0.02}, open(path, "w"))
+
+
+def train(output_dir, input_file, extra, log_name):
+    shutil.rmtree(output_dir, ignore_errors=True)
+    os.makedirs(output_dir)
+    run([sys.executable, "run_pretraining.py", f"--output_dir={output_dir}",
+         f"--input_file={input_file}", "--do_train", f"--max_seq_length={S}",
+         f"--max_predictions_per_seq={P}", "--save_checkpoints_steps=0"] + extra,
+        os.path.join(output_dir, log_name))
+    return json.load(open(os.path.join(output_dir, "train_summary.json")))
+
+
+def speed_part():
+    folder = os.path.join(FLAGS.work_dir, "speed")
+    stats = generate_speed_data(folder)
+    config = os.path.join(folder, "bert_config.json")
+    write_config(config, vocab_size=30522, layers=FLAGS.num_layers, hidden=FLAGS.hidden_size,
+                 heads=FLAGS.num_heads, intermediate=FLAGS.intermediate_size)
+    flags_common = [f"--bert_config_file={config}", f"--train_batch_size={FLAGS.batch_size}",
+                    f"--num_train_steps={FLAGS.steps}", "--num_warmup_steps=10",
+                    "--learning_rate=1e-4", "--iterations_per_loop=10",
+                    "--log_every_n_steps=10", "--seed=0", "--shuffle_buffer_size=1000",
+                    f"--jit_compile={FLAGS.jit_compile}"]
+    results = {"unpacked": [], "packed": []}
+    for repetition in range(FLAGS.repetitions):
+        for kind in ("unpacked", "packed"):
+            summary = train(os.path.join(folder, f"run_{kind}_{repetition}"),
+                            os.path.join(folder, kind, "part-*.tfrecord"), flags_common,
+                            "log.txt")
+            results[kind].append(summary["train"])
+            print(f"{kind} {repetition}: {summary['train']['sequences_per_second']:.2f} "
+                  f"sequences/s")
+
+    def total(kind, name):
+        return sum(r[name] for r in results[kind])
+
+    rates = {kind: total(kind, "steady_sequences") / total(kind, "steady_seconds")
+             for kind in results}
+    cpu_rates = {kind: total(kind, "steady_sequences") / total(kind, "steady_cpu_seconds")
+                 for kind in results}
+    rows_per_second = {kind: FLAGS.batch_size * sum(
+        (r["final_step"] - 10) for r in results[kind]) / total(kind, "steady_seconds")
+        for kind in results}
+    trained_packing_factor = (total("packed", "steady_sequences")
+                              / total("unpacked", "steady_sequences"))
+    ratio = rates["packed"] / rates["unpacked"]
+    packing_factor = stats["packing_factor"]
+    figures = {
+        "packing_factor": packing_factor,
+        "trained_packing_factor": trained_packing_factor,
+        "sequences_per_second": rates, "rows_per_second": rows_per_second,
+        "ratio": ratio, "ratio_over_packing_factor": ratio / packing_factor,
+        "sequences_per_cpu_second": cpu_rates,
+        "cpu_ratio_over_packing_factor": cpu_rates["packed"] / cpu_rates["unpacked"]
+        / packing_factor,
+        "ratio_over_trained_packing_factor": ratio / trained_packing_factor,
+        "runs": {kind: [r["sequences_per_second"] for r in results[kind]]
+                 for kind in results},
+        "occupancy": {kind: results[kind][0]["occupancy"] for kind in results},
+    }
+    print(json.dumps(figures, indent=2))
+    return figures
+
+
+def speed_markdown(figures, command):
+    import platform
+
+    met = figures["ratio_over_packing_factor"] >= 0.97
+    lines = [
+        "## Pre-training throughput, packed vs unpacked (`run_pretraining.py`, CPU)",
+        "",
+        f"Command: `{command}`  ",
+        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}  ",
+        f"Date: {time.strftime('%Y-%m-%d')}",
+        "",
+        f"{FLAGS.num_sequences:,} sequences with lengths drawn from the Wikipedia-512 "
+        f"histogram, S = {S}, P = {P}; packed copy: optimal plan, D = {D}. Model: "
+        f"{FLAGS.num_layers} layers, hidden {FLAGS.hidden_size}, {FLAGS.num_heads} heads, "
+        f"intermediate {FLAGS.intermediate_size}, vocab 30522; batch "
+        f"{FLAGS.batch_size} rows of {S} tokens, LAMB, XLA "
+        f"{'on' if FLAGS.jit_compile else 'off'}; {FLAGS.steps} steps per run, the first "
+        f"10 (compilation) left out; {FLAGS.repetitions} unpacked/packed pairs, "
+        "alternated.",
+        "",
+        "| | unpacked | packed |",
+        "|---|---:|---:|",
+        f"| sequences/s | {figures['sequences_per_second']['unpacked']:.2f} | "
+        f"{figures['sequences_per_second']['packed']:.2f} |",
+        f"| sequences per CPU second (all threads) | "
+        f"{figures['sequences_per_cpu_second']['unpacked']:.2f} | "
+        f"{figures['sequences_per_cpu_second']['packed']:.2f} |",
+        f"| rows/s | {figures['rows_per_second']['unpacked']:.3f} | "
+        f"{figures['rows_per_second']['packed']:.3f} |",
+        f"| occupancy (real / padded tokens) | {figures['occupancy']['unpacked']:.4f} | "
+        f"{figures['occupancy']['packed']:.4f} |",
+        f"| sequences/s of each run | "
+        f"{', '.join(f'{v:.2f}' for v in figures['runs']['unpacked'])} | "
+        f"{', '.join(f'{v:.2f}' for v in figures['runs']['packed'])} |",
+        "",
+        f"Packing factor of the dataset: {figures['packing_factor']:.4f} "
+        f"(of the batches trained on: {figures['trained_packing_factor']:.4f}). "
+        f"Speed-up in sequences/s: **{figures['ratio']:.3f}**, that is "
+        f"**{figures['ratio_over_packing_factor']:.3f} x the packing factor** "
+        f"(target >= 0.97: {'met' if met else 'NOT met'}; the paper: 1.913 / 1.996 = "
+        "0.958). The same ratio in CPU time (less sensitive to other processes on "
+        f"this shared machine): {figures['cpu_ratio_over_packing_factor']:.3f} x the "
+        "packing factor.",
+    ]
+    return "\n".join(lines)
+
+
+def convergence_part():
+    folder = os.path.join(FLAGS.work_dir, "convergence")
+    data = os.path.join(folder, "data")
+    if not os.path.exists(os.path.join(data, "packed", "packing_stats.json")):
+        shutil.rmtree(data, ignore_errors=True)
+        os.makedirs(data)
+        run([sys.executable, "-m", "data_prep.builtin_corpus",
+             f"--output_file={data}/corpus.txt"], f"{data}/corpus.log")
+        run([sys.executable, "-m", "data_prep.create_pretraining_data",
+             f"--input_file={data}/corpus.txt", f"--output_file={data}/unpacked/train.tfrecord",
+             "--vocab_size=8000", f"--max_seq_length={S}", f"--max_predictions_per_seq={P}",
+             "--dupe_factor=4", "--random_seed=12345"], f"{data}/create.log")
+        run([sys.executable, "-m", "data_prep.pack_pretraining_data",
+             f"--input_file={data}/unpacked/train.tfrecord", f"--output_dir={data}/packed",
+             f"--max_sequence_length={S}", f"--max_predictions_per_sequence={P}",
+             "--num_output_shards=2"], f"{data}/pack.log")
+    config = os.path.join(REPOSITORY, "configs", "demo_bert_config.json")
+    common = [f"--bert_config_file={config}",
+              f"--train_batch_size={FLAGS.convergence_batch_size}",
+              f"--steps_per_update={FLAGS.convergence_steps_per_update}",
+              f"--num_train_steps={FLAGS.convergence_steps}",
+              f"--num_warmup_steps={FLAGS.convergence_steps // 10}",
+              "--learning_rate=2e-3", "--log_every_n_steps=10", "--iterations_per_loop=10"]
+    runs = {}
+    for label, files, extra in (
+            ("unpacked, seed 0", f"{data}/unpacked/train.tfrecord", ["--seed=0"]),
+            ("unpacked, seed 1", f"{data}/unpacked/train.tfrecord", ["--seed=1"]),
+            ("packed, seed 0", f"{data}/packed/*.tfrecord",
+             ["--seed=0", "--packing_hyperparameter_adjustment=accumulation"])):
+        name = label.replace(", ", "_").replace(" ", "")
+        runs[label] = train(os.path.join(folder, name), files, common + extra, "log.txt")
+        print(f"{label}: final loss {runs[label]['train']['final_metrics']['loss']:.4f}")
+    from packed_bert_tf.plots import plot_loss_curves
+
+    plot_loss_curves({label: s["train"]["history"] for label, s in runs.items()},
+                     os.path.join(REPOSITORY, FLAGS.plot),
+                     title="builtin corpus, S = 512: loss vs sequences seen")
+    return runs
+
+
+def tail_loss(summary, points=5):
+    """Mean loss over the last few logged points (less noisy than the last one)."""
+    return float(np.mean([p["loss"] for p in summary["train"]["history"][-points:]]))
+
+
+def convergence_markdown(runs, command):
+    lines = [
+        "## Pre-training convergence, packed vs unpacked (builtin corpus)",
+        "",
+        f"Command: `{command}`  ",
+        f"Date: {time.strftime('%Y-%m-%d')}",
+        "",
+        f"Python's documentation (`data_prep.builtin_corpus`) -> WordPiece vocab of 8000 -> "
+        f"records at S = {S}, P = {P}, dupe factor 4 -> packed (D = {D}). Model "
+        "`configs/demo_bert_config.json` (2 layers, hidden 128); LAMB, learning rate 2e-3, "
+        f"{FLAGS.convergence_steps} updates of {FLAGS.convergence_batch_size} rows; "
+        f"unpacked: {FLAGS.convergence_steps_per_update} micro-batches per update; packed: "
+        "`--packing_hyperparameter_adjustment=accumulation` (micro-batches per update "
+        "divided by the packing factor, rounded).",
+        "",
+        "| run | packing factor | micro-batches per update | sequences seen | "
+        "final loss (mean of last 5 points) | sequences/s |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, summary in runs.items():
+        train = summary["train"]
+        lines.append(
+            f"| {label} | {summary.get('packing_factor') or 1:.4f} | "
+            f"{summary['adjustment']['steps_per_update']} | {train['sequences']:,.0f} | "
+            f"{tail_loss(summary):.4f} | {train['sequences_per_second']:.2f} |")
+    losses = {label: tail_loss(summary) for label, summary in runs.items()}
+    seeds_gap = abs(losses["unpacked, seed 0"] - losses["unpacked, seed 1"])
+    packing_gap = abs(losses["packed, seed 0"] - losses["unpacked, seed 0"])
+    lines += ["", f"Loss curves: `{FLAGS.plot}`. Final-loss difference packed vs unpacked: "
+              f"{packing_gap:.4f}; between the two unpacked seeds: {seeds_gap:.4f}.",
+              "", f"![loss curves]({FLAGS.plot})"]
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    command = "python " + " ".join(sys.argv)
+    os.makedirs(FLAGS.work_dir, exist_ok=True)
+    if "speed" in FLAGS.parts:
+        figures = speed_part()
+        if FLAGS.write_markdown:
+            replace_section(FLAGS.write_markdown, "pretraining_benchmark_speed",
+                            speed_markdown(figures, command))
+    if "convergence" in FLAGS.parts:
+        runs = convergence_part()
+        text = convergence_markdown(runs, command)
+        print(text)
+        if FLAGS.write_markdown:
+            replace_section(FLAGS.write_markdown, "pretraining_benchmark_convergence", text)
+
+
+if __name__ == "__main__":
+    app.run(main)

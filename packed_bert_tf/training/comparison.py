@@ -1,0 +1,49 @@
+"""Side-by-side summary of training runs (their ``train_summary.json``)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+from packed_bert_tf.training.pretrain import TRAIN_SUMMARY_FILE
+
+
+def load_summary(output_dir: str) -> dict:
+    """A run's ``train_summary.json``; a clear error when the run did not finish."""
+    path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
+    if not tf.io.gfile.exists(path):
+        raise ValueError(f"{output_dir}: no {TRAIN_SUMMARY_FILE} (did the run finish?)")
+    with tf.io.gfile.GFile(path) as handle:
+        summary = json.load(handle)
+    if "train" not in summary:
+        raise ValueError(f"{path}: the run did not train (no 'train' section)")
+    return summary
+
+
+def comparison_table(summaries: dict) -> str:
+    """A text table: sequences/s, tokens/s, occupancy, final loss, packing factor.
+
+    The last column gives each run's sequences per second relative to the
+    first run's.
+    """
+    header = ("run", "steps", "sequences", "seq/s", "tokens/s", "occupancy",
+              "packing factor", "final loss", "speed-up")
+    rows = []
+    first = None
+    for label, summary in summaries.items():
+        train = summary["train"]
+        first = first or train["sequences_per_second"]
+        rows.append((label, f"{train['final_step']:,}", f"{train['sequences']:,.0f}",
+                     f"{train['sequences_per_second']:.1f}",
+                     f"{train['tokens_per_second']:,.0f}", f"{train['occupancy']:.4f}",
+                     f"{summary.get('packing_factor') or 1.0:.4f}",
+                     f"{train['final_metrics'].get('loss', float('nan')):.4f}",
+                     f"{train['sequences_per_second'] / first:.3f}" if first else ""))
+    widths = [max(len(str(row[i])) for row in rows + [header]) for i in range(len(header))]
+    lines = ["  ".join(str(cell).rjust(width) if i else str(cell).ljust(width)
+                       for i, (cell, width) in enumerate(zip(row, widths)))
+             for row in [header] + rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
