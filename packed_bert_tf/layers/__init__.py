@@ -25,15 +25,19 @@ from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
 from packed_bert_tf.layers.ops import gather_positions, gelu, get_activation
 from packed_bert_tf.layers.position_embedding import PositionEmbedding
 from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention, masked_softmax
+from packed_bert_tf.layers.squad_span_head import (SquadSpanHead, per_sequence_logits,
+                                                   span_losses, squad_loss_normalisers,
+                                                   squad_span_loss)
 from packed_bert_tf.layers.transformer_block import BertTransformerBlock
 from packed_bert_tf.layers.transformer_encoder import BertEncoder
 
 __all__ = [
     "BertEmbeddings", "BertEncoder", "BertTransformerBlock",
     "BlockDiagonalAttentionMask", "MaskedLMHead", "MultiHeadSelfAttention",
-    "NextSentenceHead", "PositionEmbedding", "WeightedSum",
+    "NextSentenceHead", "PositionEmbedding", "SquadSpanHead", "WeightedSum",
     "block_diagonal_attention_mask", "cross_replica_sum", "gather_positions", "gelu",
     "get_activation", "loss_normalisers", "masked_lm_accuracy", "masked_lm_loss",
     "masked_softmax", "next_sentence_accuracy", "next_sentence_loss",
-    "padding_attention_mask", "pretraining_losses", "weighted_mean",
+    "padding_attention_mask", "per_sequence_logits", "pretraining_losses",
+    "span_losses", "squad_loss_normalisers", "squad_span_loss", "weighted_mean",
 ]

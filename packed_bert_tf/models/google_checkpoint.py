@@ -20,6 +20,7 @@ The original checkpoints name every variable by its TF1 scope::
     cls/predictions/output_bias                          [V]
     cls/seq_relationship/output_weights                  [2, H]  (a transposed Dense kernel)
     cls/seq_relationship/output_bias                     [2]
+    cls/squad/output_weights|output_bias                 [2, H], [2]  (fine-tuned SQuAD)
 
 (every dense also has a ``bias``). Optimizer state (``.../adam_m``,
 ``.../adam_v``, ``global_step`` and the like) is ignored on load.
@@ -60,7 +61,12 @@ class _Mapping:
 
 
 def _variable_map(model) -> dict:
-    """Google name -> model variable, in checkpoint order."""
+    """Google name -> model variable, in checkpoint order.
+
+    The embeddings and encoder of the model, then its heads: those its
+    ``google_checkpoint_heads()`` lists (name -> (variable, transposed)) when
+    it has that method, else the pre-training heads.
+    """
     if not model.built:
         model.build()
     mapping = {}
@@ -91,6 +97,11 @@ def _variable_map(model) -> dict:
         dense(f"{prefix}/intermediate/dense", block.intermediate_dense)
         dense(f"{prefix}/output/dense", block.output_dense)
         layer_norm(f"{prefix}/output/LayerNorm", block.output_layer_norm)
+    heads = getattr(model, "google_checkpoint_heads", None)
+    if heads is not None:
+        for name, (variable, transpose) in heads().items():
+            mapping[name] = _Mapping(variable, transpose=transpose)
+        return mapping
     dense("bert/pooler/dense", model.next_sentence_head.pooler_dense)
     dense("cls/predictions/transform/dense", model.masked_lm_head.transform_dense)
     layer_norm("cls/predictions/transform/LayerNorm", model.masked_lm_head.layer_norm)
@@ -122,7 +133,8 @@ def load_google_checkpoint(model, path) -> CheckpointLoadReport:
     are logged (warning) and returned; optimizer state is skipped silently.
 
     Args:
-      model: a `BertPretrainingModel` (built here if it is not).
+      model: a `BertPretrainingModel` or `BertSquadModel` (built here if it
+        is not).
       path: the checkpoint prefix (``.../bert_model.ckpt``) or a directory
         holding a ``checkpoint`` state file.
 
@@ -175,7 +187,8 @@ def save_google_checkpoint(model, path) -> str:
     and loads back with `load_google_checkpoint` (float32 tensors).
 
     Args:
-      model: a `BertPretrainingModel` (built here if it is not).
+      model: a `BertPretrainingModel` or `BertSquadModel` (built here if it
+        is not).
       path: the checkpoint prefix to write (``.index`` and ``.data-*`` files);
         its directory is created.
 

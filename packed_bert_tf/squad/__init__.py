@@ -1,6 +1,15 @@
-"""SQuAD v1.1: the official evaluation (exact match and token F1).
+"""SQuAD v1.1 fine-tuning with packing.
 
-Pure Python: this package's evaluation never imports TensorFlow.
+* `features`: SQuAD JSON -> examples -> windowed features (google-research/bert's
+  rules, `tokenizers` offsets), cached as TFRecords.
+* `packing`: features packed into rows (`pack_features`) and per-feature
+  logits unpacked from them (`unpack_logits`); numpy only.
+* `dataset`: tf.data pipelines over the rows, prediction under any strategy.
+* `task`: the loss, counts and datasets for `packed_bert_tf.training.trainer.Trainer`.
+* `postprocess`: the n-best answer search, ``predictions.json``.
+* `evaluation`: the official exact match and token F1.
+
+Only `evaluation` is imported here: it never imports TensorFlow.
 """
 
 from packed_bert_tf.squad.evaluation import (evaluate, evaluate_files,

@@ -1,0 +1,137 @@
+"""tf.data pipelines over `SquadPacks`, and prediction (one device or many).
+
+Letters: B batch, S sequence length, D max sequences per pack.
+
+Every element is a dict of int32 tensors with static shapes::
+
+    input_ids, segment_ids, input_mask, positions          [B, S]
+    start_positions, end_positions, sequence_weights       [B, D]
+    pack_index                                             [B]  (-1: padding row)
+
+``pack_index`` says which row of the `SquadPacks` each element is, so the
+outputs can be matched back to features (`unpack_logits`) whatever the order
+or sharding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from packed_bert_tf.squad.packing import FeatureLogits, SquadPacks, unpack_logits
+
+
+def _padded_arrays(packs: SquadPacks, multiple: int) -> dict[str, np.ndarray]:
+    """The packs' arrays and ``pack_index``, with empty rows up to a multiple."""
+    arrays = dict(packs.arrays)
+    arrays["pack_index"] = np.arange(packs.num_packs, dtype=np.int32)
+    extra = -packs.num_packs % multiple
+    if extra:
+        arrays = {name: np.concatenate([value, np.full((extra,) + value.shape[1:],
+                                                       -1 if name == "pack_index" else 0,
+                                                       value.dtype)])
+                  for name, value in arrays.items()}
+    return arrays
+
+
+def squad_dataset(packs: SquadPacks, batch_size: int, *, is_training: bool,
+                  input_context: tf.distribute.InputContext | None = None,
+                  seed: int | None = None, repeat: bool | None = None,
+                  shuffle_buffer_size: int | None = None,
+                  skip_batches: int = 0) -> tf.data.Dataset:
+    """Batches of packed (or unpacked) SQuAD features.
+
+    Parameters
+    ----------
+    packs : SquadPacks
+    batch_size : int
+        The global batch size; with `input_context` each pipeline yields
+        ``input_context.get_per_replica_batch_size(batch_size)`` rows.
+    is_training : bool
+        True: shuffle the rows (reshuffled every pass, from `seed`), repeat
+        forever, drop the last partial batch. False: every row once, in
+        order, the last batch filled with empty rows (``pack_index`` -1,
+        weight 0) so that shapes stay static and every pipeline gets the
+        same number of whole batches.
+    input_context : tf.distribute.InputContext, optional
+        Pipeline i takes rows i, i + n, ... of the n pipelines.
+    repeat : bool, optional
+        Default: `is_training`.
+    shuffle_buffer_size : int, optional
+        Default: all rows.
+    skip_batches : int
+        Batches of this pipeline to skip (a resumed run, with the same `seed`).
+
+    Returns
+    -------
+    tf.data.Dataset of dicts (see the module docstring).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    pipelines, pipeline_id, per_pipeline_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        per_pipeline_batch = input_context.get_per_replica_batch_size(batch_size)
+    repeat = is_training if repeat is None else repeat
+    if is_training:
+        if packs.num_packs < batch_size:
+            raise ValueError(f"{packs.num_packs} rows of SQuAD features cannot fill one "
+                             f"training batch of {batch_size}")
+        arrays = _padded_arrays(packs, 1)
+    else:
+        arrays = _padded_arrays(packs, batch_size * pipelines)
+    dataset = tf.data.Dataset.from_tensor_slices(arrays)
+    if pipelines > 1:
+        dataset = dataset.shard(pipelines, pipeline_id)
+    if is_training:
+        dataset = dataset.shuffle(shuffle_buffer_size or packs.num_packs, seed=seed,
+                                  reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def predict_logits(model, packs: SquadPacks, batch_size: int, *,
+                   strategy: tf.distribute.Strategy | None = None,
+                   jit_compile: bool = False) -> FeatureLogits:
+    """Per-feature start and end logits of a model, on one device or many.
+
+    Runs ``model(features)`` on every row of `squad_dataset` (prediction
+    mode) under the strategy, gathers ``pack_index`` and the logits from the
+    replicas, and unpacks them (`unpack_logits`).
+
+    Args:
+      model: called as ``model(features, training=False)``; returns
+        ``start_logits`` and ``end_logits`` [B, S].
+      packs: the rows to predict.
+      batch_size: global batch size.
+      strategy: default: the current strategy.
+      jit_compile: XLA-compile the per-replica forward pass.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    dataset = strategy.distribute_datasets_from_function(
+        lambda context: squad_dataset(packs, batch_size, is_training=False,
+                                      input_context=context))
+
+    @tf.function(jit_compile=jit_compile)
+    def forward(features):
+        outputs = model(features, training=False)
+        return features["pack_index"], outputs["start_logits"], outputs["end_logits"]
+
+    @tf.function
+    def step(features):
+        return strategy.run(forward, args=(features,))
+
+    parts = ([], [], [])
+    for features in dataset:
+        for part, value in zip(parts, step(features)):
+            part.extend(tensor.numpy() for tensor in
+                        strategy.experimental_local_results(value))
+    if not parts[0]:
+        empty = np.zeros((0, packs.max_sequence_length), np.float32)
+        return unpack_logits(packs, np.zeros(0, np.int64), empty, empty)
+    return unpack_logits(packs, *(np.concatenate(part) for part in parts))

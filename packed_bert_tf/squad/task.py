@@ -1,0 +1,54 @@
+"""The SQuAD task for `packed_bert_tf.training.trainer.Trainer`.
+
+``Trainer(model, optimizer, loss_fn=squad_loss_fn,
+normaliser_fn=squad_normalisers, statistics_fn=squad_statistics,
+metric_names=METRIC_NAMES, ...)`` trains a `BertSquadModel` on the
+elements of `train_dataset_fn`; `packed_bert_tf.squad.dataset.predict_logits`
+and `packed_bert_tf.squad.postprocess.postprocess_and_evaluate` do the rest.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from packed_bert_tf.layers.squad_span_head import squad_loss_normalisers, squad_span_loss
+from packed_bert_tf.squad.dataset import squad_dataset
+from packed_bert_tf.squad.packing import SquadPacks
+from packed_bert_tf.training.trainer import batch_statistics, stack_micro_batches
+
+METRIC_NAMES = ("loss", "start_loss", "end_loss", "start_accuracy", "end_accuracy")
+
+
+def squad_loss_fn(features, outputs, normalisers):
+    """`Trainer`'s ``loss_fn``: `squad_span_loss` with the precomputed global count."""
+    return squad_span_loss(features, outputs, normalisers=normalisers)
+
+
+def squad_normalisers(features):
+    """`Trainer`'s ``normaliser_fn``: real sequences, summed over the replicas."""
+    return squad_loss_normalisers(features, global_normaliser=True)
+
+
+def squad_statistics(features):
+    """`Trainer`'s ``statistics_fn``: sequences, real and padded tokens."""
+    return batch_statistics(features["input_mask"], features["sequence_weights"])
+
+
+def train_dataset_fn(packs: SquadPacks, *, global_batch_size: int, steps_per_update: int,
+                     seed: int | None, skip_steps: int = 0):
+    """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
+
+    Each pipeline yields per-replica elements [K, b, ...] (K =
+    ``steps_per_update``), rows reshuffled every pass; ``skip_steps``
+    updates already done are skipped (a resumed run with the same seed).
+    """
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        replicas_per_pipeline = (input_context.num_replicas_in_sync
+                                 // input_context.num_input_pipelines)
+        dataset = squad_dataset(
+            packs, global_batch_size, is_training=True, input_context=input_context,
+            seed=seed, skip_batches=skip_steps * steps_per_update * replicas_per_pipeline)
+        return stack_micro_batches(dataset, steps_per_update)
+
+    return dataset_fn

@@ -1,0 +1,42 @@
+"""The SQuAD loss, pipeline and prediction under MirroredStrategy (2 logical CPUs,
+in a subprocess: see distributed_squad_check.py)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def results():
+    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.squad.distributed_squad_check"], cwd=REPOSITORY,
+        env=environment, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_replicas_hold_different_numbers_of_sequences(results):
+    first, second = results["sequences_per_replica"]
+    assert first != second
+
+
+@pytest.mark.parametrize("mode", ["global", "compiled"])
+def test_summed_replica_losses_and_gradients_are_the_global_batch(results, mode):
+    error = results[f"train_{mode}"]
+    assert error["loss"] < 1e-5 and error["gradients"] < 1e-4
+
+
+def test_a_per_replica_normaliser_would_be_wrong(results):
+    error = results["train_local"]
+    assert error["loss"] > 1e-2 and error["gradients"] > 1e-2
+
+
+def test_prediction_gathered_from_replicas_equals_single_device(results):
+    assert results["predict_max_abs_difference"] < 1e-5
