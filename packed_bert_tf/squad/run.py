@@ -1,0 +1,262 @@
+"""A whole SQuAD fine-tuning / prediction run (what ``run_squad.py`` does), from options.
+
+Order of events: the options and inputs are checked (config, vocab, files,
+sizes, batch sizes); training features are made (or read from their cache in
+the output folder) and packed; the model and optimizer are made under the
+strategy and restored from the output folder's latest checkpoint (else the
+encoder comes from ``init_checkpoint``); training runs on the shared loop of
+`packed_bert_tf.training`; prediction unpacks the per-feature logits, writes
+``predictions.json`` / ``nbest_predictions.json`` and scores them with the
+official SQuAD 1.1 rules into ``eval_results.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from packed_bert_tf.data.tokenization import WordPieceTokenizer
+from packed_bert_tf.models.bert_squad import BertSquadModel
+from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
+                                                     save_google_checkpoint)
+from packed_bert_tf.packing import ALGORITHMS
+from packed_bert_tf.squad import task
+from packed_bert_tf.squad.dataset import predict_logits
+from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
+from packed_bert_tf.squad.packing import pack_features
+from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
+from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
+from packed_bert_tf.training.loop import run_training
+from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.progress import TrainingLogger, format_values, \
+    write_json_atomically
+from packed_bert_tf.training.runs import (google_checkpoint_path, make_output_dir,
+                                          mixed_precision_policy, read_bert_config,
+                                          restore_or_initialize)
+from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
+from packed_bert_tf.training.trainer import Trainer
+
+SUMMARY_FILE = "squad_summary.json"
+
+
+@dataclasses.dataclass
+class SquadOptions:
+    """The options of a run; ``run_squad.py``'s flags of the same names."""
+
+    bert_config_file: str | None = None
+    vocab_file: str | None = None
+    do_lower_case: bool = True
+    init_checkpoint: str | None = None
+    train_file: str | None = None
+    predict_file: str | None = None
+    output_dir: str | None = None
+    max_seq_length: int = 384
+    doc_stride: int = 128
+    max_query_length: int = 64
+    do_train: bool = False
+    do_predict: bool = False
+    train_batch_size: int = 32
+    predict_batch_size: int = 8
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    n_best_size: int = 20
+    max_answer_length: int = 30
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 3
+    iterations_per_loop: int = 100
+    log_every_n_steps: int = 100
+    optimizer: str = "adamw"
+    steps_per_update: int = 1
+    packing: bool = True
+    max_sequences_per_pack: int = 3
+    algorithm: str = "optimal"
+    distribution_strategy: str = "default"
+    tpu: str | None = None
+    jit_compile: bool = True
+    mixed_precision: str = "none"
+    seed: int | None = None
+    progress_bar: bool | None = None
+
+
+def check_options(options: SquadOptions, config, strategy) -> None:
+    """Checks that can fail before any feature is made; one clear error each."""
+    if not (options.do_train or options.do_predict):
+        raise ValueError("nothing to do: give --do_train and/or --do_predict")
+    for name in ("train_batch_size", "predict_batch_size", "n_best_size",
+                 "max_answer_length", "iterations_per_loop", "log_every_n_steps",
+                 "max_sequences_per_pack", "steps_per_update"):
+        if getattr(options, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(options, name)}")
+    if not 0 <= options.warmup_proportion <= 1:
+        raise ValueError(f"--warmup_proportion must be in [0, 1], got "
+                         f"{options.warmup_proportion}")
+    if options.algorithm not in ALGORITHMS:
+        raise ValueError(f"--algorithm={options.algorithm!r} is not one of "
+                         f"{', '.join(ALGORITHMS)}")
+    check_feature_arguments(options.max_seq_length, options.doc_stride,
+                            options.max_query_length)
+    if options.max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
+                         f"max_position_embeddings {config.max_position_embeddings} of "
+                         f"--bert_config_file")
+    if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
+        raise ValueError(f"--vocab_file={options.vocab_file}: no such file")
+    for flag, needed, path in (("train_file", options.do_train, options.train_file),
+                               ("predict_file", options.do_predict, options.predict_file)):
+        if needed and (not path or not tf.io.gfile.exists(path)):
+            raise ValueError(f"--{flag}={path}: no such file")
+    if options.do_train:
+        check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
+    if options.do_predict:
+        check_global_batch_size(options.predict_batch_size, strategy,
+                                "--predict_batch_size")
+
+
+def make_tokenizer(options: SquadOptions, config) -> WordPieceTokenizer:
+    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
+                         f"tokens but vocab_size in --bert_config_file is "
+                         f"{config.vocab_size}")
+    return tokenizer
+
+
+def num_train_steps(num_rows: int, options: SquadOptions) -> int:
+    """Updates for ``num_train_epochs`` passes over the rows (packs or features)."""
+    rows_per_update = options.train_batch_size * options.steps_per_update
+    return max(1, int(num_rows / rows_per_update * options.num_train_epochs))
+
+
+def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = None) -> dict:
+    """Fine-tunes and/or predicts as the options say; returns the summary dict.
+
+    Raises:
+      ValueError (SquadFormatError included): a bad option or input, before
+        anything is trained.
+      NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
+    """
+    config = read_bert_config(options.bert_config_file)
+    output_dir = make_output_dir(options.output_dir)
+    if strategy is None:
+        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu)
+    check_options(options, config, strategy)
+    tokenizer = make_tokenizer(options, config)
+    feature_args = dict(max_seq_length=options.max_seq_length,
+                        doc_stride=options.doc_stride,
+                        max_query_length=options.max_query_length)
+    pack_args = dict(packed=options.packing,
+                     max_sequences_per_pack=options.max_sequences_per_pack,
+                     algorithm=options.algorithm, seed=options.seed or 0)
+    summary: dict = {"options": dataclasses.asdict(options),
+                     "replicas": strategy.num_replicas_in_sync}
+
+    train_packs = predict_data = None
+    if options.do_train:
+        train_data = load_or_create_features(options.train_file, tokenizer,
+                                             cache_dir=output_dir, is_training=True,
+                                             **feature_args)
+        train_packs = pack_features(train_data.features, **pack_args)
+        summary["train_features"] = _describe(train_data, train_packs)
+        logging.info("training features: %s", summary["train_features"])
+    if options.do_predict:
+        predict_data = load_or_create_features(options.predict_file, tokenizer,
+                                               cache_dir=output_dir, is_training=False,
+                                               **feature_args)
+
+    total_steps = (num_train_steps(train_packs.num_packs, options) if train_packs
+                   else 1)
+    with mixed_precision_policy(options.mixed_precision):
+        if options.seed is not None:
+            tf.keras.utils.set_random_seed(options.seed)
+        schedule = PolynomialDecayWithWarmup(
+            options.learning_rate, total_steps,
+            int(total_steps * options.warmup_proportion))
+        with strategy.scope():
+            model = BertSquadModel(config, packed=options.packing)
+            model.build()
+            optimizer = create_optimizer(options.optimizer, schedule,
+                                         loss_scaling=options.mixed_precision == "fp16")
+        trainer = Trainer(model, optimizer, strategy=strategy,
+                          metric_names=task.METRIC_NAMES, loss_fn=task.squad_loss_fn,
+                          normaliser_fn=task.squad_normalisers,
+                          statistics_fn=task.squad_statistics,
+                          steps_per_update=options.steps_per_update,
+                          jit_compile=options.jit_compile)
+        checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
+                                          step=trainer.step,
+                                          max_to_keep=options.keep_checkpoint_max)
+        start_step = restore_or_initialize(
+            checkpoints, functools.partial(load_google_checkpoint, model),
+            options.init_checkpoint)
+
+        if options.do_train:
+            summary["train"] = _train(options, trainer, checkpoints, schedule, train_packs,
+                                      total_steps, start_step, output_dir)
+        if options.do_predict:
+            summary["predict"] = predict(options, model, strategy, predict_data,
+                                         output_dir, pack_args)
+    write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
+    return summary
+
+
+def _describe(data, packs) -> dict:
+    return {"examples": len(data.examples), "features": packs.num_features,
+            "rows": packs.num_packs, "packing_factor": packs.packing_factor,
+            "padding_fraction": packs.padding_fraction,
+            "skipped_examples": data.read_stats.num_skipped, "from_cache": data.from_cache}
+
+
+def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_step,
+           output_dir) -> dict:
+    dataset_fn = task.train_dataset_fn(
+        packs, global_batch_size=options.train_batch_size,
+        steps_per_update=trainer.steps_per_update, seed=options.seed,
+        skip_steps=start_step)
+    iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
+    logger = TrainingLogger(output_dir, total_steps, progress_bar=options.progress_bar)
+    try:
+        result = run_training(
+            trainer, iterator, num_train_steps=total_steps,
+            iterations_per_loop=options.iterations_per_loop,
+            log_every_n_steps=options.log_every_n_steps,
+            save_checkpoints_steps=options.save_checkpoints_steps,
+            checkpoints=checkpoints, logger=logger,
+            learning_rate_at=lambda step: float(schedule(step)))
+    finally:
+        logger.close()
+    path = save_google_checkpoint(trainer.model, google_checkpoint_path(output_dir,
+                                                                        result.final_step))
+    train = result.to_dict()
+    train.update(google_checkpoint=path, num_train_steps=total_steps,
+                 epochs=options.num_train_epochs,
+                 train_steps_function_traces=trainer.train_steps_function
+                 .experimental_get_tracing_count())
+    logging.info("fine-tuned steps %d..%d: %s", result.start_step, result.final_step,
+                 format_values({**result.final_metrics,
+                                "sequences_per_second": result.sequences_per_second,
+                                "occupancy": result.occupancy}))
+    return train
+
+
+def predict(options, model, strategy, data, output_dir, pack_args) -> dict:
+    """Per-feature logits (packed or not), the answers and their official scores."""
+    packs = pack_features(data.features, **pack_args)
+    logits = predict_logits(model, packs, options.predict_batch_size, strategy=strategy,
+                            jit_compile=options.jit_compile)
+    results = postprocess_and_evaluate(
+        data.examples, data.features, logits, predict_file=options.predict_file,
+        output_dir=output_dir, n_best_size=options.n_best_size,
+        max_answer_length=options.max_answer_length)
+    print(f"{options.predict_file}: exact match {results['exact_match']:.2f}, "
+          f"F1 {results['f1']:.2f} ({len(data.examples):,} questions, "
+          f"{packs.num_features:,} features in {packs.num_packs:,} rows)")
+    return {**results, **_describe(data, packs)}
+
+
+__all__ = ["SquadOptions", "check_options", "num_train_steps", "predict", "run_squad"]

@@ -1,0 +1,96 @@
+"""run_squad end to end on a small learnable SQuAD-format set (tiny model)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from packed_bert_tf.squad.run import SquadOptions, run_squad
+from tests.squad import squad_data
+from tests.squad.test_end_to_end import _config
+
+REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("squad")
+    vocab = squad_data.learnable_vocab(folder / "vocab.txt")
+    config = folder / "bert_config.json"
+    _config(len(open(vocab).read().split())).to_json_file(str(config))
+    return {
+        "vocab_file": vocab, "bert_config_file": str(config),
+        "train_file": squad_data.write_json(folder / "train.json",
+                                            squad_data.learnable_dataset(96, seed=0)),
+        "predict_file": squad_data.write_json(folder / "dev.json",
+                                              squad_data.learnable_dataset(24, seed=1)),
+    }
+
+
+def options(files, output_dir, **overrides):
+    values = dict(files, output_dir=str(output_dir), max_seq_length=32, doc_stride=16,
+                  max_query_length=4, learning_rate=5e-3, warmup_proportion=0.1,
+                  predict_batch_size=8, iterations_per_loop=10, log_every_n_steps=10,
+                  save_checkpoints_steps=0, seed=0, progress_bar=False)
+    values.update(overrides)
+    return SquadOptions(**values)
+
+
+@pytest.mark.parametrize("packing, batch_size, epochs", [(True, 8, 30), (False, 16, 12)])
+def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, packing, batch_size,
+                                                epochs):
+    # About the same number of sequences either way (packing factor about 2.7).
+    summary = run_squad(options(files, tmp_path, do_train=True, do_predict=True,
+                                packing=packing, train_batch_size=batch_size,
+                                num_train_epochs=epochs))
+    features = summary["train_features"]
+    assert features["features"] == 96
+    if packing:
+        assert features["packing_factor"] > 2.5 and features["rows"] < 40
+    else:
+        assert features["rows"] == 96 and features["packing_factor"] == 1
+    assert summary["train"]["final_step"] == summary["train"]["num_train_steps"]
+    assert summary["train"]["train_steps_function_traces"] == 1
+    assert summary["predict"]["exact_match"] >= 90.0, summary["predict"]
+    written = json.loads((tmp_path / "predictions.json").read_text())
+    assert len(written) == 24
+    assert json.loads((tmp_path / "eval_results.json").read_text())["exact_match"] == \
+        summary["predict"]["exact_match"]
+    # Features were cached next to the output, and are read back on a second run.
+    again = run_squad(options(files, tmp_path, do_predict=True, packing=packing))
+    assert again["predict"]["from_cache"]
+    assert again["predict"]["exact_match"] == summary["predict"]["exact_match"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(do_train=False), "nothing to do"),
+    (dict(vocab_file="/nonexistent/vocab.txt"), "--vocab_file=/nonexistent/vocab.txt: no "
+                                                "such file"),
+    (dict(train_file="/nonexistent/train.json"), "--train_file=/nonexistent/train.json"),
+    (dict(max_seq_length=128), "--max_seq_length=128 exceeds max_position_embeddings 64"),
+    (dict(algorithm="best"), "--algorithm='best' is not one of"),
+    (dict(doc_stride=0), "doc_stride"),
+])
+def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        run_squad(options(files, tmp_path, **{"do_train": True, **overrides}))
+    assert not list(tmp_path.glob("*.tfrecord"))
+
+
+def test_malformed_json_ends_the_script_with_one_line(files, tmp_path):
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"version": "1.1", "data": [')
+    result = subprocess.run(
+        [sys.executable, "run_squad.py", f"--bert_config_file={files['bert_config_file']}",
+         f"--vocab_file={files['vocab_file']}", f"--train_file={broken}",
+         f"--output_dir={tmp_path / 'out'}", "--do_train", "--max_seq_length=32",
+         "--doc_stride=16", "--max_query_length=4"],
+        cwd=REPOSITORY, capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("run_squad: ") and str(broken) in last
+    assert "Traceback" not in result.stderr
