@@ -95,31 +95,42 @@ def _beam_error_message(error: Exception) -> str:
     return line.split(" [while running")[0].strip(" '\"")
 
 
-def _prepare_output_dir(job, overwrite):
-    import tensorflow as tf
+def _list_dir(folder):
+    """(name, path) of every file in a folder, sorted (Beam's FileSystems)."""
+    from apache_beam.io.filesystems import FileSystems
 
-    tf.io.gfile.makedirs(job.output_dir)
-    existing = [name for name in tf.io.gfile.listdir(job.output_dir)
+    (result,) = FileSystems.match([FileSystems.join(folder, "*")])
+    return sorted((FileSystems.split(m.path)[1], m.path) for m in result.metadata_list)
+
+
+def _prepare_output_dir(job, overwrite):
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(job.output_dir):
+        FileSystems.mkdirs(job.output_dir)
+    existing = [(name, path) for name, path in _list_dir(job.output_dir)
                 if name.startswith("part-") or name.startswith("packing_stats.json")]
     if existing and not overwrite:
-        raise ValueError(f"--output_dir {job.output_dir} already holds {existing[0]} "
+        raise ValueError(f"--output_dir {job.output_dir} already holds {existing[0][0]} "
                          f"(and {len(existing) - 1} more); pass --overwrite to replace")
-    for name in existing:
-        tf.io.gfile.remove(os.path.join(job.output_dir, name))
+    if existing:
+        FileSystems.delete([path for _, path in existing])
 
 
 def main(argv):
+    # No TensorFlow here (seconds to import): only the workers read and write
+    # records; files are found and managed with Beam's FileSystems.
     import apache_beam as beam
-    import tensorflow as tf
+    from apache_beam.io.filesystems import FileSystems
 
-    from packed_bert_tf.data import pack_pipeline, tfrecords
+    from packed_bert_tf.data import pack_pipeline
     from packed_bert_tf.data.features import PACKING_STATS_FILE
 
     try:
         for name in ("input_file", "output_dir"):
             if not getattr(FLAGS, name):
                 raise ValueError(f"--{name} is required")
-        files = tfrecords.expand_file_patterns(FLAGS.input_file)
+        files = pack_pipeline.match_files(FLAGS.input_file)
         workers = os.cpu_count() or 1
         job = pack_pipeline.PackingJob(
             input_files=tuple(files), output_dir=FLAGS.output_dir,
@@ -149,13 +160,14 @@ def main(argv):
         with beam.Pipeline(options=_beam_options(argv[1:])) as pipeline:
             _ = pipeline | "Pack" >> transform
     except Exception as error:  # noqa: BLE001 - Beam wraps worker errors
-        for name in tf.io.gfile.listdir(job.output_dir):
-            if transform.temporary_suffix in name:
-                tf.io.gfile.remove(os.path.join(job.output_dir, name))
+        leftovers = [path for name, path in _list_dir(job.output_dir)
+                     if transform.temporary_suffix in name]
+        if leftovers:
+            FileSystems.delete(leftovers)
         sys.exit(f"pack_pretraining_data: {_beam_error_message(error)}")
 
-    with tf.io.gfile.GFile(os.path.join(job.output_dir, PACKING_STATS_FILE)) as f:
-        stats = json.load(f)
+    with FileSystems.open(FileSystems.join(job.output_dir, PACKING_STATS_FILE)) as f:
+        stats = json.loads(f.read())
     print(f"packed {stats['sequences_in']:,} sequences into {stats['packs']:,} packs "
           f"({job.num_output_shards} shards in {job.output_dir})")
     print(f"efficiency {100 * stats['efficiency']:.3f} %, packing factor "

@@ -15,16 +15,26 @@ protobuf wire format:
 Map entries are written in sorted key order, which is what
 ``SerializeToString(deterministic=True)`` produces, so the bytes equal the
 protobuf library's exactly (tested).
+
+Every record has the same sequence of fields, each at most a known number of
+bytes wide, so a batch is laid out as one [N, W] byte matrix, each field in
+its own columns (each varint of an array in as many columns as its longest
+needs, rounded up to a two- or four-byte word), with a matching matrix that
+marks the bytes in use; one boolean compress of the matrix gives all the
+records, one after the other.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import numpy as np
 
 # Values at or above 2**(7 i) need more than i varint bytes.
 _VARINT_THRESHOLDS = np.array([1 << (7 * i) for i in range(1, 10)], dtype=np.uint64)
+_TABLE_SIZE = 1 << 16  # values below this are encoded by table look-up
+_WORD_LIMIT = 1 << 28  # values below this fit four varint bytes (one uint32)
 
 
 def varint_sizes(values: np.ndarray) -> np.ndarray:
@@ -33,77 +43,154 @@ def varint_sizes(values: np.ndarray) -> np.ndarray:
     return 1 + np.searchsorted(_VARINT_THRESHOLDS, unsigned, side="right")
 
 
-def encode_varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Varint encoding of each row of an [N, K] integer array.
+def _varint_words(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints of values below 2**28 as little-endian uint32 words, and sizes.
 
-    Returns the bytes of all rows concatenated (uint8) and each row's byte
-    count [N].
-
-    Notes
-    -----
-    Works in the narrowest unsigned type that holds the values (token ids,
-    masks and positions fit in uint32; values below 128 are their own single
-    byte), one pass per varint byte, then one boolean compress.
+    Byte j of a word is the varint's byte j (0 past its end).
     """
-    values = np.asarray(values)
-    if values.ndim != 2:
-        raise ValueError(f"expected an [N, K] array, got shape {values.shape}")
+    values = values.astype("<u4")
+    words = ((values & 0x7F) | ((values << 1) & 0x7F00) | ((values << 2) & 0x7F0000)
+             | ((values << 3) & 0x7F000000))
+    sizes = np.ones(values.shape, dtype=np.uint8)
+    for byte, threshold in enumerate((1 << 7, 1 << 14, 1 << 21)):
+        more = values >= threshold  # byte `byte` is followed by another
+        words |= more.astype(np.uint32) << np.uint32(8 * byte + 7)
+        sizes += more
+    return words.astype("<u4", copy=False), sizes
+
+
+@functools.cache
+def _small_value_tables():
+    """Look-up tables of the varints of every value below 2**16.
+
+    Returns (words [2**16] uint32, used [2**16] uint32, sizes [2**16] uint8,
+    words16 [2**14] uint16, used16 [2**14] uint16): each value's varint
+    bytes as a little-endian word, the word whose byte j is 1 where the
+    varint has a byte j, the byte count; and the same as two-byte words for
+    the values below 2**14.
+    """
+    words, sizes = _varint_words(np.arange(_TABLE_SIZE, dtype=np.uint32))
+    # Byte j is used if j == 0 or byte j - 1 has its continuation bit.
+    used = (np.uint32(1) | ((words & np.uint32(0x808080)) << np.uint32(1))
+            ).astype("<u4", copy=False)
+    two_bytes = slice(0, 1 << 14)
+    return (words, used, sizes, words[two_bytes].astype("<u2"),
+            used[two_bytes].astype("<u2"))
+
+
+class _Field:
+    """Columns of one field of every record, and which of its bytes are used.
+
+    `data` is [N, K] with one K-th of the columns per element (uint8: one
+    byte; uint16 / uint32: a varint of up to 2 / 4 bytes, little-endian),
+    [N, K, B] uint8 for varints of up to B bytes, or, for a field whose
+    bytes are the same in every record, [C] uint8. `used` is like `data`
+    with bytes 0 or 1 (None: every byte used); `row_bytes` is [N] int64 or,
+    when the same for every record, an int.
+    """
+
+    def __init__(self, data: np.ndarray, used: np.ndarray | None, row_bytes):
+        self.data, self.used, self.row_bytes = data, used, row_bytes
+
+    @property
+    def width(self) -> int:
+        if self.data.ndim == 1:
+            return self.data.size
+        return int(np.prod(self.data.shape[1:])) * self.data.itemsize
+
+    @classmethod
+    def constant(cls, data: bytes) -> "_Field":
+        return cls(np.frombuffer(data, dtype=np.uint8), None, len(data))
+
+
+def _varint_field(values: np.ndarray) -> _Field:
+    """The varints of each row of an [N, K] integer array.
+
+    Each value gets the same number of columns (the longest varint of the
+    array, rounded up to 2 or 4 bytes below 2**28), its bytes first.
+    """
     num_rows, width = values.shape
     if values.size == 0:
-        return np.zeros(0, np.uint8), np.zeros(num_rows, np.int64)
-    smallest, largest = values.min(), values.max()
-    if smallest >= 0 and largest < 0x80:
-        return values.astype(np.uint8).reshape(-1), np.full(num_rows, width, np.int64)
-    if smallest >= 0 and largest < 1 << 32:
-        unsigned = values.astype(np.uint32)
-    else:  # negative int64 take ten bytes, as two's complement
-        unsigned = values.astype(np.int64).view(np.uint64)
+        return _Field(np.zeros((num_rows, 0), np.uint8), None, 0)
+    smallest, largest = int(values.min()), int(values.max())
+    if smallest >= 0 and largest < 0x80:  # one byte each: the values themselves
+        return _Field(values.astype(np.uint8), None, width)
+    if smallest >= 0 and largest < _WORD_LIMIT:
+        if largest < _TABLE_SIZE:
+            words, used, sizes, words16, used16 = _small_value_tables()
+            if largest < 1 << 14:
+                words, used = words16, used16
+            if values.dtype == np.uint64:  # not castable to an index
+                values = values.astype(np.int64)
+            words, used, sizes = (np.take(table, values) for table in (words, used, sizes))
+        else:
+            words, sizes = _varint_words(values)
+            used = (np.uint32(1) | ((words & np.uint32(0x808080)) << np.uint32(1))
+                    ).astype("<u4", copy=False)
+        return _Field(words, used, sizes.sum(axis=1, dtype=np.int64))
+    # Large or negative values (negative int64 take ten bytes, two's complement).
+    unsigned = values.astype(np.int64).view(np.uint64)
     sizes = np.ones(values.shape, dtype=np.uint8)
     for threshold in _VARINT_THRESHOLDS:
         if threshold > unsigned.max():
             break
-        sizes += unsigned >= unsigned.dtype.type(threshold)
+        sizes += unsigned >= threshold
     num_bytes = int(sizes.max())
-    encoded = np.empty(values.shape + (num_bytes,), dtype=np.uint8)
+    data = np.empty(values.shape + (num_bytes,), dtype=np.uint8)
     for byte in range(num_bytes):
-        group = ((unsigned >> unsigned.dtype.type(7 * byte)) & 0x7F).astype(np.uint8)
-        encoded[..., byte] = group | ((sizes > byte + 1) << 7).astype(np.uint8)
-    present = np.arange(num_bytes, dtype=np.uint8) < sizes[..., None]
-    return encoded[present], sizes.sum(axis=1, dtype=np.int64)
+        group = ((unsigned >> np.uint64(7 * byte)) & np.uint64(0x7F)).astype(np.uint8)
+        data[..., byte] = group | ((sizes > byte + 1) << 7).astype(np.uint8)
+    used = (np.arange(num_bytes, dtype=np.uint8) < sizes[..., None]).view(np.uint8)
+    return _Field(data, used, sizes.sum(axis=1, dtype=np.int64))
 
 
-def _interleave(pieces: list[tuple[np.ndarray, np.ndarray]], num_records: int):
-    """Concatenates, record by record, the pieces' bytes.
+def _length_field(lengths) -> _Field:
+    """A length (varint) per record; constant when the same in every record."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.ndim == 0 or (lengths == lengths[0]).all():
+        return _Field.constant(_varint_bytes(int(lengths.reshape(-1)[0])))
+    return _varint_field(lengths[:, None])
 
-    Each piece is (all records' bytes concatenated, bytes per record [N]);
-    record r of the output is piece 0's bytes of r, then piece 1's, ...
+
+def _columns(matrix: np.ndarray, columns: slice, like: np.ndarray) -> np.ndarray:
+    """The [N, C] `columns` of a uint8 matrix, viewed with the shape and type
+    of the field array `like` ([N, ...]; a constant [C] needs no view)."""
+    block = matrix[:, columns]
+    if like.ndim == 1:
+        return block
+    shape = block.shape[:1] + like.shape[1:] + (like.itemsize,)
+    return np.reshape(block, shape, copy=False).view(like.dtype)[..., 0]
+
+
+def _concatenate_rows(fields: list[_Field], num_records: int):
+    """Record r is the used bytes of row r of each field in turn.
+
+    Returns (buffer, offsets).
     """
-    lengths = np.stack([np.broadcast_to(n, (num_records,)) for _, n in pieces])
-    record_lengths = lengths.sum(axis=0)
+    merged: list[_Field] = []  # runs of constant fields fused
+    for field in fields:
+        if field.data.ndim == 1 and merged and merged[-1].data.ndim == 1:
+            merged[-1] = _Field.constant(merged[-1].data.tobytes() + field.data.tobytes())
+        else:
+            merged.append(field)
+    total_width = sum(field.width for field in merged)
+    data = np.empty((num_records, total_width), dtype=np.uint8)
+    used = np.empty((num_records, total_width), dtype=bool)
+    used_bytes = used.view(np.uint8)
+    record_lengths = np.zeros(num_records, dtype=np.int64)
+    column = 0
+    for field in merged:
+        columns = slice(column, column + field.width)
+        _columns(data, columns, field.data)[...] = field.data
+        if field.used is None:
+            used_bytes[:, columns] = 1
+        else:
+            _columns(used_bytes, columns, field.used)[...] = field.used
+        record_lengths += field.row_bytes
+        column += field.width
     offsets = np.zeros(num_records + 1, dtype=np.int64)
     np.cumsum(record_lengths, out=offsets[1:])
-    start_in_record = np.cumsum(lengths, axis=0) - lengths  # [pieces, N]
-    buffer = np.empty(offsets[-1], dtype=np.uint8)
-    for (data, _), piece_lengths, starts in zip(pieces, lengths, start_in_record):
-        destination = offsets[:-1] + starts
-        source = np.cumsum(piece_lengths) - piece_lengths
-        shift = np.repeat(destination - source, piece_lengths)
-        buffer[shift + np.arange(data.size)] = data
-    return buffer, offsets
-
-
-def _constant(data: bytes, num_records: int):
-    """A piece with the same bytes in every record: (bytes, N, constant=True)."""
-    return data, num_records, True
-
-
-def _varint_piece(values: np.ndarray):
-    """One varint per record; constant when all records hold the same value."""
-    values = np.asarray(values, dtype=np.int64)
-    if values.size and (values == values[0]).all():
-        return _constant(_varint_bytes(int(values[0])), values.size)
-    data, lengths = encode_varint_rows(values[:, None])
-    return data, lengths, False
+    return data.reshape(-1)[used.reshape(-1)], offsets
 
 
 def encode_examples(features: Mapping[str, np.ndarray],
@@ -123,12 +210,18 @@ def encode_examples(features: Mapping[str, np.ndarray],
         All serialised records, one after the other.
     offsets : [N + 1] int64
         Record i is ``buffer[offsets[i]:offsets[i + 1]]``.
+
+    Notes
+    -----
+    Cost O(N x W), W the widest a record can be: one pass per field to lay
+    out its columns (varints of values below 2**16 by table look-up), one
+    compress at the end.
     """
     names = sorted(features)
     if not names:
         raise ValueError("no features to encode")
     num_records = None
-    encoded = []
+    payloads = []
     for name in names:
         values = np.asarray(features[name])
         if values.ndim == 1:
@@ -141,63 +234,61 @@ def encode_examples(features: Mapping[str, np.ndarray],
             raise ValueError(f"feature {name!r} has {values.shape[0]} records, "
                              f"expected {num_records}")
         if name in float_features:
-            payload = np.ascontiguousarray(values, dtype="<f4").view(np.uint8).reshape(-1)
-            payload_lengths = np.full(num_records, 4 * values.shape[1], dtype=np.int64)
+            data = np.ascontiguousarray(values, dtype="<f4").view(np.uint8)
+            payload = _Field(data.reshape(num_records, -1), None, 4 * values.shape[1])
             kind = b"\x12"  # Feature.float_list
         else:
             if not np.issubdtype(values.dtype, np.integer):
                 raise ValueError(f"feature {name!r} must hold integers, got {values.dtype}")
-            payload, payload_lengths = encode_varint_rows(values)
+            payload = _varint_field(values)
             kind = b"\x1a"  # Feature.int64_list
-        encoded.append((name.encode(), kind, payload, payload_lengths))
+        payloads.append((name.encode(), kind, payload))
+
+    if num_records == 0:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
 
     def size(n):
         return 1 + varint_sizes(n) + n  # tag, length, body
 
-    pieces = []
     features_lengths = np.zeros(num_records, dtype=np.int64)
-    per_feature = []
-    for key, kind, payload, payload_lengths in encoded:
+    entries = []
+    for key, kind, payload in payloads:
+        payload_lengths = np.broadcast_to(payload.row_bytes, (num_records,))
         list_lengths = size(payload_lengths)  # the Int64List/FloatList message
         feature_lengths = size(list_lengths)  # the Feature message
-        key_piece = bytes([0x0A]) + _varint_bytes(len(key)) + key
-        entry_lengths = len(key_piece) + size(feature_lengths)
+        key_field = bytes([0x0A]) + _varint_bytes(len(key)) + key
+        entry_lengths = len(key_field) + size(feature_lengths)
         features_lengths += size(entry_lengths)
-        per_feature.append((key_piece, kind, payload, payload_lengths, list_lengths,
-                            feature_lengths, entry_lengths))
+        entries.append((key_field, kind, payload, payload_lengths, list_lengths,
+                        feature_lengths, entry_lengths))
 
-    pieces.append(_constant(b"\x0a", num_records))  # Example.features
-    pieces.append(_varint_piece(features_lengths))
-    for (key_piece, kind, payload, payload_lengths, list_lengths, feature_lengths,
-         entry_lengths) in per_feature:
-        pieces.append(_constant(b"\x0a", num_records))  # Features.feature entry
-        pieces.append(_varint_piece(entry_lengths))
-        pieces.append(_constant(key_piece + b"\x12", num_records))  # key, value tag
-        pieces.append(_varint_piece(feature_lengths))
-        pieces.append(_constant(kind, num_records))
-        pieces.append(_varint_piece(list_lengths))
-        pieces.append(_constant(b"\x0a", num_records))  # packed values
-        pieces.append(_varint_piece(payload_lengths))
-        pieces.append((payload, payload_lengths, False))
-    return _interleave(_merge_constants(pieces), num_records)
+    fields = [_Field.constant(b"\x0a"), _length_field(features_lengths)]  # Example.features
+    for (key_field, kind, payload, payload_lengths, list_lengths, feature_lengths,
+         entry_lengths) in entries:
+        fields += [_Field.constant(b"\x0a"),  # Features.feature entry
+                   _length_field(entry_lengths),
+                   _Field.constant(key_field + b"\x12"),  # key, value tag
+                   _length_field(feature_lengths),
+                   _Field.constant(kind),
+                   _length_field(list_lengths),
+                   _Field.constant(b"\x0a"),  # packed values
+                   _length_field(payload_lengths),
+                   payload]
+    return _concatenate_rows(fields, num_records)
 
 
-def _merge_constants(pieces):
-    """Fuses runs of constant pieces and tiles them: fewer, larger scatters."""
-    merged = []
-    for data, lengths, constant in pieces:
-        if constant and merged and merged[-1][2]:
-            merged[-1] = (merged[-1][0] + data, lengths, True)
-        else:
-            merged.append((data, lengths, constant))
-    result = []
-    for data, lengths, constant in merged:
-        if constant:
-            num_records = lengths
-            data, lengths = (np.tile(np.frombuffer(data, dtype=np.uint8), num_records),
-                             np.full(num_records, len(data), dtype=np.int64))
-        result.append((data, lengths))
-    return result
+def encode_varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varint encoding of each row of an [N, K] integer array.
+
+    Returns the bytes of all rows concatenated (uint8) and each row's byte
+    count [N].
+    """
+    values = np.asarray(values)
+    if values.ndim != 2:
+        raise ValueError(f"expected an [N, K] array, got shape {values.shape}")
+    field = _varint_field(values)
+    buffer, offsets = _concatenate_rows([field], values.shape[0])
+    return buffer, np.diff(offsets)
 
 
 def _varint_bytes(value: int) -> bytes:

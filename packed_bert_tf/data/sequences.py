@@ -10,6 +10,7 @@ invariant of a packed record on the way.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -30,12 +31,14 @@ def _ragged_positions(lengths: np.ndarray) -> np.ndarray:
     return np.arange(splits[-1]) - np.repeat(splits[:-1], lengths)
 
 
-def _ragged_take(values: np.ndarray, lengths: np.ndarray, rows: np.ndarray):
-    """Rows `rows` of a ragged array (flat values, row lengths), concatenated."""
-    splits = _row_splits(lengths)
+def _ragged_take_index(splits: np.ndarray, lengths: np.ndarray, rows: np.ndarray):
+    """Where rows `rows` of a ragged array (row splits, row lengths) lie in
+    its flat values, concatenated; and their lengths."""
     taken = lengths[rows]
-    index = np.repeat(splits[:-1][rows], taken) + _ragged_positions(taken)
-    return values[index], taken
+    starts = splits[:-1][rows]
+    # index = start of the element's row + its position in the row
+    shift = starts - (np.cumsum(taken) - taken)
+    return np.repeat(shift, taken) + np.arange(int(taken.sum())), taken
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -52,6 +55,10 @@ class SequenceBatch:
         positions relative to the sequence's first token ([CLS]), in record
         order
     next_sentence_labels : [N] int8
+
+    `token_splits` and `masked_splits` (where each sequence starts in the
+    flat arrays) are computed once, on first use; build changed copies with
+    ``dataclasses.replace``.
     """
 
     lengths: np.ndarray
@@ -107,17 +114,25 @@ class SequenceBatch:
             next_sentence_labels=np.asarray(
                 arrays["next_sentence_labels"]).reshape(-1).astype(np.int8))
 
+    @functools.cached_property
+    def token_splits(self) -> np.ndarray:
+        """[N + 1] where each sequence's tokens start in `token_ids`."""
+        return _row_splits(self.lengths)
+
+    @functools.cached_property
+    def masked_splits(self) -> np.ndarray:
+        """[N + 1] where each sequence's predictions start in `masked_ids`."""
+        return _row_splits(self.masked_counts)
+
     def take(self, indices: np.ndarray) -> "SequenceBatch":
         """The sequences at `indices`, in that order."""
         indices = np.asarray(indices, dtype=np.int64)
-        token_ids, lengths = _ragged_take(self.token_ids, self.lengths, indices)
-        segment_ids, _ = _ragged_take(self.segment_ids, self.lengths, indices)
-        masked_positions, masked_counts = _ragged_take(
-            self.masked_positions, self.masked_counts, indices)
-        masked_ids, _ = _ragged_take(self.masked_ids, self.masked_counts, indices)
-        return SequenceBatch(lengths, token_ids, segment_ids, masked_counts,
-                             masked_positions, masked_ids,
-                             self.next_sentence_labels[indices])
+        tokens, lengths = _ragged_take_index(self.token_splits, self.lengths, indices)
+        masked, masked_counts = _ragged_take_index(self.masked_splits,
+                                                   self.masked_counts, indices)
+        return SequenceBatch(lengths, self.token_ids[tokens], self.segment_ids[tokens],
+                             masked_counts, self.masked_positions[masked],
+                             self.masked_ids[masked], self.next_sentence_labels[indices])
 
     @classmethod
     def concatenate(cls, batches: Sequence["SequenceBatch"]) -> "SequenceBatch":
@@ -207,27 +222,37 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
     (masked_lm_weights float32).
 
     Pack k holds ``batch.take(packs[k])`` in that order. Vectorised over all
-    tokens; cost O(tokens + packs x S).
+    tokens; cost O(tokens + packs x S x D).
 
     Raises ValueError if a pack holds more than S tokens, D sequences or M
     masked tokens (run `masked_overflow_fix` first).
+
+    Notes
+    -----
+    A pack's tokens fill its first columns in pack order, so each token
+    feature is the pack-ordered token stream dropped into the [packs, S]
+    cells left of each pack's token count (one boolean-mask assignment);
+    input_mask and positions follow from each pack's sequence offsets.
     """
     max_len = record_format.max_sequence_length
     max_depth = record_format.max_sequences_per_pack
     max_masked = record_format.max_masked_tokens
     num_packs = len(packs)
     depths = np.diff(packs.row_splits)
-    ordered = batch.take(packs.sequence_indices)  # sequences in pack order
+    sequences = np.asarray(packs.sequence_indices, dtype=np.int64)  # pack order
+    tokens, lengths = _ragged_take_index(batch.token_splits, batch.lengths, sequences)
+    masked, masked_counts = _ragged_take_index(batch.masked_splits,
+                                               batch.masked_counts, sequences)
     pack_of = np.repeat(np.arange(num_packs), depths)  # [n]
     slot = _ragged_positions(depths)  # [n] 0-based sequence index in its pack
     # Offset of each sequence's first token in its pack.
-    ends = np.cumsum(ordered.lengths)
+    ends = np.cumsum(lengths)
     pack_token_start = np.concatenate([[0], ends])[packs.row_splits[:-1]]
-    offset = ends - ordered.lengths - np.repeat(pack_token_start, depths)
+    offset = ends - lengths - np.repeat(pack_token_start, depths)
 
-    tokens_per_pack = np.add.reduceat(ordered.lengths, packs.row_splits[:-1]) \
+    tokens_per_pack = np.add.reduceat(lengths, packs.row_splits[:-1]) \
         if num_packs else np.zeros(0, np.int64)
-    masked_per_pack = np.add.reduceat(ordered.masked_counts, packs.row_splits[:-1]) \
+    masked_per_pack = np.add.reduceat(masked_counts, packs.row_splits[:-1]) \
         if num_packs else np.zeros(0, np.int64)
     for what, amount, limit in (("tokens", tokens_per_pack, max_len),
                                 ("sequences", depths, max_depth),
@@ -241,29 +266,29 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
            for name, length in record_format.feature_lengths().items()}
     out["masked_lm_weights"] = out["masked_lm_weights"].astype(np.float32)
 
-    within = _ragged_positions(ordered.lengths)  # token index in its sequence
-    rows = np.repeat(pack_of, ordered.lengths)
-    columns = np.repeat(offset, ordered.lengths) + within
-    out["input_ids"][rows, columns] = ordered.token_ids
-    out["segment_ids"][rows, columns] = ordered.segment_ids
-    out["input_mask"][rows, columns] = np.repeat(slot + 1, ordered.lengths)
-    out["positions"][rows, columns] = within
+    column = np.arange(max_len, dtype=np.int32)[None, :]
+    real = column < tokens_per_pack[:, None]  # [P, S] a token, not padding
+    out["input_ids"][real] = batch.token_ids[tokens]
+    out["segment_ids"][real] = batch.segment_ids[tokens]
+    # Sequence j of pack k starts at column starts[k, j] (S: no sequence j).
+    starts = np.full((num_packs, max_depth), max_len, dtype=np.int32)
+    starts[pack_of, slot] = offset
+    input_mask, sequence_start = out["input_mask"], np.zeros_like(out["positions"])
+    input_mask[real] = 1
+    for depth in range(1, max_depth):
+        later = (column >= starts[:, depth, None]) & real  # in sequence depth or after
+        input_mask += later
+        np.copyto(sequence_start, starts[:, depth, None], where=later)
+    np.subtract(column, sequence_start, out=out["positions"], where=real)
 
-    masked_rows = np.repeat(pack_of, ordered.masked_counts)
-    masked_start = np.cumsum(ordered.masked_counts) - ordered.masked_counts
-    pack_masked_start = np.concatenate([[0], np.cumsum(ordered.masked_counts)])[
-        packs.row_splits[:-1]]
-    masked_columns = (np.repeat(masked_start - np.repeat(pack_masked_start, depths),
-                                ordered.masked_counts)
-                      + _ragged_positions(ordered.masked_counts))
-    out["masked_lm_positions"][masked_rows, masked_columns] = (
-        ordered.masked_positions + np.repeat(offset, ordered.masked_counts))
-    out["masked_lm_ids"][masked_rows, masked_columns] = ordered.masked_ids
-    out["masked_lm_weights"][masked_rows, masked_columns] = np.repeat(
-        slot + 1, ordered.masked_counts)
+    masked_real = np.arange(max_masked)[None, :] < masked_per_pack[:, None]  # [P, M]
+    out["masked_lm_positions"][masked_real] = (
+        batch.masked_positions[masked] + np.repeat(offset, masked_counts))
+    out["masked_lm_ids"][masked_real] = batch.masked_ids[masked]
+    out["masked_lm_weights"][masked_real] = np.repeat(slot + 1, masked_counts)
 
     out["next_sentence_positions"][pack_of, slot] = offset
-    out["next_sentence_labels"][pack_of, slot] = ordered.next_sentence_labels
+    out["next_sentence_labels"][pack_of, slot] = batch.next_sentence_labels[sequences]
     out["next_sentence_weights"][pack_of, slot] = 1
     return out
 

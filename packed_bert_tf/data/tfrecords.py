@@ -92,7 +92,8 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
     Integer features come back as int64, the weights as float32. With
     `features` (names), only those are parsed: reading two of seven features
     of an MLPerf record is about twice as fast. Batch by batch, so that a
-    large file never has to fit in memory as int64 arrays.
+    large file never has to fit in memory as int64 arrays. The arrays are
+    TensorFlow's own buffers, not copies: read-only.
 
     Raises
     ------
@@ -122,7 +123,8 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
             raise RecordError(f"{path}: no such file") from None
         except tf.errors.InvalidArgumentError:
             raise RecordError(_first_unparsable_record(path, start, spec)) from None
-        arrays = {name: parsed[name].numpy() for name in spec}  # the format's order
+        # np.asarray shares the tensors' memory (.numpy() would copy them).
+        arrays = {name: np.asarray(parsed[name]) for name in spec}  # the format's order
         yield start, arrays
         start += next(iter(arrays.values())).shape[0]
 

@@ -68,3 +68,56 @@ def test_parse_example_reads_what_we_wrote():
 def test_bad_features_are_rejected(features, message):
     with pytest.raises(ValueError, match=message):
         encode_examples(features)
+
+
+@pytest.mark.parametrize("values", [
+    [0, 5, 127],  # one byte each: the values themselves
+    [0, 128, 300, 16383],  # two-byte words from the table
+    [0, 16384, 30521, 65535],  # four-byte words from the table
+    [0, 65536, 2**21 - 1, 2**21, 2**28 - 1],  # four-byte words computed
+    [0, 2**28, 2**35, 2**63 - 1],  # wider than a word
+    [-1, 0, 5, -(2**63)],  # negative: ten bytes
+])
+def test_every_varint_width_equals_the_protobuf_library(values):
+    features = {"ids": np.array([values, values[::-1]], dtype=np.int64),
+                "small": np.array([[1], [2]], dtype=np.int32)}
+    buffer, offsets = encode_examples(features)
+    for row in range(2):
+        assert buffer[offsets[row]:offsets[row + 1]].tobytes() == _reference(
+            features, set(), row)
+    data, sizes = encode_varint_rows(features["ids"])
+    assert sizes.tolist() == [int(varint_sizes(np.array(values)).sum())] * 2
+    assert data.size == sizes.sum()
+
+
+def test_packed_records_equal_the_protobuf_library():
+    from packed_bert_tf.data import synthetic
+    from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
+    from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+    from packed_bert_tf.packing import assign_sequences, pack_lengths
+
+    lengths = np.random.default_rng(0).integers(5, 129, 300)
+    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=128,
+                                       max_predictions_per_seq=20, seed=0)
+    batch = SequenceBatch.from_unpacked_arrays(arrays)
+    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, 128, 3), seed=0)
+    features = pack_sequences(batch, packs, RecordFormat.packed_format(128, 22, 3))
+    buffer, offsets = encode_examples(features, float_features=FLOAT_FEATURE_NAMES)
+    assert offsets.size == len(packs) + 1 and offsets[-1] == buffer.size
+    for row in range(0, len(packs), 7):
+        assert buffer[offsets[row]:offsets[row + 1]].tobytes() == _reference(
+            features, FLOAT_FEATURE_NAMES, row)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint16, np.int32, np.uint32,
+                                   np.uint64])
+def test_any_integer_type(dtype):
+    values = np.array([[0, 1, 127, 128, 255], [200, 7, 0, 0, 1]], dtype=dtype)
+    reference, _ = encode_examples({"a": values.astype(np.int64)})
+    buffer, _ = encode_examples({"a": values})
+    assert buffer.tobytes() == reference.tobytes()
+
+
+def test_no_records():
+    buffer, offsets = encode_examples({"a": np.zeros((0, 3), np.int64)})
+    assert buffer.size == 0 and offsets.tolist() == [0]

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -55,6 +57,67 @@ def test_pack_then_unpack_gives_back_every_sequence(rng):
                                                      np.diff(packs.row_splits)))
 
 
+def _pack_one_by_one(batch, packs, record_format):
+    """pack_sequences written the obvious way: a Python loop over packs."""
+    out = {name: np.zeros((len(packs), length), np.int64)
+           for name, length in record_format.feature_lengths().items()}
+    token_splits = np.concatenate([[0], np.cumsum(batch.lengths)])
+    masked_splits = np.concatenate([[0], np.cumsum(batch.masked_counts)])
+    for pack in range(len(packs)):
+        column = masked_slot = 0
+        members = packs.sequence_indices[packs.row_splits[pack]:packs.row_splits[pack + 1]]
+        for depth, sequence in enumerate(members):
+            tokens = slice(token_splits[sequence], token_splits[sequence + 1])
+            length = batch.lengths[sequence]
+            span = slice(column, column + length)
+            out["input_ids"][pack, span] = batch.token_ids[tokens]
+            out["segment_ids"][pack, span] = batch.segment_ids[tokens]
+            out["input_mask"][pack, span] = depth + 1
+            out["positions"][pack, span] = np.arange(length)
+            masked = slice(masked_splits[sequence], masked_splits[sequence + 1])
+            count = batch.masked_counts[sequence]
+            slots = slice(masked_slot, masked_slot + count)
+            out["masked_lm_positions"][pack, slots] = batch.masked_positions[masked] + column
+            out["masked_lm_ids"][pack, slots] = batch.masked_ids[masked]
+            out["masked_lm_weights"][pack, slots] = depth + 1
+            out["next_sentence_positions"][pack, depth] = column
+            out["next_sentence_labels"][pack, depth] = batch.next_sentence_labels[sequence]
+            out["next_sentence_weights"][pack, depth] = 1
+            column += length
+            masked_slot += count
+    return out
+
+
+@pytest.mark.parametrize("max_depth", [1, 2, 3, 5])
+def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
+    lengths = rng.integers(5, S + 1, 300)
+    _, batch = _batch(lengths, seed=2)
+    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, max_depth),
+                             seed=4)
+    record_format = RecordFormat.packed_format(S, P + max_depth - 1, max_depth)
+    packs, _ = masked_overflow_fix(batch.lengths, batch.masked_counts, packs,
+                                   max_masked_tokens=record_format.max_masked_tokens,
+                                   max_sequence_length=S, max_sequences_per_pack=max_depth)
+    out = pack_sequences(batch, packs, record_format)
+    expected = _pack_one_by_one(batch, packs, record_format)
+    assert set(out) == set(expected)
+    for name in expected:
+        np.testing.assert_array_equal(out[name], expected[name], err_msg=name)
+        assert out[name].dtype == (np.float32 if name == "masked_lm_weights" else np.int32)
+
+
+def test_take_keeps_each_sequence_whole(rng):
+    lengths = rng.integers(5, S + 1, 50)
+    _, batch = _batch(lengths, seed=5)
+    order = rng.permutation(50)[:30]
+    taken = batch.take(order)
+    parts = [batch.take([i]) for i in order]  # one sequence at a time
+    np.testing.assert_array_equal(taken.fingerprints(),
+                                  np.concatenate([p.fingerprints() for p in parts]))
+    np.testing.assert_array_equal(taken.token_splits,
+                                  np.concatenate([[0], np.cumsum(batch.lengths[order])]))
+
+
 def test_fingerprints_see_every_field():
     _, batch = _batch([10, 10])
     base = batch.fingerprints()
@@ -63,7 +126,7 @@ def test_fingerprints_see_every_field():
                   "next_sentence_labels"):
         values = getattr(batch, field).copy()
         values[0] = values[0] + 1
-        changed = SequenceBatch(**{**batch.__dict__, field: values})
+        changed = dataclasses.replace(batch, **{field: values})
         assert changed.fingerprints()[0] != base[0], field
 
 

@@ -27,6 +27,18 @@ def test_round_trip_in_batches(tmp_path):
     assert back["masked_lm_weights"].dtype == np.float32
 
 
+def test_batches_stay_valid_after_the_iteration_moves_on(tmp_path):
+    arrays = _arrays(10, seed=1)
+    path = str(tmp_path / "a.tfrecord")
+    tfrecords.write_arrays(path, arrays)
+    batches = list(tfrecords.iter_array_batches(path, FORMAT, batch_size=3))
+    assert [start for start, _ in batches] == [0, 3, 6, 9]
+    for name in arrays:
+        np.testing.assert_array_equal(np.concatenate([b[name] for _, b in batches]),
+                                      arrays[name])
+    assert not batches[0][1]["input_ids"].flags.writeable  # TensorFlow's buffer
+
+
 def test_a_failed_write_leaves_nothing(tmp_path):
     path = tmp_path / "a.tfrecord"
     with pytest.raises(RuntimeError):

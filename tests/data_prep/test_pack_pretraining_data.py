@@ -19,26 +19,38 @@ from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_d
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
-def _run(module, *args, tmp_path):
+def _run(module, *args, tmp_path, python_options=()):
     env = dict(os.environ, TMPDIR=str(tmp_path))  # Beam leaves beam-temp* here
-    return subprocess.run([sys.executable, "-m", f"data_prep.{module}", *args],
-                          capture_output=True, text=True, env=env)
+    return subprocess.run([sys.executable, *python_options, "-m", f"data_prep.{module}",
+                           *args], capture_output=True, text=True, env=env)
 
 
-def _pack(unpacked, output_dir, tmp_path, *extra):
+def _pack(unpacked, output_dir, tmp_path, *extra, python_options=()):
     return _run("pack_pretraining_data", f"--input_file={','.join(unpacked)}",
                 f"--output_dir={output_dir}", "--num_output_shards=2",
                 f"--max_sequence_length={SMALL_SEQ_LENGTH}",
                 f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *extra,
-                tmp_path=tmp_path)
+                tmp_path=tmp_path, python_options=python_options)
 
 
 @pytest.fixture(scope="module")
 def packed_dir(tmp_path_factory, unpacked_files):
     tmp_path = tmp_path_factory.mktemp("packed")
-    result = _pack(unpacked_files, tmp_path / "out", tmp_path)
+    # -X importtime lists the launching process's imports (not the workers').
+    result = _pack(unpacked_files, tmp_path / "out", tmp_path,
+                   python_options=("-X", "importtime"))
     assert result.returncode == 0, result.stderr[-3000:]
+    (tmp_path / "stderr.txt").write_text(result.stderr)
     return tmp_path / "out", result.stdout
+
+
+def test_the_launching_process_never_imports_tensorflow(packed_dir):
+    # Seconds of start-up saved: only the workers read and write records.
+    stderr = (packed_dir[0].parent / "stderr.txt").read_text()
+    imports = [line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines()
+               if line.startswith("import time:")]
+    assert "apache_beam" in imports  # the listing is there
+    assert not [name for name in imports if name.split(".")[0] == "tensorflow"]
 
 
 def test_pack_writes_shards_and_stats(packed_dir, unpacked_files):
@@ -154,6 +166,36 @@ def test_an_earlier_run_is_not_overwritten_by_accident(packed_dir, unpacked_file
     assert "already holds" in result.stderr.splitlines()[-1]
     assert "pass --overwrite to replace" in result.stderr.splitlines()[-1]
     assert (output_dir / "packing_stats.json").exists()
+
+
+def test_overwrite_replaces_an_earlier_run(packed_dir, unpacked_files, tmp_path):
+    output_dir, _ = packed_dir
+    again = tmp_path / "again"
+    again.mkdir()
+    for name in os.listdir(output_dir):
+        (again / name).write_bytes((output_dir / name).read_bytes())
+    (again / "part-00005-of-00009.tfrecord").write_bytes(b"stale")  # another run's
+    (again / "notes.txt").write_text("kept")
+    result = _pack(unpacked_files, again, tmp_path, "--overwrite", *IN_MEMORY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(os.listdir(again)) == sorted(os.listdir(output_dir) + ["notes.txt"])
+    for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
+        assert (again / shard).read_bytes() == (output_dir / shard).read_bytes()
+
+
+def test_match_files(tmp_path):
+    for name in ("b.tfrecord", "a.tfrecord", "c.txt"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "d.tfrecord").write_bytes(b"")
+    files = pack_pipeline.match_files(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
+    assert files == [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
+    assert files == tfrecords.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
+    assert pack_pipeline.match_files([str(tmp_path / "c.txt")]) == [str(tmp_path / "c.txt")]
+    with pytest.raises(ValueError, match=r"--input_file: '.*/nothing\*' matches no files"):
+        pack_pipeline.match_files(f"{tmp_path}/nothing*")
+    with pytest.raises(ValueError, match="--input_file is empty"):
+        pack_pipeline.match_files(" , ")
 
 
 def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
