@@ -50,6 +50,19 @@ def define_flags():
                        "Average sequences per pack. Default: packing_stats.json beside "
                        "the packed input.")
     flags.DEFINE_integer("shuffle_buffer_size", 10_000, "Records in the shuffle buffer.")
+    flags.DEFINE_enum("batching", "packed", ["packed", "bucketed", "padded"],
+                      "packed: the records as they are (packed records give packed "
+                      "batches). padded: unpacked records padded to --max_seq_length "
+                      "(standard BERT). bucketed: unpacked records batched by length "
+                      "(packed_bert_tf.batching).")
+    flags.DEFINE_list("bucket_boundaries", None,
+                      "--batching=bucketed: bucket upper edges, e.g. 128,256,384,512 "
+                      "(default: four equal buckets).")
+    flags.DEFINE_integer("pool_size", 8192,
+                         "--batching=bucketed: records sorted into buckets together.")
+    flags.DEFINE_integer("token_budget", None,
+                         "--batching=bucketed: rows x length per step instead of "
+                         "--train_batch_size rows.")
 
     # Optimisation.
     flags.DEFINE_integer("train_batch_size", 32,
@@ -103,6 +116,12 @@ def main(argv):
     options = PretrainingOptions(**{
         field.name: FLAGS[field.name].value
         for field in dataclasses.fields(PretrainingOptions) if field.name in FLAGS})
+    if options.bucket_boundaries:
+        try:
+            options.bucket_boundaries = tuple(int(b) for b in options.bucket_boundaries)
+        except ValueError:
+            sys.exit(f"run_pretraining: --bucket_boundaries="
+                     f"{','.join(FLAGS.bucket_boundaries)} are not integers")
     try:
         run_pretraining(options)
     except (ValueError, NonFiniteLossError) as error:

@@ -65,6 +65,15 @@ def define_flags():
     flags.DEFINE_enum("mixed_precision", "none", list(MIXED_PRECISION),
                       "bf16 or fp16 compute with float32 variables.")
     flags.DEFINE_integer("seed", None, "Seed of weights, dropout, packing and order.")
+    flags.DEFINE_enum("batching", None, ["packed", "bucketed", "padded"],
+                      "packed: several features per row (the default, --packing). "
+                      "padded: one feature per row at --max_seq_length (--packing=false)."
+                      " bucketed: one feature per row, batches padded to their length "
+                      "bucket (packed_bert_tf.batching).")
+    flags.DEFINE_list("bucket_boundaries", None,
+                      "--batching=bucketed: bucket upper edges (default: four equal).")
+    flags.DEFINE_integer("pool_size", 8192,
+                         "--batching=bucketed: features sorted into buckets together.")
 
 
 def main(argv):
@@ -76,6 +85,12 @@ def main(argv):
     options = SquadOptions(**{
         field.name: FLAGS[field.name].value
         for field in dataclasses.fields(SquadOptions) if field.name in FLAGS})
+    if options.bucket_boundaries:
+        try:
+            options.bucket_boundaries = tuple(int(b) for b in options.bucket_boundaries)
+        except ValueError:
+            sys.exit(f"run_squad: --bucket_boundaries={','.join(FLAGS.bucket_boundaries)}"
+                     f" are not integers")
     try:
         run_squad(options)
     except (ValueError, NonFiniteLossError) as error:

@@ -135,3 +135,91 @@ def predict_logits(model, packs: SquadPacks, batch_size: int, *,
         empty = np.zeros((0, packs.max_sequence_length), np.float32)
         return unpack_logits(packs, np.zeros(0, np.int64), empty, empty)
     return unpack_logits(packs, *(np.concatenate(part) for part in parts))
+
+
+def bucketed_squad_dataset(packs: SquadPacks, batch_size: int, *, seed: int,
+                           boundaries=None, pool_size: int = 8192,
+                           input_context: tf.distribute.InputContext | None = None,
+                           skip_batches: int = 0) -> tf.data.Dataset:
+    """Length-bucketed training batches of unpacked SQuAD features, repeated forever.
+
+    Each epoch is planned by `packed_bert_tf.batching` (seeded by (seed,
+    epoch)): features shuffled, sorted by length in pools of `pool_size`,
+    cut into batches of `batch_size` rows padded to their bucket's boundary
+    (one shape per bucket), and dealt in steps of one batch per replica of
+    this pipeline, every batch of a step at one shape and of comparable cost.
+    Every feature of the pipeline's share appears once per epoch.
+
+    Args:
+      packs: an unpacked layout (``pack_features(..., packed=False)``).
+      batch_size: the global batch size (rows per step over all replicas).
+      seed: seeds the plans.
+      boundaries: bucket upper edges; default four equal buckets up to S.
+      pool_size: features bucketed together.
+      input_context: pipeline i takes features i, i + n, ... of n pipelines.
+      skip_batches: batches of this pipeline to skip (a resumed run).
+
+    Returns:
+      tf.data.Dataset of the layout of `squad_dataset`, shapes [None, None] /
+      [None, 1] / [None].
+    """
+    from packed_bert_tf.batching.bucketing import bucket_batches
+    from packed_bert_tf.batching.dataset import default_boundaries
+    from packed_bert_tf.batching.sharding import balance_across_workers
+
+    if packs.packed:
+        raise ValueError("bucketed batches need the unpacked layout (packed=False)")
+    pipelines, pipeline_id, rows_per_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        rows_per_batch = input_context.get_per_replica_batch_size(batch_size)
+    replicas = 1 if input_context is None else (input_context.num_replicas_in_sync
+                                                // pipelines)
+    max_length = packs.max_sequence_length
+    boundaries = tuple(boundaries or default_boundaries(max_length))
+    rows = np.arange(pipeline_id, packs.num_packs, pipelines)
+    lengths = packs.feature_length[rows]  # unpacked: feature f is row f
+    arrays = {name: value[rows] for name, value in packs.arrays.items()}
+    arrays["pack_index"] = rows.astype(np.int32)
+
+    def batch(example_rows, num_rows, length):
+        out = {}
+        for name, value in arrays.items():
+            taken = value[example_rows]
+            if taken.ndim == 2 and value.shape[1] == max_length:
+                taken = taken[:, :length]
+            fill = -1 if name == "pack_index" else 0
+            pad = [(0, num_rows - len(example_rows))] + [(0, 0)] * (taken.ndim - 1)
+            out[name] = np.pad(taken, pad, constant_values=fill)
+        return out
+
+    def generate():
+        epoch = 0
+        while True:
+            plan = bucket_batches(lengths, batch_size=rows_per_batch, pool_size=pool_size,
+                                  boundaries=boundaries, pad_to_bucket_boundary=True,
+                                  max_sequence_length=max_length, seed=seed, epoch=epoch)
+            steps = balance_across_workers(plan, replicas, seed=seed + epoch)
+            for step in range(steps.num_steps):
+                for worker in range(replicas):
+                    index = steps.batch_indices[step, worker]
+                    members = (plan.example_indices[plan.row_splits[index]:
+                                                    plan.row_splits[index + 1]]
+                               if index >= 0 else np.zeros(0, np.int64))
+                    yield batch(members, int(steps.batch_rows[step, worker]),
+                                int(steps.padded_lengths[step, worker]))
+            epoch += 1
+
+    # Rows and token length vary; the sequence axis (D = 1) stays static.
+    def spec(value):
+        if value.ndim == 1:
+            return tf.TensorSpec([None], tf.as_dtype(value.dtype))
+        width = None if value.shape[1] == max_length else value.shape[1]
+        return tf.TensorSpec([None, width], tf.as_dtype(value.dtype))
+
+    signature = {name: spec(value) for name, value in arrays.items()}
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches)
+    return dataset.prefetch(tf.data.AUTOTUNE)

@@ -81,7 +81,28 @@ class SquadOptions:
     jit_compile: bool = True
     mixed_precision: str = "none"
     seed: int | None = None
+    batching: str | None = None
+    bucket_boundaries: tuple | None = None
+    pool_size: int = 8192
     progress_bar: bool | None = None
+
+
+BATCHING = ("packed", "bucketed", "padded")
+
+
+def resolve_batching(options: SquadOptions) -> str:
+    """``--batching``, defaulting from ``--packing`` (packed, or padded without it)."""
+    if options.batching is None:
+        return "packed" if options.packing else "padded"
+    if options.batching not in BATCHING:
+        raise ValueError(f"--batching={options.batching!r} is not one of "
+                         f"{', '.join(BATCHING)}")
+    if options.batching == "packed" and not options.packing:
+        raise ValueError("--batching=packed contradicts --packing=false")
+    if options.batching == "bucketed" and options.steps_per_update != 1:
+        raise ValueError("--batching=bucketed gives batches of different shapes, which "
+                         "cannot be stacked for accumulation: use --steps_per_update=1")
+    return options.batching
 
 
 def check_options(options: SquadOptions, config, strategy) -> None:
@@ -99,6 +120,7 @@ def check_options(options: SquadOptions, config, strategy) -> None:
     if options.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm={options.algorithm!r} is not one of "
                          f"{', '.join(ALGORITHMS)}")
+    resolve_batching(options)
     check_feature_arguments(options.max_seq_length, options.doc_stride,
                             options.max_query_length)
     if options.max_seq_length > config.max_position_embeddings:
@@ -150,10 +172,11 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
     feature_args = dict(max_seq_length=options.max_seq_length,
                         doc_stride=options.doc_stride,
                         max_query_length=options.max_query_length)
-    pack_args = dict(packed=options.packing,
+    batching = resolve_batching(options)
+    pack_args = dict(packed=batching == "packed",
                      max_sequences_per_pack=options.max_sequences_per_pack,
                      algorithm=options.algorithm, seed=options.seed or 0)
-    summary: dict = {"options": dataclasses.asdict(options),
+    summary: dict = {"options": dataclasses.asdict(options), "batching": batching,
                      "replicas": strategy.num_replicas_in_sync}
 
     train_packs = predict_data = None
@@ -178,7 +201,7 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
             options.learning_rate, total_steps,
             int(total_steps * options.warmup_proportion))
         with strategy.scope():
-            model = BertSquadModel(config, packed=options.packing)
+            model = BertSquadModel(config, packed=batching == "packed")
             model.build()
             optimizer = create_optimizer(options.optimizer, schedule,
                                          loss_scaling=options.mixed_precision == "fp16")
@@ -217,7 +240,8 @@ def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_st
     dataset_fn = task.train_dataset_fn(
         packs, global_batch_size=options.train_batch_size,
         steps_per_update=trainer.steps_per_update, seed=options.seed,
-        skip_steps=start_step)
+        skip_steps=start_step, bucketed=options.batching == "bucketed",
+        bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
     iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
     logger = TrainingLogger(output_dir, total_steps, progress_bar=options.progress_bar)
     try:

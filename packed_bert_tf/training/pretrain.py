@@ -81,7 +81,14 @@ class PretrainingOptions:
     mixed_precision: str = "none"
     log_every_n_steps: int = 100
     shuffle_buffer_size: int = 10_000
+    batching: str = "packed"
+    bucket_boundaries: tuple | None = None
+    pool_size: int = 8192
+    token_budget: int | None = None
     progress_bar: bool | None = None
+
+
+BATCHING = ("packed", "bucketed", "padded")
 
 
 @dataclasses.dataclass
@@ -104,6 +111,9 @@ def _check_positive(options: PretrainingOptions) -> None:
     for name in ("num_warmup_steps", "save_checkpoints_steps", "max_eval_steps"):
         if getattr(options, name) < 0:
             raise ValueError(f"--{name} must be >= 0, got {getattr(options, name)}")
+    if options.batching not in BATCHING:
+        raise ValueError(f"--batching={options.batching!r} is not one of "
+                         f"{', '.join(BATCHING)}")
     if options.packing_hyperparameter_adjustment not in PACKING_MODES:
         raise ValueError(f"--packing_hyperparameter_adjustment="
                          f"{options.packing_hyperparameter_adjustment!r} is not one of "
@@ -131,6 +141,7 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         train_format = pretraining.expected_record_format(
             train_files, packed_input=options.packed_input, **sizes)
         pretraining.check_token_ids(train_files, train_format, config.vocab_size)
+        _check_batching(options, train_files, train_format)
         packing_factor = _packing_factor(options, train_files, train_format)
     if options.do_eval:
         if not options.eval_input_file:
@@ -141,6 +152,23 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         eval_format = pretraining.expected_record_format(eval_files, **sizes)
         pretraining.check_token_ids(eval_files, eval_format, config.vocab_size)
     return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor)
+
+
+def _check_batching(options, files, record_format) -> None:
+    """``--batching``: packed reads the records as they are (packed or not);
+    padded and bucketed need unpacked records (one sequence per row)."""
+    if options.batching == "packed":
+        return
+    if record_format.packed:
+        raise ValueError(f"--batching={options.batching} needs unpacked records, but "
+                         f"{files[0]} is packed")
+    if options.batching == "bucketed":
+        if options.steps_per_update != 1:
+            raise ValueError("--batching=bucketed gives batches of different shapes, "
+                             "which cannot be stacked for accumulation: use "
+                             "--steps_per_update=1")
+        if options.seed is None:
+            raise ValueError("--batching=bucketed needs --seed (its plans are seeded)")
 
 
 def _packing_factor(options, files, record_format) -> float | None:
@@ -227,11 +255,15 @@ def run_pretraining(options: PretrainingOptions,
 
 def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir) -> dict:
     strategy = trainer.strategy
-    dataset_fn = pretraining.train_dataset_fn(
-        inputs.train_files, global_batch_size=options.train_batch_size,
-        steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
-        seed=options.seed, skip_steps=start_step,
-        shuffle_buffer_size=options.shuffle_buffer_size)
+    if options.batching == "bucketed":
+        dataset_fn = pretraining.bucketed_train_dataset_fn(
+            inputs.train_files, options, skip_steps=start_step)
+    else:
+        dataset_fn = pretraining.train_dataset_fn(
+            inputs.train_files, global_batch_size=options.train_batch_size,
+            steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
+            seed=options.seed, skip_steps=start_step,
+            shuffle_buffer_size=options.shuffle_buffer_size)
     iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
     logger = TrainingLogger(output_dir, options.num_train_steps,
                             progress_bar=options.progress_bar)

@@ -141,6 +141,32 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
     return dataset_fn
 
 
+def bucketed_train_dataset_fn(files: Sequence[str], options, *, skip_steps: int = 0):
+    """``dataset_fn`` of length-bucketed batches (`packed_bert_tf.batching`).
+
+    Batches have their bucket's shape; each step's batches (one per replica
+    of a pipeline) share a shape and have comparable cost. Elements are
+    [1, rows, length] (one micro-batch per update).
+    """
+    from packed_bert_tf.batching.dataset import bucketed_pretraining_dataset
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        replicas_per_pipeline = (input_context.num_replicas_in_sync
+                                 // input_context.num_input_pipelines)
+        dataset = bucketed_pretraining_dataset(
+            files, max_seq_length=options.max_seq_length,
+            max_predictions_per_seq=options.max_predictions_per_seq,
+            batch_size=None if options.token_budget else options.train_batch_size,
+            token_budget=options.token_budget, boundaries=options.bucket_boundaries,
+            pool_size=options.pool_size, seed=options.seed, input_context=input_context,
+            shuffle_buffer_size=options.shuffle_buffer_size)
+        if skip_steps:
+            dataset = dataset.skip(skip_steps * replicas_per_pipeline)
+        return stack_micro_batches(dataset, 1)
+
+    return dataset_fn
+
+
 def eval_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                     record_format: RecordFormat):
     """Evaluation ``dataset_fn``: every record once, then empty batches."""

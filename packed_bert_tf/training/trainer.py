@@ -55,8 +55,11 @@ def batch_statistics(input_mask: tf.Tensor, sequence_weights: tf.Tensor) -> dict
 
 
 def merge_micro_batches(features: Features) -> dict:
-    """[K, b, ...] features -> [K * b, ...] (for counts over a whole update)."""
-    return {name: tf.reshape(value, [-1] + value.shape[2:].as_list())
+    """[K, b, ...] features -> [K * b, ...] (for counts over a whole update).
+
+    Works for batches whose sizes are only known at run time (bucketing).
+    """
+    return {name: tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], axis=0))
             for name, value in features.items()}
 
 

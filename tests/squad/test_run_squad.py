@@ -39,15 +39,20 @@ def options(files, output_dir, **overrides):
     return SquadOptions(**values)
 
 
-@pytest.mark.parametrize("packing, batch_size, epochs", [(True, 8, 30), (False, 16, 12)])
-def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, packing, batch_size,
+@pytest.mark.parametrize("batching, batch_size, epochs", [
+    ("packed", 8, 30), ("padded", 16, 12), ("bucketed", 16, 12)])
+def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch_size,
                                                 epochs):
     # About the same number of sequences either way (packing factor about 2.7).
     summary = run_squad(options(files, tmp_path, do_train=True, do_predict=True,
-                                packing=packing, train_batch_size=batch_size,
-                                num_train_epochs=epochs))
+                                batching=batching, train_batch_size=batch_size,
+                                num_train_epochs=epochs, bucket_boundaries=(8, 16, 32)))
+    packing = batching == "packed"
     features = summary["train_features"]
     assert features["features"] == 96
+    if batching == "bucketed":
+        # Batches at their bucket's length: far less padding than 32 tokens a row.
+        assert summary["train"]["occupancy"] > 0.6
     if packing:
         assert features["packing_factor"] > 2.5 and features["rows"] < 40
     else:
@@ -60,7 +65,7 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, packing, batch_
     assert json.loads((tmp_path / "eval_results.json").read_text())["exact_match"] == \
         summary["predict"]["exact_match"]
     # Features were cached next to the output, and are read back on a second run.
-    again = run_squad(options(files, tmp_path, do_predict=True, packing=packing))
+    again = run_squad(options(files, tmp_path, do_predict=True, batching=batching))
     assert again["predict"]["from_cache"]
     assert again["predict"]["exact_match"] == summary["predict"]["exact_match"]
 
@@ -73,6 +78,8 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, packing, batch_
     (dict(max_seq_length=128), "--max_seq_length=128 exceeds max_position_embeddings 64"),
     (dict(algorithm="best"), "--algorithm='best' is not one of"),
     (dict(doc_stride=0), "doc_stride"),
+    (dict(batching="packed", packing=False), "contradicts --packing=false"),
+    (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
 ])
 def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):

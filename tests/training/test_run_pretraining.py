@@ -193,3 +193,25 @@ def test_the_script_reports_bad_input_in_one_line(tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == \
         "run_pretraining: --bert_config_file=/nonexistent.json: no such file"
+
+
+@pytest.mark.parametrize("batching", ["bucketed", "padded"])
+def test_length_aware_batching_trains_on_unpacked_records(config_file, unpacked_files,
+                                                          tmp_path, batching):
+    summary = run_pretraining(options(
+        config_file, tmp_path, do_train=True, input_file=",".join(unpacked_files),
+        batching=batching, bucket_boundaries=(16, 32, 64), pool_size=64,
+        num_train_steps=6))
+    train = summary["train"]
+    assert train["final_step"] == 6 and train["train_steps_function_traces"] == 1
+    # Bucketing pads less: occupancy above the padded batches' (about 0.6 here).
+    if batching == "bucketed":
+        assert train["occupancy"] > 0.8
+    else:
+        assert train["occupancy"] < 0.75
+
+
+def test_length_aware_batching_needs_unpacked_records(config_file, packed_files, tmp_path):
+    with pytest.raises(ValueError, match="--batching=bucketed needs unpacked records"):
+        run_pretraining(options(config_file, tmp_path, do_train=True,
+                                input_file=packed_files[0], batching="bucketed"))

@@ -1,0 +1,234 @@
+"""tf.data input pipeline of length-bucketed pre-training batches.
+
+Reads unpacked (MLPerf-format) TFRecords and yields batches in the packed
+layout of `packed_bert_tf.data.pipeline` with one sequence per row (D = 1),
+each batch at its own shape [R, S]: S its bucket's boundary (or its longest
+sequence), R its rows. Letters: R rows, S padded length, P masked-LM slots.
+
+    input_ids, input_mask, segment_ids, positions          [R, S]
+    masked_lm_positions, masked_lm_ids, masked_lm_weights  [R, P]
+    next_sentence_positions, next_sentence_labels,
+    next_sentence_weights                                  [R, 1]
+
+Rows beyond a batch's sequences are empty (every feature 0, every weight 0).
+
+How it runs, per epoch (seeded by (seed, epoch), stateless): files
+shuffled, records interleaved and shuffled block by block
+(`shuffle_buffer_size` records a block), taken `pool_size` at a time; each pool is planned
+in numpy (`plan_pool`: bucket, sort, cut, deal into steps) with the
+unfilled batches carried into the next pool through ``Dataset.scan``; the
+epoch ends with a flush of the carry, so each record comes out exactly once
+per epoch.
+
+Data parallelism (``input_context``): files are sharded between input
+pipelines as in `pretraining_dataset` (each record read by exactly one
+pipeline). A pipeline feeding W = replicas / pipelines replicas yields steps
+of W consecutive batches of one shape and comparable cost (`plan_pool`):
+batches tW .. tW + W - 1 are step t, which ``distribute_datasets_from_function``
+deals to the replicas in turn (a test checks this under MirroredStrategy).
+So with one pipeline (MirroredStrategy, one host) every step is balanced
+across all replicas. Across several pipelines (hosts), each balances its own
+replicas; their steps are not coordinated (statistical balance only), and
+their numbers of steps per epoch can differ.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from packed_bert_tf.batching.bucketing import BucketSpec, epoch_rng
+from packed_bert_tf.batching.plan import COSTS
+from packed_bert_tf.batching.sharding import plan_pool
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.pipeline import to_packed_layout
+
+_TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def default_boundaries(max_seq_length: int) -> tuple[int, ...]:
+    """Four equal-width buckets: (S/4, S/2, 3S/4, S) rounded down, e.g. 128..512."""
+    return tuple(sorted({max(1, max_seq_length * k // 4) for k in range(1, 5)}))
+
+
+def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
+                                 max_predictions_per_seq: int,
+                                 batch_size: int | None = None,
+                                 token_budget: int | None = None, boundaries=None,
+                                 pad_to_bucket_boundary: bool = True,
+                                 pool_size: int = 8192, seed: int = 0,
+                                 input_context: tf.distribute.InputContext | None = None,
+                                 is_training: bool = True, num_epochs: int | None = None,
+                                 balance_cost: str = "padded_tokens",
+                                 shuffle_buffer_size: int = 10_000,
+                                 cycle_length: int = 8) -> tf.data.Dataset:
+    """Length-bucketed batches of unpacked pre-training records, packed layout.
+
+    Parameters
+    ----------
+    file_patterns : str or list of str
+        Globs (comma-separated in a string) of unpacked TFRecord files.
+    max_seq_length, max_predictions_per_seq : int
+        The records' S and P (must match data generation).
+    batch_size : int, optional
+        Global examples per step; each replica gets
+        ``input_context.get_per_replica_batch_size(batch_size)`` rows.
+    token_budget : int, optional
+        Instead of batch_size: global rows x S per step, split between
+        replicas the same way. With `pad_to_bucket_boundary`, a bucket's
+        batches have ``budget // boundary`` rows.
+    boundaries : sequence of int, optional
+        Bucket upper edges; default `default_boundaries` (four buckets).
+        The last bucket always ends at `max_seq_length`.
+    pad_to_bucket_boundary : bool
+        Batches at their bucket's edge (one shape per bucket: one XLA
+        compilation each). False: at their longest sequence (with more than
+        one replica, the longest of the step), which needs a `batch_size`.
+    pool_size : int
+        Records bucketed together (per input pipeline).
+    seed : int
+        Shuffles and plans depend on (seed, epoch) only.
+    input_context : tf.distribute.InputContext, optional
+        Pipeline i reads files i, i + n, ...; see the module docstring.
+    is_training : bool
+        Shuffle files, records and steps; repeat (see `num_epochs`). False:
+        records in file order, batches bucket by bucket.
+    num_epochs : int, optional
+        Epochs before the dataset ends. Default: forever when training, else 1.
+    balance_cost : {"padded_tokens", "real_tokens", "attention"}
+        The cost steps are balanced by, with more than one replica per
+        pipeline (see `batch_costs`).
+    shuffle_buffer_size, cycle_length : int
+        Records shuffled together (a block; bigger than `pool_size` so that
+        pools differ from epoch to epoch) and files read at once.
+
+    Returns
+    -------
+    tf.data.Dataset of feature dicts, shapes [None, None] / [None, P] /
+    [None, 1] (see the module docstring), int32 except ``masked_lm_weights``.
+
+    Raises
+    ------
+    ValueError
+        For the options `BucketSpec.make` rejects (pool smaller than a batch,
+        budget below the max length, ...), fewer files than input pipelines,
+        or a token budget without `pad_to_bucket_boundary` for several replicas.
+    """
+    if balance_cost not in COSTS:
+        raise ValueError(f"unknown balance_cost {balance_cost!r}; expected one of "
+                         f"{', '.join(COSTS)}")
+    epoch_rng(seed, 0)  # rejects a negative seed now rather than mid-epoch
+    files = tfrecords.expand_file_patterns(file_patterns)
+    num_workers, per_replica_batch, per_replica_budget = 1, batch_size, token_budget
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        if len(files) < pipelines:
+            raise ValueError(f"{len(files)} input files cannot be sharded between "
+                             f"{pipelines} input pipelines: write more shards")
+        if input_context.num_replicas_in_sync % pipelines:
+            raise ValueError(f"{input_context.num_replicas_in_sync} replicas do not "
+                             f"divide between {pipelines} input pipelines")
+        files = files[input_context.input_pipeline_id::pipelines]
+        num_workers = input_context.num_replicas_in_sync // pipelines
+        if batch_size is not None:
+            per_replica_batch = input_context.get_per_replica_batch_size(batch_size)
+        if token_budget is not None:
+            per_replica_budget = input_context.get_per_replica_batch_size(token_budget)
+    if token_budget is not None and not pad_to_bucket_boundary and num_workers > 1:
+        raise ValueError("a token budget without pad_to_bucket_boundary gives each "
+                         "batch its own row count; replicas of a step need one shape")
+    spec = BucketSpec.make(
+        batch_size=per_replica_batch, token_budget=per_replica_budget,
+        pool_size=pool_size,
+        boundaries=default_boundaries(max_seq_length) if boundaries is None else boundaries,
+        pad_to_bucket_boundary=pad_to_bucket_boundary, max_sequence_length=max_seq_length)
+    if num_epochs is None:
+        epochs = tf.data.Dataset.counter() if is_training else tf.data.Dataset.range(1)
+    else:
+        epochs = tf.data.Dataset.range(num_epochs)
+
+    record_format = RecordFormat.unpacked(max_seq_length, max_predictions_per_seq)
+    parse_spec = tfrecords.parse_spec(record_format)
+    feature_lengths = record_format.feature_lengths()
+    empty = {name: tf.zeros([0, length], tf.float32 if name == "masked_lm_weights"
+                            else tf.int32)
+             for name, length in feature_lengths.items()}
+
+    def parse(serialized):
+        features = tf.io.parse_example(serialized, parse_spec)
+        return {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
+                for name, value in features.items()}
+
+    def plan_in_numpy(lengths, final, epoch, pool_index):
+        rng = epoch_rng(seed, epoch, pool_index) if is_training else None
+        plan = plan_pool(lengths, spec, num_workers=num_workers, final=bool(final),
+                         rng=rng, cost=balance_cost)
+        return plan.order, plan.splits, plan.rows, plan.padded_lengths, plan.leftover
+
+    def one_epoch(epoch):
+        # Stateless shuffles keyed by (seed, epoch): the same whatever the
+        # global seed, and a fresh order every epoch.
+        epoch_key = tf.random.experimental.stateless_fold_in(
+            tf.constant([seed, 0], tf.int64), epoch)
+        names = tf.constant(files)
+        if is_training:
+            names = tf.random.experimental.stateless_shuffle(
+                names, tf.random.experimental.stateless_fold_in(epoch_key, 0))
+        records = tf.data.Dataset.from_tensor_slices(names).interleave(
+            tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(files)),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if is_training:
+            # Block shuffle: each block of records in a random order.
+            block_key = tf.random.experimental.stateless_fold_in(epoch_key, 1)
+            records = records.batch(shuffle_buffer_size).enumerate().map(
+                lambda index, block: tf.random.experimental.stateless_shuffle(
+                    block, tf.random.experimental.stateless_fold_in(block_key, index))
+            ).unbatch()
+        pools = records.batch(pool_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
+                                             deterministic=True)
+        # A last, empty pool flushes the carry: the epoch's partial batches.
+        pools = pools.map(lambda features: (features, False)).concatenate(
+            tf.data.Dataset.from_tensors((empty, True)))
+
+        def plan_step(state, pool):
+            carry, pool_index = state
+            features, final = pool
+            both = {name: tf.concat([carry[name], features[name]], 0) for name in carry}
+            lengths = tf.math.count_nonzero(both["input_mask"], axis=1)  # [n]
+            order, splits, rows, padded, leftover = tf.numpy_function(
+                plan_in_numpy, [lengths, final, epoch, pool_index], [tf.int64] * 5,
+                stateful=False)
+            carry = {name: tf.gather(value, leftover) for name, value in both.items()}
+            return (carry, pool_index + 1), (both, order, splits, rows, padded)
+
+        planned = pools.scan((empty, tf.constant(0, tf.int64)), plan_step)
+        return planned.flat_map(emit_batches)
+
+    static_shapes = {name: [None, None] for name in (*_TOKEN_FEATURES, "positions")}
+    static_shapes.update({name: [None, max_predictions_per_seq] for name in (
+        "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")})
+    static_shapes.update({name: [None, 1] for name in (
+        "next_sentence_positions", "next_sentence_labels", "next_sentence_weights")})
+
+    def emit_batches(features, order, splits, rows, padded):
+        def batch(j):
+            examples = order[splits[j]:splits[j + 1]]
+            count = tf.shape(examples)[0]
+            num_rows, length = tf.cast(rows[j], tf.int32), tf.cast(padded[j], tf.int32)
+            out = {}
+            for name, value in features.items():
+                value = tf.gather(value, examples)
+                if name in _TOKEN_FEATURES:
+                    value = value[:, :length]
+                out[name] = tf.pad(value, [[0, num_rows - count], [0, 0]])
+            out = to_packed_layout(out)
+            out["next_sentence_weights"] = tf.cast(
+                tf.range(num_rows)[:, None] < count, tf.int32)  # [R, 1]
+            return {name: tf.ensure_shape(value, static_shapes[name])
+                    for name, value in out.items()}
+
+        return tf.data.Dataset.range(tf.size(rows, out_type=tf.int64)).map(
+            batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    dataset = epochs.flat_map(one_epoch)
+    return dataset.prefetch(tf.data.AUTOTUNE)
