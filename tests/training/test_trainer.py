@@ -81,3 +81,29 @@ def test_evaluation_sums_are_exact_ratios():
 def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="steps_per_update must be >= 1"):
         make_trainer(steps_per_update=0)
+
+
+@pytest.mark.parametrize("mode, compute_dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype):
+    from packed_bert_tf.training.runs import mixed_precision_policy
+
+    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(2)]
+    with mixed_precision_policy(mode):
+        trainer = make_trainer(steps_per_update=2)
+        if mode == "fp16":
+            import keras
+
+            from packed_bert_tf.training.optimizers import create_optimizer
+            from packed_bert_tf.training.trainer import Trainer
+            trainer = Trainer(trainer.model, create_optimizer("lamb", 0.01,
+                                                              loss_scaling=True),
+                              loss_fn=trainer.loss_fn, normaliser_fn=trainer.normaliser_fn,
+                              statistics_fn=trainer.statistics_fn,
+                              metric_names=trainer.metric_names, steps_per_update=2)
+            assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
+        before = weights(trainer)
+        result = trainer.train_steps(_iterator(elements), 2)
+    assert trainer.model.compute_dtype == compute_dtype
+    assert all(v.dtype == "float32" for v in trainer.model.trainable_variables)
+    assert np.isfinite(result.metrics["loss"]) and result.first_nonfinite_step == -1
+    assert max_relative_difference(weights(trainer), before) > 1e-4  # it trained
