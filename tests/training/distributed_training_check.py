@@ -2,12 +2,15 @@
 
 Prints one JSON line comparing the weights after two LAMB updates (with
 gradient accumulation and global-norm clipping active) against the same
-updates on one device, plus the number of traces. The logical devices must
+updates on one device, plus the number of traces; with the argument
+``run_pretraining``, the summary of a whole run (train and evaluate) under
+``--distribution_strategy=mirrored`` instead. The logical devices must
 be configured before TensorFlow runs any op, hence a separate process (see
 test_distributed_training.py).
 """
 
 import json
+import sys
 
 import tensorflow as tf
 
@@ -63,5 +66,37 @@ def main():
     print(json.dumps(results))
 
 
+def run_pretraining_mirrored():
+    """A whole run under --distribution_strategy=mirrored: train, then evaluate."""
+    import pathlib
+    import tempfile
+
+    from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
+    from tests.conftest import write_unpacked_dataset
+    from tests.models.packed_batches import TINY_CONFIG
+
+    folder = pathlib.Path(tempfile.mkdtemp())
+    files = write_unpacked_dataset(folder / "data", num_files=2, per_file=45)
+    config = folder / "bert_config.json"
+    TINY_CONFIG.__class__(**{**TINY_CONFIG.to_dict(), "vocab_size": 5000}).to_json_file(
+        str(config))
+    summary = run_pretraining(PretrainingOptions(
+        bert_config_file=str(config), output_dir=str(folder / "out"),
+        input_file=",".join(files), eval_input_file=",".join(files), do_train=True,
+        do_eval=True, max_seq_length=64, max_predictions_per_seq=10, train_batch_size=4,
+        eval_batch_size=8, num_train_steps=4, num_warmup_steps=1, iterations_per_loop=2,
+        log_every_n_steps=2, save_checkpoints_steps=2, seed=0, progress_bar=False,
+        distribution_strategy="mirrored"))
+    return {"replicas": summary["replicas"], "final_step": summary["train"]["final_step"],
+            "traces": summary["train"]["train_steps_function_traces"],
+            "eval_sequences": summary["eval"]["sequences"],
+            "masked_lm_accuracy": summary["eval"]["masked_lm_accuracy"]}
+
+
 if __name__ == "__main__":
-    main()
+    # One MirroredStrategy per process: a second one in the same process can
+    # mix up the collective instances of the first.
+    if sys.argv[1:] == ["run_pretraining"]:
+        print(json.dumps({"run_pretraining": run_pretraining_mirrored()}))
+    else:
+        main()

@@ -11,14 +11,18 @@ import pytest
 REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def results():
+def _check(*arguments):
     environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
-        [sys.executable, "-m", "tests.training.distributed_training_check"],
+        [sys.executable, "-m", "tests.training.distributed_training_check", *arguments],
         cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def results():
+    return _check()
 
 
 def test_mirrored_updates_equal_single_device_updates(results):
@@ -32,3 +36,11 @@ def test_mirrored_updates_equal_single_device_updates(results):
 
 def test_the_distributed_step_is_traced_once(results):
     assert results["lamb"]["traces"] == 1
+
+
+def test_a_whole_run_under_the_mirrored_strategy_reads_every_eval_record_once():
+    run = _check("run_pretraining")["run_pretraining"]
+    assert run["replicas"] == 2 and run["final_step"] == 4 and run["traces"] == 1
+    # 90 records in batches of 8 (4 per replica): the last step half empty.
+    assert run["eval_sequences"] == 90
+    assert 0 <= run["masked_lm_accuracy"] <= 1
