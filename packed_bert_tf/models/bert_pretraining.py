@@ -26,16 +26,11 @@ An unpacked batch is the same layout with D = 1.
 
 import keras
 
-from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
-from packed_bert_tf.layers.block_diagonal_attention_mask import (
-    block_diagonal_attention_mask, padding_attention_mask)
 from packed_bert_tf.layers.losses import pretraining_losses
 from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
 from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
-from packed_bert_tf.layers.transformer_encoder import BertEncoder
+from packed_bert_tf.models.backbone import LAYER_NORM_EPSILON, backbone_layers, encode
 from packed_bert_tf.models.config import BertConfig
-
-_LAYER_NORM_EPSILON = 1e-12
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
@@ -71,18 +66,10 @@ class BertPretrainingModel(keras.Model):
         self.packed = packed
         self.per_sequence_masked_lm_loss = per_sequence_masked_lm_loss
         config = bert_config
-        self.embeddings = BertEmbeddings(
-            config.vocab_size, config.hidden_size, config.max_position_embeddings,
-            config.type_vocab_size, config.hidden_dropout_prob, config.initializer_range,
-            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="embeddings")
-        self.encoder = BertEncoder(
-            config.num_hidden_layers, config.num_attention_heads,
-            config.intermediate_size, config.hidden_act, config.hidden_dropout_prob,
-            config.attention_probs_dropout_prob, config.initializer_range,
-            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="encoder")
+        self.embeddings, self.encoder = backbone_layers(config, self.dtype_policy)
         self.masked_lm_head = MaskedLMHead(
             config.vocab_size, config.hidden_act, config.initializer_range,
-            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="masked_lm_head")
+            LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="masked_lm_head")
         self.next_sentence_head = NextSentenceHead(
             config.initializer_range, dtype=self.dtype_policy, name="next_sentence_head")
 
@@ -98,17 +85,8 @@ class BertPretrainingModel(keras.Model):
         self.built = True
 
     def call(self, features, training=False):
-        input_mask = features["input_mask"]  # [B, S]
-        if self.packed:
-            positions = features["positions"]  # [B, S]
-            attention_mask = block_diagonal_attention_mask(input_mask)  # [B, S, S]
-        else:
-            positions = None
-            attention_mask = padding_attention_mask(input_mask)  # [B, 1, S]
-        embeddings = self.embeddings(features["input_ids"], features["segment_ids"],
-                                     positions=positions, training=training)
-        sequence_output = self.encoder(embeddings, attention_mask,
-                                       training=training)  # [B, S, H]
+        sequence_output = encode(self.embeddings, self.encoder, features,
+                                 packed=self.packed, training=training)  # [B, S, H]
         mlm_logits = self.masked_lm_head(
             sequence_output, features["masked_lm_positions"],
             self.embeddings.word_embeddings.embeddings)  # [B, M, V]

@@ -20,14 +20,9 @@ An unpacked batch is the same layout with D = 1.
 
 import keras
 
-from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
-from packed_bert_tf.layers.block_diagonal_attention_mask import (
-    block_diagonal_attention_mask, padding_attention_mask)
 from packed_bert_tf.layers.squad_span_head import SquadSpanHead, squad_span_loss
-from packed_bert_tf.layers.transformer_encoder import BertEncoder
+from packed_bert_tf.models.backbone import backbone_layers, encode
 from packed_bert_tf.models.config import BertConfig
-
-_LAYER_NORM_EPSILON = 1e-12
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
@@ -63,15 +58,7 @@ class BertSquadModel(keras.Model):
         self.bert_config = bert_config
         self.packed = packed
         config = bert_config
-        self.embeddings = BertEmbeddings(
-            config.vocab_size, config.hidden_size, config.max_position_embeddings,
-            config.type_vocab_size, config.hidden_dropout_prob, config.initializer_range,
-            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="embeddings")
-        self.encoder = BertEncoder(
-            config.num_hidden_layers, config.num_attention_heads,
-            config.intermediate_size, config.hidden_act, config.hidden_dropout_prob,
-            config.attention_probs_dropout_prob, config.initializer_range,
-            _LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="encoder")
+        self.embeddings, self.encoder = backbone_layers(config, self.dtype_policy)
         self.span_head = SquadSpanHead(config.initializer_range, dtype=self.dtype_policy,
                                        name="span_head")
 
@@ -86,17 +73,8 @@ class BertSquadModel(keras.Model):
         self.built = True
 
     def call(self, features, training=False):
-        input_mask = features["input_mask"]  # [B, S]
-        if self.packed:
-            positions = features["positions"]  # [B, S]
-            attention_mask = block_diagonal_attention_mask(input_mask)  # [B, S, S]
-        else:
-            positions = None
-            attention_mask = padding_attention_mask(input_mask)  # [B, 1, S]
-        embeddings = self.embeddings(features["input_ids"], features["segment_ids"],
-                                     positions=positions, training=training)
-        sequence_output = self.encoder(embeddings, attention_mask,
-                                       training=training)  # [B, S, H]
+        sequence_output = encode(self.embeddings, self.encoder, features,
+                                 packed=self.packed, training=training)  # [B, S, H]
         start_logits, end_logits = self.span_head(sequence_output)  # [B, S] each
         return {"start_logits": start_logits, "end_logits": end_logits,
                 "sequence_output": sequence_output}

@@ -50,6 +50,8 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
+from packed_bert_tf.json_files import write_json_atomically
+
 #: White space of the reference's ``read_squad_examples``.
 REFERENCE_WHITESPACE = frozenset(" \t\r\n\u202f")
 _WHITESPACE_CODES = np.array(sorted(ord(c) for c in REFERENCE_WHITESPACE), np.uint32)
@@ -682,22 +684,7 @@ def load_or_create_features(input_file: str, tokenizer, *, cache_dir: str | None
     features, feature_stats = convert_examples_to_features(examples, tokenizer, **kwargs)
     if path is not None:
         write_features(path, features)
-        _write_json_atomically(path + ".json", {"key": key, "input_file": input_file,
+        write_json_atomically(path + ".json", {"key": key, "input_file": input_file,
                                                 "feature_stats": feature_stats.to_dict()})
         logging.info("%s: wrote %d features", path, len(features))
     return SquadData(examples, features, read_stats, feature_stats, path, False)
-
-
-def _write_json_atomically(path: str, value, **dump_kwargs) -> None:
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as writer:
-            json.dump(value, writer, **dump_kwargs)
-            writer.write("\n")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)

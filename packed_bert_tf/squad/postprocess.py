@@ -24,13 +24,13 @@ Pure Python and numpy; writes ``predictions.json`` (id -> text) and
 from __future__ import annotations
 
 import collections
-import json
 import math
 import os
 from typing import Sequence
 
 import numpy as np
 
+from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.squad.features import collapse_whitespace
 
 PREDICTIONS_FILE = "predictions.json"
@@ -123,34 +123,18 @@ def compute_predictions(examples: Sequence, features, logits, *, n_best_size: in
     return predictions, all_nbest
 
 
-def write_json_atomically(path: str, value) -> str:
-    """Writes ``value`` as indented JSON under a temporary name, then renames."""
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    temporary = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8") as writer:
-            json.dump(value, writer, indent=4)
-            writer.write("\n")
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-    return path
-
-
 def write_predictions(predictions, nbest, output_dir: str) -> tuple[str, str]:
     """Writes ``predictions.json`` and ``nbest_predictions.json``; returns their paths."""
     return (write_json_atomically(os.path.join(output_dir, PREDICTIONS_FILE),
-                                  predictions),
+                                  predictions, indent=4),
             write_json_atomically(os.path.join(output_dir, NBEST_PREDICTIONS_FILE),
-                                  nbest))
+                                  nbest, indent=4))
 
 
 def write_eval_results(results: dict, output_dir: str) -> str:
     """``eval_results.json`` (exact match and F1, in percent) in ``output_dir``."""
-    return write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE), results)
+    return write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE), results,
+                                 indent=4)
 
 
 def postprocess_and_evaluate(examples: Sequence, features, logits, *, predict_file: str,

@@ -33,8 +33,8 @@ from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
 from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.optimizers import create_optimizer
-from packed_bert_tf.training.progress import TrainingLogger, format_values, \
-    write_json_atomically
+from packed_bert_tf.json_files import write_json_atomically
+from packed_bert_tf.training.progress import TrainingLogger, format_values
 from packed_bert_tf.training.runs import (google_checkpoint_path, make_output_dir,
                                           mixed_precision_policy, read_bert_config,
                                           restore_or_initialize)

@@ -29,8 +29,8 @@ from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_p
                                                      read_packing_factor)
 from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.optimizers import create_optimizer
-from packed_bert_tf.training.progress import TrainingLogger, format_values, \
-    write_json_atomically
+from packed_bert_tf.json_files import write_json_atomically
+from packed_bert_tf.training.progress import TrainingLogger, format_values
 from packed_bert_tf.training.runs import (google_checkpoint_path, make_output_dir,
                                           mixed_precision_policy, read_bert_config,
                                           restore_or_initialize)
@@ -249,7 +249,8 @@ def run_pretraining(options: PretrainingOptions,
                                        options.eval_batch_size, options.max_eval_steps)
             write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE),
                                   summary["eval"])
-    write_json_atomically(os.path.join(output_dir, TRAIN_SUMMARY_FILE), summary)
+    write_json_atomically(os.path.join(output_dir, TRAIN_SUMMARY_FILE), summary,
+                          sort_keys=True)
     return summary
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -85,11 +84,3 @@ def write_scalar_summary(name: str, value: float) -> None:
     metadata = summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
     tf.summary.write(name, tf.constant(value, tf.float32), metadata=metadata)
-
-
-def write_json_atomically(path: str, value) -> None:
-    """JSON to ``path`` via a temporary name, so a reader never sees half of it."""
-    temporary = path + ".tmp"
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)

@@ -1,0 +1,40 @@
+"""JSON files written so that a reader never sees half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def write_json_atomically(path: str, value, *, indent: int | None = 2,
+                          sort_keys: bool = False, **dump_kwargs) -> str:
+    """Writes ``value`` as JSON under a temporary name, then renames it to ``path``.
+
+    Local paths and any filesystem ``tf.io.gfile`` knows (``gs://`` ...) work;
+    the folder is created. A failure leaves no file at ``path`` (nor the
+    temporary one, locally).
+
+    Returns:
+      ``path``.
+    """
+    text = json.dumps(value, indent=indent, sort_keys=sort_keys, **dump_kwargs) + "\n"
+    temporary = f"{path}.tmp-{os.getpid()}"
+    if "://" in path:
+        import tensorflow as tf
+
+        tf.io.gfile.makedirs(os.path.dirname(path))
+        with tf.io.gfile.GFile(temporary, "w") as handle:
+            handle.write(text)
+        tf.io.gfile.rename(temporary, path, overwrite=True)
+        return path
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return path
