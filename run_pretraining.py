@@ -12,7 +12,6 @@ the last checkpoint in --output_dir. The run's logic is
 `packed_bert_tf.training.pretrain.run_pretraining`.
 """
 
-import dataclasses
 import sys
 
 from absl import app, flags
@@ -22,7 +21,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defines the script's flags (only when run as a program)."""
-    from packed_bert_tf.training.distribution import MIXED_PRECISION, STRATEGIES
+    from packed_bert_tf.training.flags import define_bucketing_flags, define_hardware_flags
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
@@ -55,11 +54,7 @@ def define_flags():
                       "batches). padded: unpacked records padded to --max_seq_length "
                       "(standard BERT). bucketed: unpacked records batched by length "
                       "(packed_bert_tf.batching).")
-    flags.DEFINE_list("bucket_boundaries", None,
-                      "--batching=bucketed: bucket upper edges, e.g. 128,256,384,512 "
-                      "(default: four equal buckets).")
-    flags.DEFINE_integer("pool_size", 8192,
-                         "--batching=bucketed: records sorted into buckets together.")
+    define_bucketing_flags("records")
     flags.DEFINE_integer("token_budget", None,
                          "--batching=bucketed: rows x length per step instead of "
                          "--train_batch_size rows.")
@@ -99,33 +94,20 @@ def define_flags():
     flags.DEFINE_integer("seed", None, "Seed of weights, dropout and data order.")
 
     # Hardware.
-    flags.DEFINE_enum("distribution_strategy", "default", list(STRATEGIES),
-                      "tf.distribute strategy.")
-    flags.DEFINE_string("tpu", None, "TPU name or address (--distribution_strategy=tpu).")
-    flags.DEFINE_bool("jit_compile", True, "XLA-compile the per-replica step.")
-    flags.DEFINE_enum("mixed_precision", "none", list(MIXED_PRECISION),
-                      "bf16 or fp16 compute with float32 variables.")
+    define_hardware_flags()
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    from packed_bert_tf.training.loop import NonFiniteLossError
+    from packed_bert_tf.training.flags import options_from_flags, run_or_exit
     from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
 
-    options = PretrainingOptions(**{
-        field.name: FLAGS[field.name].value
-        for field in dataclasses.fields(PretrainingOptions) if field.name in FLAGS})
-    if options.bucket_boundaries:
-        try:
-            options.bucket_boundaries = tuple(int(b) for b in options.bucket_boundaries)
-        except ValueError:
-            sys.exit(f"run_pretraining: --bucket_boundaries="
-                     f"{','.join(FLAGS.bucket_boundaries)} are not integers")
     try:
-        run_pretraining(options)
-    except (ValueError, NonFiniteLossError) as error:
+        options = options_from_flags(PretrainingOptions)
+    except ValueError as error:
         sys.exit(f"run_pretraining: {error}")
+    run_or_exit("run_pretraining", run_pretraining, options)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ default), --max_sequences_per_pack, --algorithm, --distribution_strategy,
 --output_dir. The run's logic is `packed_bert_tf.squad.run.run_squad`.
 """
 
-import dataclasses
 import sys
 
 from absl import app, flags
@@ -20,7 +19,7 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defines the script's flags (only when run as a program)."""
-    from packed_bert_tf.training.distribution import MIXED_PRECISION, STRATEGIES
+    from packed_bert_tf.training.flags import define_bucketing_flags, define_hardware_flags
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
@@ -58,43 +57,27 @@ def define_flags():
     flags.DEFINE_bool("packing", True, "Pack several features per row.")
     flags.DEFINE_integer("max_sequences_per_pack", 3, "Cap on features per row.")
     flags.DEFINE_string("algorithm", "optimal", "Packing algorithm.")
-    flags.DEFINE_enum("distribution_strategy", "default", list(STRATEGIES),
-                      "tf.distribute strategy.")
-    flags.DEFINE_string("tpu", None, "TPU name or address (--distribution_strategy=tpu).")
-    flags.DEFINE_bool("jit_compile", True, "XLA-compile the per-replica step.")
-    flags.DEFINE_enum("mixed_precision", "none", list(MIXED_PRECISION),
-                      "bf16 or fp16 compute with float32 variables.")
+    define_hardware_flags()
     flags.DEFINE_integer("seed", None, "Seed of weights, dropout, packing and order.")
     flags.DEFINE_enum("batching", None, ["packed", "bucketed", "padded"],
                       "packed: several features per row (the default, --packing). "
                       "padded: one feature per row at --max_seq_length (--packing=false)."
                       " bucketed: one feature per row, batches padded to their length "
                       "bucket (packed_bert_tf.batching).")
-    flags.DEFINE_list("bucket_boundaries", None,
-                      "--batching=bucketed: bucket upper edges (default: four equal).")
-    flags.DEFINE_integer("pool_size", 8192,
-                         "--batching=bucketed: features sorted into buckets together.")
+    define_bucketing_flags("features")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     from packed_bert_tf.squad.run import SquadOptions, run_squad
-    from packed_bert_tf.training.loop import NonFiniteLossError
+    from packed_bert_tf.training.flags import options_from_flags, run_or_exit
 
-    options = SquadOptions(**{
-        field.name: FLAGS[field.name].value
-        for field in dataclasses.fields(SquadOptions) if field.name in FLAGS})
-    if options.bucket_boundaries:
-        try:
-            options.bucket_boundaries = tuple(int(b) for b in options.bucket_boundaries)
-        except ValueError:
-            sys.exit(f"run_squad: --bucket_boundaries={','.join(FLAGS.bucket_boundaries)}"
-                     f" are not integers")
     try:
-        run_squad(options)
-    except (ValueError, NonFiniteLossError) as error:
+        options = options_from_flags(SquadOptions)
+    except ValueError as error:
         sys.exit(f"run_squad: {error}")
+    run_or_exit("run_squad", run_squad, options)
 
 
 if __name__ == "__main__":

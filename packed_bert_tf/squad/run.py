@@ -20,9 +20,9 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
+from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_squad import BertSquadModel
-from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
-                                                     save_google_checkpoint)
+from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.squad import task
 from packed_bert_tf.squad.dataset import predict_logits
@@ -31,13 +31,10 @@ from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
-from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.optimizers import create_optimizer
-from packed_bert_tf.json_files import write_json_atomically
-from packed_bert_tf.training.progress import TrainingLogger, format_values
-from packed_bert_tf.training.runs import (google_checkpoint_path, make_output_dir,
-                                          mixed_precision_policy, read_bert_config,
-                                          restore_or_initialize)
+from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
+                                          read_bert_config, restore_or_initialize,
+                                          train_and_export)
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 from packed_bert_tf.training.trainer import Trainer
 
@@ -242,29 +239,10 @@ def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_st
         steps_per_update=trainer.steps_per_update, seed=options.seed,
         skip_steps=start_step, bucketed=options.batching == "bucketed",
         bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
-    iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
-    logger = TrainingLogger(output_dir, total_steps, progress_bar=options.progress_bar)
-    try:
-        result = run_training(
-            trainer, iterator, num_train_steps=total_steps,
-            iterations_per_loop=options.iterations_per_loop,
-            log_every_n_steps=options.log_every_n_steps,
-            save_checkpoints_steps=options.save_checkpoints_steps,
-            checkpoints=checkpoints, logger=logger,
-            learning_rate_at=lambda step: float(schedule(step)))
-    finally:
-        logger.close()
-    path = save_google_checkpoint(trainer.model, google_checkpoint_path(output_dir,
-                                                                        result.final_step))
-    train = result.to_dict()
-    train.update(google_checkpoint=path, num_train_steps=total_steps,
-                 epochs=options.num_train_epochs,
-                 train_steps_function_traces=trainer.train_steps_function
-                 .experimental_get_tracing_count())
-    logging.info("fine-tuned steps %d..%d: %s", result.start_step, result.final_step,
-                 format_values({**result.final_metrics,
-                                "sequences_per_second": result.sequences_per_second,
-                                "occupancy": result.occupancy}))
+    train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
+                             num_train_steps=total_steps, schedule=schedule,
+                             checkpoints=checkpoints, options=options)
+    train.update(num_train_steps=total_steps, epochs=options.num_train_epochs)
     return train
 
 

@@ -19,21 +19,19 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.data import tfrecords
+from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
-from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
-                                                     save_google_checkpoint)
+from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
 from packed_bert_tf.training import pretraining
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
-from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.optimizers import create_optimizer
-from packed_bert_tf.json_files import write_json_atomically
-from packed_bert_tf.training.progress import TrainingLogger, format_values
-from packed_bert_tf.training.runs import (google_checkpoint_path, make_output_dir,
-                                          mixed_precision_policy, read_bert_config,
-                                          restore_or_initialize)
+from packed_bert_tf.training.progress import format_values
+from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
+                                          read_bert_config, restore_or_initialize,
+                                          train_and_export)
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 from packed_bert_tf.training.trainer import Trainer
 
@@ -255,7 +253,6 @@ def run_pretraining(options: PretrainingOptions,
 
 
 def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir) -> dict:
-    strategy = trainer.strategy
     if options.batching == "bucketed":
         dataset_fn = pretraining.bucketed_train_dataset_fn(
             inputs.train_files, options, skip_steps=start_step)
@@ -265,32 +262,9 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
             steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
             seed=options.seed, skip_steps=start_step,
             shuffle_buffer_size=options.shuffle_buffer_size)
-    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
-    logger = TrainingLogger(output_dir, options.num_train_steps,
-                            progress_bar=options.progress_bar)
-    try:
-        result = run_training(
-            trainer, iterator, num_train_steps=options.num_train_steps,
-            iterations_per_loop=options.iterations_per_loop,
-            log_every_n_steps=options.log_every_n_steps,
-            save_checkpoints_steps=options.save_checkpoints_steps,
-            checkpoints=checkpoints, logger=logger,
-            learning_rate_at=lambda step: float(schedule(step)))
-    finally:
-        logger.close()
-    path = save_google_checkpoint(trainer.model, google_checkpoint_path(output_dir,
-                                                                        result.final_step))
-    logging.info("final weights in the original BERT format: %s", path)
-    train = result.to_dict()
-    train.update(google_checkpoint=path,
-                 train_steps_function_traces=trainer.train_steps_function
-                 .experimental_get_tracing_count())
-    logging.info("trained steps %d..%d: %s", result.start_step, result.final_step,
-                 format_values({**result.final_metrics,
-                                "sequences_per_second": result.sequences_per_second,
-                                "tokens_per_second": result.tokens_per_second,
-                                "occupancy": result.occupancy}))
-    return train
+    return train_and_export(trainer, dataset_fn, output_dir=output_dir,
+                            num_train_steps=options.num_train_steps, schedule=schedule,
+                            checkpoints=checkpoints, options=options)
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,

@@ -10,8 +10,11 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.models.config import BertConfig
+from packed_bert_tf.models.google_checkpoint import save_google_checkpoint
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision
+from packed_bert_tf.training.loop import run_training
+from packed_bert_tf.training.progress import TrainingLogger, format_values
 
 
 def read_bert_config(path: str | None, flag: str = "--bert_config_file") -> BertConfig:
@@ -69,3 +72,41 @@ def make_output_dir(output_dir: str | None) -> str:
 def google_checkpoint_path(output_dir: str, step: int) -> str:
     """Where the final weights go in the original BERT format."""
     return os.path.join(output_dir, f"model.ckpt-{step}")
+
+
+def train_and_export(trainer, dataset_fn, *, output_dir: str, num_train_steps: int,
+                     schedule, checkpoints: TrainingCheckpoints, options) -> dict:
+    """Trains to ``num_train_steps`` and writes the final weights in the BERT format.
+
+    ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
+    ``options`` supplies ``iterations_per_loop``, ``log_every_n_steps``,
+    ``save_checkpoints_steps`` and ``progress_bar`` (both scripts' options).
+
+    Returns:
+      The `TrainingSummary` as a dict, plus ``google_checkpoint`` (the path
+      written) and ``train_steps_function_traces`` (1 when no step retraced).
+    """
+    iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
+    logger = TrainingLogger(output_dir, num_train_steps, progress_bar=options.progress_bar)
+    try:
+        result = run_training(
+            trainer, iterator, num_train_steps=num_train_steps,
+            iterations_per_loop=options.iterations_per_loop,
+            log_every_n_steps=options.log_every_n_steps,
+            save_checkpoints_steps=options.save_checkpoints_steps,
+            checkpoints=checkpoints, logger=logger,
+            learning_rate_at=lambda step: float(schedule(step)))
+    finally:
+        logger.close()
+    path = save_google_checkpoint(trainer.model,
+                                  google_checkpoint_path(output_dir, result.final_step))
+    logging.info("final weights in the original BERT format: %s", path)
+    logging.info("trained steps %d..%d: %s", result.start_step, result.final_step,
+                 format_values({**result.final_metrics,
+                                "sequences_per_second": result.sequences_per_second,
+                                "tokens_per_second": result.tokens_per_second,
+                                "occupancy": result.occupancy}))
+    train = result.to_dict()
+    train.update(google_checkpoint=path, train_steps_function_traces=(
+        trainer.train_steps_function.experimental_get_tracing_count()))
+    return train

@@ -1,0 +1,62 @@
+"""absl flags and option handling shared by run_pretraining.py and run_squad.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from absl import flags
+
+
+def define_hardware_flags() -> None:
+    """--distribution_strategy, --tpu, --jit_compile, --mixed_precision."""
+    from packed_bert_tf.training.distribution import MIXED_PRECISION, STRATEGIES
+
+    flags.DEFINE_enum("distribution_strategy", "default", list(STRATEGIES),
+                      "tf.distribute strategy.")
+    flags.DEFINE_string("tpu", None, "TPU name or address (--distribution_strategy=tpu).")
+    flags.DEFINE_bool("jit_compile", True, "XLA-compile the per-replica step.")
+    flags.DEFINE_enum("mixed_precision", "none", list(MIXED_PRECISION),
+                      "bf16 or fp16 compute with float32 variables.")
+
+
+def define_bucketing_flags(examples: str) -> None:
+    """--bucket_boundaries and --pool_size of --batching=bucketed."""
+    flags.DEFINE_list("bucket_boundaries", None,
+                      "--batching=bucketed: bucket upper edges, e.g. 128,256,384,512 "
+                      "(default: four equal buckets).")
+    flags.DEFINE_integer("pool_size", 8192,
+                         f"--batching=bucketed: {examples} sorted into buckets together.")
+
+
+def options_from_flags(options_class, values=None):
+    """The options dataclass filled from the flags of the same names.
+
+    ``bucket_boundaries`` (a list of strings on the command line) becomes a
+    tuple of ints.
+
+    Raises:
+      ValueError: a bucket boundary that is not an integer.
+    """
+    values = values or flags.FLAGS
+    options = options_class(**{field.name: values[field.name].value
+                               for field in dataclasses.fields(options_class)
+                               if field.name in values})
+    boundaries = getattr(options, "bucket_boundaries", None)
+    if boundaries:
+        try:
+            options.bucket_boundaries = tuple(int(b) for b in boundaries)
+        except ValueError:
+            raise ValueError(f"--bucket_boundaries={','.join(boundaries)} are not "
+                             f"integers") from None
+    return options
+
+
+def run_or_exit(program: str, run, options) -> None:
+    """Runs ``run(options)``; a bad input or a NaN loss ends with one line, exit 1."""
+    from packed_bert_tf.training.loop import NonFiniteLossError
+
+    try:
+        run(options)
+    except (ValueError, NonFiniteLossError) as error:
+        sys.exit(f"{program}: {error}")
