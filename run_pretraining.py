@@ -12,8 +12,6 @@ the last checkpoint in --output_dir. The run's logic is
 `packed_bert_tf.training.pretrain.run_pretraining`.
 """
 
-import sys
-
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -21,7 +19,8 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defines the script's flags (only when run as a program)."""
-    from packed_bert_tf.training.flags import define_bucketing_flags, define_hardware_flags
+    from packed_bert_tf.training.flags import (define_bucketing_flags,
+                                               define_hardware_flags, define_loop_flags)
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
@@ -85,12 +84,7 @@ def define_flags():
     flags.DEFINE_bool("do_eval", False, "Evaluate on --eval_input_file.")
     flags.DEFINE_integer("max_eval_steps", 0,
                          "Cap on evaluation steps (0: every evaluation record once).")
-    flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                         "Checkpoint every this many updates (and at the end).")
-    flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept.")
-    flags.DEFINE_integer("iterations_per_loop", 100,
-                         "Updates per call of the compiled training loop.")
-    flags.DEFINE_integer("log_every_n_steps", 100, "Updates between log lines.")
+    define_loop_flags()
     flags.DEFINE_integer("seed", None, "Seed of weights, dropout and data order.")
 
     # Hardware.
@@ -100,14 +94,10 @@ def define_flags():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    from packed_bert_tf.training.flags import options_from_flags, run_or_exit
+    from packed_bert_tf.training.flags import run_or_exit
     from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
 
-    try:
-        options = options_from_flags(PretrainingOptions)
-    except ValueError as error:
-        sys.exit(f"run_pretraining: {error}")
-    run_or_exit("run_pretraining", run_pretraining, options)
+    run_or_exit("run_pretraining", run_pretraining, PretrainingOptions)
 
 
 if __name__ == "__main__":

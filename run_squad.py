@@ -10,8 +10,6 @@ default), --max_sequences_per_pack, --algorithm, --distribution_strategy,
 --output_dir. The run's logic is `packed_bert_tf.squad.run.run_squad`.
 """
 
-import sys
-
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -19,7 +17,8 @@ FLAGS = flags.FLAGS
 
 def define_flags():
     """Defines the script's flags (only when run as a program)."""
-    from packed_bert_tf.training.flags import define_bucketing_flags, define_hardware_flags
+    from packed_bert_tf.training.flags import (define_bucketing_flags,
+                                               define_hardware_flags, define_loop_flags)
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
     flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
@@ -46,12 +45,7 @@ def define_flags():
     flags.DEFINE_float("warmup_proportion", 0.1, "Fraction of steps of linear warm-up.")
     flags.DEFINE_integer("n_best_size", 20, "Start/end candidates per feature.")
     flags.DEFINE_integer("max_answer_length", 30, "Longest answer, in tokens.")
-    flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                         "Checkpoint every this many updates (and at the end).")
-    flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept.")
-    flags.DEFINE_integer("iterations_per_loop", 100,
-                         "Updates per call of the compiled training loop.")
-    flags.DEFINE_integer("log_every_n_steps", 100, "Updates between log lines.")
+    define_loop_flags()
     flags.DEFINE_enum("optimizer", "adamw", list(OPTIMIZERS), "The optimizer.")
     flags.DEFINE_integer("steps_per_update", 1, "Micro-batches per update.")
     flags.DEFINE_bool("packing", True, "Pack several features per row.")
@@ -71,13 +65,9 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     from packed_bert_tf.squad.run import SquadOptions, run_squad
-    from packed_bert_tf.training.flags import options_from_flags, run_or_exit
+    from packed_bert_tf.training.flags import run_or_exit
 
-    try:
-        options = options_from_flags(SquadOptions)
-    except ValueError as error:
-        sys.exit(f"run_squad: {error}")
-    run_or_exit("run_squad", run_squad, options)
+    run_or_exit("run_squad", run_squad, SquadOptions)
 
 
 if __name__ == "__main__":

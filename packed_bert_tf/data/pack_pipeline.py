@@ -37,6 +37,7 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
+from packed_bert_tf.data import file_patterns
 from packed_bert_tf.data.features import (PACKING_STATS_FILE, RecordFormat,
                                           default_max_masked_tokens)
 from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
@@ -116,18 +117,11 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file") -> l
     """
     from apache_beam.io.filesystems import FileSystems
 
-    if isinstance(patterns, str):
-        patterns = [p for p in patterns.split(",") if p.strip()]
-    if not patterns:
-        raise ValueError(f"--{flag} is empty")
-    files = []
-    for pattern in patterns:
-        (result,) = FileSystems.match([pattern.strip()])
-        matched = sorted(metadata.path for metadata in result.metadata_list)
-        if not matched:
-            raise ValueError(f"--{flag}: {pattern!r} matches no files")
-        files.extend(matched)
-    return sorted(set(files))
+    def glob(pattern):
+        (result,) = FileSystems.match([pattern])
+        return [metadata.path for metadata in result.metadata_list]
+
+    return file_patterns.expand_file_patterns(patterns, glob=glob, flag=flag)
 
 
 def read_group(job: PackingJob, files, *, lengths_only: bool):

@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from packed_bert_tf.data import file_patterns
 from packed_bert_tf.data.example_encoding import encode_examples
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
 
@@ -30,17 +31,7 @@ def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_fi
 
     Raises ValueError naming the flag when a pattern matches nothing.
     """
-    if isinstance(patterns, str):
-        patterns = [p for p in patterns.split(",") if p.strip()]
-    if not patterns:
-        raise ValueError(f"--{flag} is empty")
-    files = []
-    for pattern in patterns:
-        matched = sorted(tf.io.gfile.glob(pattern.strip()))
-        if not matched:
-            raise ValueError(f"--{flag}: {pattern!r} matches no files")
-        files.extend(matched)
-    return sorted(set(files))
+    return file_patterns.expand_file_patterns(patterns, glob=tf.io.gfile.glob, flag=flag)
 
 
 def parse_spec(record_format: RecordFormat) -> dict[str, tf.io.FixedLenFeature]:

@@ -20,6 +20,17 @@ def define_hardware_flags() -> None:
                       "bf16 or fp16 compute with float32 variables.")
 
 
+def define_loop_flags() -> None:
+    """--save_checkpoints_steps, --keep_checkpoint_max, --iterations_per_loop,
+    --log_every_n_steps (the shared training loop's)."""
+    flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                         "Checkpoint every this many updates (and at the end).")
+    flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept.")
+    flags.DEFINE_integer("iterations_per_loop", 100,
+                         "Updates per call of the compiled training loop.")
+    flags.DEFINE_integer("log_every_n_steps", 100, "Updates between log lines.")
+
+
 def define_bucketing_flags(examples: str) -> None:
     """--bucket_boundaries and --pool_size of --batching=bucketed."""
     flags.DEFINE_list("bucket_boundaries", None,
@@ -52,11 +63,12 @@ def options_from_flags(options_class, values=None):
     return options
 
 
-def run_or_exit(program: str, run, options) -> None:
-    """Runs ``run(options)``; a bad input or a NaN loss ends with one line, exit 1."""
+def run_or_exit(program: str, run, options_class) -> None:
+    """``run(options_from_flags(options_class))``; a bad flag or input, or a NaN
+    loss, ends the program with one line ``program: why`` and exit status 1."""
     from packed_bert_tf.training.loop import NonFiniteLossError
 
     try:
-        run(options)
+        run(options_from_flags(options_class))
     except (ValueError, NonFiniteLossError) as error:
         sys.exit(f"{program}: {error}")

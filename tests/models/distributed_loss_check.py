@@ -19,15 +19,10 @@ import numpy as np  # noqa: E402
 from packed_bert_tf.layers import loss_normalisers, pretraining_losses  # noqa: E402
 from packed_bert_tf.models import BertPretrainingModel  # noqa: E402
 from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
-                                         layout, random_packs)
+                                         layout, random_packs, relative_error)
 
 SHAPES = dict(sequence_length=32, max_sequences_per_pack=3, max_masked=8)
 LEARNING_RATE = 0.1
-
-
-def relative_error(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return float(np.abs(got - want).max() / np.abs(want).max())
 
 
 def main():

@@ -114,6 +114,12 @@ def per_sequence_outputs(outputs, placements):
     return result
 
 
+def relative_error(got, want):
+    """max |got - want| over max |want|, in float64."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.abs(got - want).max() / np.abs(want).max())
+
+
 def gradient_errors(got, want):
     """Per variable: max |got - want| over max |want|.
 

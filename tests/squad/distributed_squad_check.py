@@ -22,15 +22,11 @@ from packed_bert_tf.layers import squad_loss_normalisers, squad_span_loss  # noq
 from packed_bert_tf.models import BertSquadModel  # noqa: E402
 from packed_bert_tf.squad.dataset import predict_logits, squad_dataset  # noqa: E402
 from packed_bert_tf.squad.packing import pack_features  # noqa: E402
-from tests.models.packed_batches import TINY_CONFIG, gradient_errors  # noqa: E402
+from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
+                                         relative_error)
 from tests.squad.squad_data import make_features  # noqa: E402
 
 BATCH_SIZE = 8  # global
-
-
-def relative_error(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return float(np.abs(got - want).max() / np.abs(want).max())
 
 
 def main():
