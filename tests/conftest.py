@@ -1,4 +1,12 @@
-"""Shared fixtures: the paper's real length histograms from ../shared."""
+"""Shared fixtures: the paper's real length histograms, small generated
+datasets, and one way to run the project's command-line tools."""
+
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -59,3 +67,69 @@ def write_unpacked_dataset(folder, *, num_files=3, per_file=300, seed=0,
 @pytest.fixture(scope="session")
 def unpacked_files(tmp_path_factory):
     return write_unpacked_dataset(tmp_path_factory.mktemp("unpacked"))
+
+
+#: The repository root (where run_pretraining.py and run_squad.py live).
+REPOSITORY = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolResult:
+    """What a command-line tool run by `run_tool` did."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def last_line(self) -> str:
+        """The last non-empty line of stderr (where a one-line error goes)."""
+        lines = self.stderr.strip().splitlines()
+        return lines[-1] if lines else ""
+
+
+def tool_command(tool: str, *args, python_options=()) -> list:
+    """The command line of a tool: ``data_prep.NAME`` runs as a module,
+    ``NAME.py`` (run_pretraining.py, ...) as a script of the repository."""
+    target = [str(REPOSITORY / tool)] if tool.endswith(".py") else ["-m", tool]
+    return [sys.executable, *python_options, *target, *map(str, args)]
+
+
+def tool_environment(tmp_path=None, **extra) -> dict:
+    """The environment of a tool run: this checkout first on the path, TensorFlow's
+    C++ start-up chatter off, ``TMPDIR`` in ``tmp_path`` (Beam leaves beam-temp*
+    folders there)."""
+    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
+    if tmp_path is not None:
+        environment["TMPDIR"] = str(tmp_path)
+    environment.update({name: str(value) for name, value in extra.items()})
+    return environment
+
+
+def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
+             python_options=(), env=None) -> ToolResult:
+    """Runs a command-line tool as a user would, in a subprocess.
+
+    Args:
+      tool: ``data_prep.NAME`` (a module) or ``run_pretraining.py`` (a script).
+      args: its command-line arguments.
+      cwd: working folder (default: the repository).
+      tmp_path: ``TMPDIR`` of the run.
+      env: more environment variables.
+    """
+    result = subprocess.run(tool_command(tool, *args, python_options=python_options),
+                            capture_output=True, text=True, timeout=timeout,
+                            cwd=str(cwd or REPOSITORY),
+                            env=tool_environment(tmp_path, **(env or {})))
+    return ToolResult(result.returncode, result.stdout, result.stderr)
+
+
+def run_json_check(*python_args, timeout: float = 300) -> dict:
+    """Runs ``python *python_args`` (``-m tests.MODULE`` or ``-c SCRIPT ...``) in its
+    own process (one tf.distribute strategy per process), asserts it succeeded and
+    returns the JSON object its last line of stdout prints."""
+    result = subprocess.run([sys.executable, *map(str, python_args)], capture_output=True,
+                            text=True, timeout=timeout, cwd=str(REPOSITORY),
+                            env=tool_environment())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

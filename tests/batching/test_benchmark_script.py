@@ -1,12 +1,8 @@
 """benchmarks/batching_benchmark.py runs: plans and scaling on small histograms."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+from tests.conftest import run_tool
 
 
 def test_plan_and_scaling_parts_write_a_section_and_a_plot(tmp_path):
@@ -15,14 +11,12 @@ def test_plan_and_scaling_parts_write_a_section_and_a_plot(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(
             {"counts": counts, "max_sequence_length": len(counts)}))
     markdown, plot = tmp_path / "BENCHMARKS.md", tmp_path / "scaling.png"
-    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2",
-                       MPLBACKEND="Agg")
-    result = subprocess.run(
-        [sys.executable, "benchmarks/batching_benchmark.py",
-         f"--histograms={tmp_path / 'tiny_a.json'},{tmp_path / 'tiny_b.json'}",
-         "--measure=false", "--plan_sequences=3000", "--pool_sizes=32,256",
-         "--max_accelerators=64", f"--plot={plot}", f"--write_markdown={markdown}"],
-        cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=300)
+    result = run_tool(
+        "benchmarks/batching_benchmark.py",
+        f"--histograms={tmp_path / 'tiny_a.json'},{tmp_path / 'tiny_b.json'}",
+        "--measure=false", "--plan_sequences=3000", "--pool_sizes=32,256",
+        "--max_accelerators=64", f"--plot={plot}", f"--write_markdown={markdown}",
+        env={"MPLBACKEND": "Agg"})
     assert result.returncode == 0, result.stderr[-3000:]
     text = markdown.read_text()
     assert "<!-- batching_benchmark:begin -->" in text

@@ -1,10 +1,6 @@
 """The tf.data layer: layout, exactly once per epoch, determinism, shapes, sharding."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +9,10 @@ import tensorflow as tf
 from packed_bert_tf.batching import bucket_batches, bucketed_pretraining_dataset
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import RecordFormat
-from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
 
 S, P = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS
 BOUNDARIES = (16, 32, 48, 64)
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -226,12 +221,7 @@ print(json.dumps({
 
 
 def test_mirrored_strategy_gives_each_replica_its_share_of_a_step(unpacked_files):
-    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT,
-                             json.dumps(unpacked_files)], cwd=REPOSITORY, env=environment,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    got = json.loads(result.stdout.strip().splitlines()[-1])
+    got = run_json_check("-c", MIRRORED_SCRIPT, json.dumps(unpacked_files))
     # distribute_datasets_from_function deals the pipeline's batches to the
     # replicas in turn: step t is batches 2t and 2t + 1, of one shape.
     assert got["steps"] * 2 == got["direct"] and got["same"] and got["one_shape"]

@@ -1,22 +1,16 @@
 """The built-in corpus: Python's own help topics and docstrings as documents."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from data_prep import builtin_corpus
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.conftest import run_tool
 
 
 def _run(*flags, cwd, seed="0"):
-    environment = dict(os.environ, PYTHONPATH=REPOSITORY, PYTHONHASHSEED=seed)
-    return subprocess.run([sys.executable, "-m", "data_prep.builtin_corpus", *flags],
-                          capture_output=True, text=True, cwd=cwd, env=environment,
-                          timeout=120)
+    return run_tool("data_prep.builtin_corpus", *flags, cwd=cwd, timeout=120,
+                    env={"PYTHONHASHSEED": seed})
 
 
 def _documents(path):

@@ -3,7 +3,6 @@
 import os
 import random
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,8 +10,8 @@ import tensorflow as tf
 
 from data_prep.create_pretraining_data import create_pretraining_data
 from packed_bert_tf.data import features, pretraining_instances, tfrecords, tokenization
+from tests.conftest import tool_command, tool_environment
 
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORDS = ("the a of packing sequence sequences token tokens model models train "
          "training data set sets mask masked attention layer layers batch size "
          "length lengths pack packs histogram strategy strategies speed fast "
@@ -46,7 +45,7 @@ def _write_corpus(directory, seed=0):
 
 
 def _command(*flags):
-    return [sys.executable, "-m", "data_prep.create_pretraining_data", *flags]
+    return tool_command("data_prep.create_pretraining_data", *flags)
 
 
 def _result(process):
@@ -87,10 +86,9 @@ def runs(tmp_path_factory):
         "masked_lm_prob": _command(inputs, f"--output_file={outputs('bad_5', 1)}",
                                    f"--vocab_file={vocab}", "--masked_lm_prob=0"),
     }
-    environment = dict(os.environ, PYTHONPATH=REPOSITORY)
     processes = {name: subprocess.Popen(command, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True,
-                                        cwd=root, env=environment)
+                                        cwd=root, env=tool_environment())
                  for name, command in commands.items()}
     results = {name: _result(process) for name, process in processes.items()}
     return root, (first, second), vocab, results

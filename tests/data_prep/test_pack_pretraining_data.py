@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,7 +10,8 @@ from apache_beam.testing.util import assert_that
 
 from packed_bert_tf.data import pack_pipeline, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
-from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_tool,
+                            write_unpacked_dataset)
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
@@ -20,9 +19,8 @@ IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
 def _run(module, *args, tmp_path, python_options=()):
-    env = dict(os.environ, TMPDIR=str(tmp_path))  # Beam leaves beam-temp* here
-    return subprocess.run([sys.executable, *python_options, "-m", f"data_prep.{module}",
-                           *args], capture_output=True, text=True, env=env)
+    return run_tool(f"data_prep.{module}", *args, tmp_path=tmp_path,
+                    python_options=python_options)
 
 
 def _pack(unpacked, output_dir, tmp_path, *extra, python_options=()):

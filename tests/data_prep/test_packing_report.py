@@ -1,15 +1,14 @@
 """The packing report end to end, as a user runs it."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from tests.conftest import run_tool
+
 
 def _run(*flags, cwd):
-    return subprocess.run([sys.executable, "-m", "data_prep.packing_report", *flags],
-                          capture_output=True, text=True, cwd=cwd)
+    return run_tool("data_prep.packing_report", *flags, cwd=cwd)
 
 
 @pytest.fixture

@@ -1,24 +1,14 @@
 """Global normalisers under MirroredStrategy (2 logical CPUs, in a subprocess)."""
 
-import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+from tests.conftest import run_json_check
 
 
 @pytest.fixture(scope="module")
 def errors():
-    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.models.distributed_loss_check"], cwd=REPOSITORY,
-        env=environment, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json_check("-m", "tests.models.distributed_loss_check")
 
 
 @pytest.mark.parametrize("per_sequence", [False, True])

@@ -1,18 +1,13 @@
 """run_squad end to end on a small learnable SQuAD-format set (tiny model)."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
 from packed_bert_tf.squad.run import SquadOptions, run_squad
+from tests.conftest import run_tool
 from tests.squad import squad_data
 from tests.squad.test_end_to_end import _config
-
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -90,13 +85,11 @@ def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, override
 def test_malformed_json_ends_the_script_with_one_line(files, tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text('{"version": "1.1", "data": [')
-    result = subprocess.run(
-        [sys.executable, "run_squad.py", f"--bert_config_file={files['bert_config_file']}",
-         f"--vocab_file={files['vocab_file']}", f"--train_file={broken}",
-         f"--output_dir={tmp_path / 'out'}", "--do_train", "--max_seq_length=32",
-         "--doc_stride=16", "--max_query_length=4"],
-        cwd=REPOSITORY, capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    result = run_tool(
+        "run_squad.py", f"--bert_config_file={files['bert_config_file']}",
+        f"--vocab_file={files['vocab_file']}", f"--train_file={broken}",
+        f"--output_dir={tmp_path / 'out'}", "--do_train", "--max_seq_length=32",
+        "--doc_stride=16", "--max_query_length=4", timeout=120)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("run_squad: ") and str(broken) in last

@@ -1,23 +1,14 @@
 """Trainer under MirroredStrategy on 2 logical CPUs equals one device (subprocess)."""
 
-import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+from tests.conftest import run_json_check
 
 
 def _check(*arguments):
-    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run(
-        [sys.executable, "-m", "tests.training.distributed_training_check", *arguments],
-        cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json_check("-m", "tests.training.distributed_training_check", *arguments,
+                          timeout=600)
 
 
 @pytest.fixture(scope="module")

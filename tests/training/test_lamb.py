@@ -3,10 +3,6 @@ and under MirroredStrategy (2 logical CPUs, in a subprocess)."""
 
 import contextlib
 import json
-import os
-import pathlib
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -14,8 +10,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
-
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+from tests.conftest import run_json_check
 
 
 # ------------------------------------------------------------ numpy reference
@@ -372,11 +367,7 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def mirrored_errors():
-    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
-    result = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT], cwd=REPOSITORY,
-                            env=environment, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return run_json_check("-c", MIRRORED_SCRIPT)
 
 
 def test_mirrored_strategy_matches_the_single_device_run(mirrored_errors):

@@ -1,10 +1,7 @@
 """run_pretraining end to end on small generated data (tiny model, S = 64)."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 import types
 
 import numpy as np
@@ -19,9 +16,8 @@ from packed_bert_tf.packing import assign_sequences, pack_lengths
 from packed_bert_tf.training.loop import NonFiniteLossError
 from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
 from packed_bert_tf.training.trainer import Trainer
-from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_tool
 
-REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
 S, P, D = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS, 3
 CONFIG = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=2,
                     num_attention_heads=2, intermediate_size=64,
@@ -185,11 +181,9 @@ def test_a_vocabulary_smaller_than_the_data_is_rejected(packed_files, tmp_path):
 
 
 def test_the_script_reports_bad_input_in_one_line(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "run_pretraining.py", "--bert_config_file=/nonexistent.json",
-         f"--output_dir={tmp_path}", "--do_train", "--input_file=x"],
-        cwd=REPOSITORY, capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    result = run_tool("run_pretraining.py", "--bert_config_file=/nonexistent.json",
+                      f"--output_dir={tmp_path}", "--do_train", "--input_file=x",
+                      timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == \
         "run_pretraining: --bert_config_file=/nonexistent.json: no such file"
