@@ -18,6 +18,8 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["packed_bert_tf", "packed_bert_tf.*",
                                     "data_prep", "data_prep.*"]),
+    # The paper's length histograms (packed_bert_tf.packing.histograms).
+    package_data={"packed_bert_tf.packing": ["paper_histograms/*.json"]},
     python_requires=">=3.10",
     install_requires=[
         "tensorflow>=2.16",  # ships Keras 3

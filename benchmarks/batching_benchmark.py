@@ -3,7 +3,7 @@ r"""Batching benchmark: padded, bucketed, token-budget bucketed and packed, side
     python benchmarks/batching_benchmark.py --write_markdown=BENCHMARKS.md
 
 On sequence lengths drawn from the paper's Wikipedia-512 and SQuAD-384
-histograms (``../shared/data/histograms``), three parts:
+histograms (shipped with the package), three parts:
 
 1. Plans (numpy, ``--plan_sequences`` lengths): occupancy, padding, examples
    and tokens per batch, distinct batch shapes, and the imbalance of W

@@ -2,8 +2,8 @@ r"""Pre-training benchmark: packed vs unpacked, speed and convergence.
 
     python benchmarks/pretraining_benchmark.py --write_markdown=BENCHMARKS.md
 
-Speed (``--parts=speed``): lengths drawn from the Wikipedia-512 histogram in
-../shared, S = 512, P = 76, D = 3; the same unpacked records and their packed
+Speed (``--parts=speed``): lengths drawn from the paper's Wikipedia-512
+histogram, S = 512, P = 76, D = 3; the same unpacked records and their packed
 copy (optimal plan); the trainer and TFRecord pipeline of run_pretraining.py
 with the same model and batch of rows on each, both in one process, chunks of
 steps alternated so that both see the same machine (the first chunk, which

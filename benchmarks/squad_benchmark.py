@@ -2,7 +2,7 @@ r"""SQuAD fine-tuning throughput, packed vs unpacked (the training loop of run_s
 
     python benchmarks/squad_benchmark.py --write_markdown=BENCHMARKS.md
 
-Feature lengths drawn from the SQuAD-384 histogram in ../shared, S = 384; the
+Feature lengths drawn from the paper's SQuAD-384 histogram, S = 384; the
 same features packed (optimal plan, D = 3) and unpacked (one per row); the
 same model and batch of rows; `packed_bert_tf.training.Trainer` with the SQuAD
 task (what run_squad.py runs). Both trainers live in one process and their

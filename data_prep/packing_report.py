@@ -9,9 +9,8 @@ writes a PNG and the plans' reports as JSON.
 
 `--histogram` is a file (JSON ``counts`` list or bare list, .npy, or text;
 ``counts[i]`` = sequences of length i+1) or the name of one of the paper's
-histograms (``wikipedia_512``, ``squad_1_1_384``), looked up in
-``$PACKED_BERT_TF_HISTOGRAM_DIR`` and in ``shared/data/histograms`` beside the
-repository.
+histograms (``wikipedia_512``, ``squad_1_1_384``, installed with the package),
+or of a user's ``NAME.json`` in a folder of ``$PACKED_BERT_TF_HISTOGRAM_DIR``.
 """
 
 import json

@@ -1,10 +1,15 @@
-"""Reading length histograms from files, and finding the paper's by name.
+"""Reading length histograms from files, and finding histograms by name.
 
 A histogram file is JSON, either ``{"counts": [...], "max_sequence_length": S,
-...}`` (the format of the paper's histograms in ``shared/data/histograms``) or
-a bare list of counts; or ``.npy``; or text with one count per line or
-comma/space separated. In every case ``counts[i]`` is the number of sequences
-of length ``i + 1``.
+...}`` or a bare list of counts; or ``.npy``; or text with one count per line
+or comma/space separated. In every case ``counts[i]`` is the number of
+sequences of length ``i + 1``.
+
+Two histograms ship with the package (``paper_histograms/``), the ones the
+paper's tables are computed on: ``wikipedia_512`` (the Wikipedia BERT
+pre-training data at length 512) and ``squad_1_1_384`` (SQuAD 1.1 training
+features at length 384), as published with the paper's code. Users' own are
+found by name in the folders of `HISTOGRAM_DIR_ENV`, or read from a path.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ import pathlib
 import numpy as np
 
 #: Environment variable: folders (``os.pathsep``-separated) searched for
-#: histograms given by name.
+#: histograms given by name, before the packaged ones.
 HISTOGRAM_DIR_ENV = "PACKED_BERT_TF_HISTOGRAM_DIR"
 
-_REPOSITORY = pathlib.Path(__file__).resolve().parents[2]
+#: The histograms installed with the package.
+PACKAGED_HISTOGRAM_DIR = pathlib.Path(__file__).resolve().parent / "paper_histograms"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -34,15 +40,18 @@ class LengthHistogram:
 
 
 def histogram_search_path() -> list[pathlib.Path]:
-    """Folders searched for a histogram given by name, in order.
-
-    `HISTOGRAM_DIR_ENV` first, then ``shared/data/histograms`` beside this
-    repository's checkout (where the project's CI and sessions keep them).
-    """
+    """Folders searched for a histogram given by name, in order:
+    `HISTOGRAM_DIR_ENV`'s, then `PACKAGED_HISTOGRAM_DIR`."""
     folders = [pathlib.Path(p) for p in os.environ.get(HISTOGRAM_DIR_ENV, "").split(
         os.pathsep) if p]
-    folders.append(_REPOSITORY.parent / "shared" / "data" / "histograms")
+    folders.append(PACKAGED_HISTOGRAM_DIR)
     return folders
+
+
+def available_histograms() -> list[str]:
+    """Names of the histograms on the search path (``NAME.json`` files), sorted."""
+    return sorted({path.stem for folder in histogram_search_path() if folder.is_dir()
+                   for path in folder.glob("*.json")})
 
 
 def find_histogram(name: str) -> pathlib.Path | None:
@@ -70,9 +79,10 @@ def load_histogram(path_or_name: str) -> LengthHistogram:
         if found is None:
             searched = ", ".join(str(p) for p in histogram_search_path())
             raise FileNotFoundError(
-                f"histogram {path_or_name!r} is neither a file nor a name found "
-                f"in {searched}; pass the path of a histogram file (JSON "
-                f"counts[i] = sequences of length i+1) or set {HISTOGRAM_DIR_ENV}")
+                f"histogram {path_or_name!r} is neither a file nor a known name "
+                f"({', '.join(available_histograms())}; looked in {searched}); pass "
+                f"the path of a histogram file (JSON counts[i] = sequences of length "
+                f"i+1) or set {HISTOGRAM_DIR_ENV}")
         path = found
     name = path.stem
     max_sequence_length = None

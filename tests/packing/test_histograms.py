@@ -45,7 +45,30 @@ def test_bad_files_are_rejected_naming_the_file(tmp_path, content, message):
 
 def test_an_unknown_name_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setenv(histograms.HISTOGRAM_DIR_ENV, str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="neither a file nor a name") as error:
+    with pytest.raises(FileNotFoundError, match="neither a file nor a known name "
+                       r"\(squad_1_1_384, wikipedia_512; looked in") as error:
         load_histogram("no_such_histogram")
     assert str(tmp_path) in str(error.value)
     assert histograms.HISTOGRAM_DIR_ENV in str(error.value)
+
+
+@pytest.mark.parametrize("name, max_sequence_length, sequences", [
+    ("wikipedia_512", 512, 16_279_552), ("squad_1_1_384", 384, 88_641)])
+def test_the_papers_histograms_ship_with_the_package(monkeypatch, name,
+                                                     max_sequence_length, sequences):
+    monkeypatch.delenv(histograms.HISTOGRAM_DIR_ENV, raising=False)
+    assert histograms.histogram_search_path() == [histograms.PACKAGED_HISTOGRAM_DIR]
+    assert name in histograms.available_histograms()
+    loaded = load_histogram(name)
+    assert loaded.source == str(histograms.PACKAGED_HISTOGRAM_DIR / f"{name}.json")
+    assert loaded.max_sequence_length == max_sequence_length
+    assert loaded.counts.size == max_sequence_length
+    assert int(loaded.counts.sum()) == sequences
+    document = json.loads((histograms.PACKAGED_HISTOGRAM_DIR / f"{name}.json").read_text())
+    assert "arXiv 2107.02027" in document["description"] and document["source"]
+
+
+def test_a_users_folder_comes_before_the_packaged_histograms(tmp_path, monkeypatch):
+    (tmp_path / "wikipedia_512.json").write_text("[1, 2]")
+    monkeypatch.setenv(histograms.HISTOGRAM_DIR_ENV, str(tmp_path))
+    np.testing.assert_array_equal(load_histogram("wikipedia_512").counts, [1, 2])

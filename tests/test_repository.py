@@ -1,0 +1,40 @@
+"""The repository stands on its own: an installed package carries what it reads,
+and nothing refers to files beside the checkout."""
+
+import pathlib
+import re
+import subprocess
+import sys
+
+from tests.conftest import REPOSITORY
+
+# Paths that would reach outside a clone: a sibling folder of the checkout.
+_OUTSIDE = re.compile(r"\.\./shared|shared/data|_REPOSITORY\.parent|parents\[[3-9]\]")
+
+
+def _tracked_text_files():
+    names = subprocess.run(["git", "ls-files"], cwd=REPOSITORY, capture_output=True,
+                           text=True, check=True).stdout.split()
+    for name in names:
+        path = REPOSITORY / name
+        if path.suffix in {".py", ".md", ".json", ".toml", ".ini", ".cfg", ".txt"} \
+                or path.name in {"Makefile", "run"}:
+            yield name, path.read_text(encoding="utf-8", errors="replace")
+
+
+def test_no_file_refers_to_folders_beside_the_checkout():
+    offenders = [f"{name}: {match.group(0)}" for name, text in _tracked_text_files()
+                 for match in _OUTSIDE.finditer(text)]
+    assert not offenders, offenders
+
+
+def test_the_built_package_carries_the_papers_histograms(tmp_path):
+    # What `pip install .` copies: the packages and their package data.
+    subprocess.run([sys.executable, "setup.py", "-q", "build_py",
+                    f"--build-lib={tmp_path}"], cwd=REPOSITORY, check=True,
+                   capture_output=True)
+    shipped = sorted(p.name for p in
+                     (tmp_path / "packed_bert_tf/packing/paper_histograms").iterdir())
+    assert shipped == ["squad_1_1_384.json", "wikipedia_512.json"]
+    assert (tmp_path / "data_prep" / "pack_pretraining_data.py").is_file()
+    assert pathlib.Path(tmp_path / "packed_bert_tf/packing/histograms.py").is_file()
