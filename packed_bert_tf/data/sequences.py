@@ -17,28 +17,8 @@ import numpy as np
 
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
-
-
-def _row_splits(lengths: np.ndarray) -> np.ndarray:
-    splits = np.zeros(lengths.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=splits[1:])
-    return splits
-
-
-def _ragged_positions(lengths: np.ndarray) -> np.ndarray:
-    """For each element of a ragged array, its index inside its row."""
-    splits = _row_splits(lengths)
-    return np.arange(splits[-1]) - np.repeat(splits[:-1], lengths)
-
-
-def _ragged_take_index(splits: np.ndarray, lengths: np.ndarray, rows: np.ndarray):
-    """Where rows `rows` of a ragged array (row splits, row lengths) lie in
-    its flat values, concatenated; and their lengths."""
-    taken = lengths[rows]
-    starts = splits[:-1][rows]
-    # index = start of the element's row + its position in the row
-    shift = starts - (np.cumsum(taken) - taken)
-    return np.repeat(shift, taken) + np.arange(int(taken.sum())), taken
+from packed_bert_tf.packing.ragged import (position_in_row, row_splits_from_lengths,
+                                          take_rows_index)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -117,18 +97,18 @@ class SequenceBatch:
     @functools.cached_property
     def token_splits(self) -> np.ndarray:
         """[N + 1] where each sequence's tokens start in `token_ids`."""
-        return _row_splits(self.lengths)
+        return row_splits_from_lengths(self.lengths)
 
     @functools.cached_property
     def masked_splits(self) -> np.ndarray:
         """[N + 1] where each sequence's predictions start in `masked_ids`."""
-        return _row_splits(self.masked_counts)
+        return row_splits_from_lengths(self.masked_counts)
 
     def take(self, indices: np.ndarray) -> "SequenceBatch":
         """The sequences at `indices`, in that order."""
         indices = np.asarray(indices, dtype=np.int64)
-        tokens, lengths = _ragged_take_index(self.token_splits, self.lengths, indices)
-        masked, masked_counts = _ragged_take_index(self.masked_splits,
+        tokens, lengths = take_rows_index(self.token_splits, self.lengths, indices)
+        masked, masked_counts = take_rows_index(self.masked_splits,
                                                    self.masked_counts, indices)
         return SequenceBatch(lengths, self.token_ids[tokens], self.segment_ids[tokens],
                              masked_counts, self.masked_positions[masked],
@@ -164,7 +144,7 @@ def _ragged_hash(values: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     max_len = int(lengths.max(initial=0))
     with np.errstate(over="ignore"):
         powers = np.cumprod(np.full(max(max_len, 1), base, dtype=np.uint64))
-        mixed = (values ^ np.uint64(0x5851F42D4C957F2D)) * powers[_ragged_positions(lengths)]
+        mixed = (values ^ np.uint64(0x5851F42D4C957F2D)) * powers[position_in_row(lengths)]
     hashes = np.zeros(lengths.size, dtype=np.uint64)
     np.add.at(hashes, np.repeat(np.arange(lengths.size), lengths), mixed)
     return hashes
@@ -192,10 +172,9 @@ def masked_overflow_fix(lengths: np.ndarray, masked_counts: np.ndarray,
     final: list[tuple[np.ndarray, np.ndarray]] = []  # (depths, sequence indices)
     pending, replanned = packs, 0
     for replan in (True, False):
-        depths = np.diff(pending.row_splits)
-        per_pack = np.add.reduceat(masked_counts[pending.sequence_indices],
-                                   pending.row_splits[:-1]) if depths.size else depths
-        fits = per_pack <= max_masked_tokens
+        depths = pending.sequences_per_pack
+        fits = pending.sum_per_pack(masked_counts[pending.sequence_indices]) \
+            <= max_masked_tokens
         keep = np.repeat(fits, depths)
         final.append((depths[fits], pending.sequence_indices[keep]))
         released = pending.sequence_indices[~keep]
@@ -209,11 +188,13 @@ def masked_overflow_fix(lengths: np.ndarray, masked_counts: np.ndarray,
             local = assign_sequences(lengths[released], plan, seed=seed)
             pending = PackAssignment(local.row_splits, released[local.sequence_indices])
         else:
-            pending = PackAssignment(np.arange(released.size + 1), released)
+            pending = PackAssignment.from_sequences_per_pack(np.ones_like(released),
+                                                             released)
     if pending is not None:
-        final.append((np.diff(pending.row_splits), pending.sequence_indices))
-    return PackAssignment(_row_splits(np.concatenate([d for d, _ in final])),
-                          np.concatenate([i for _, i in final])), replanned
+        final.append((pending.sequences_per_pack, pending.sequence_indices))
+    return PackAssignment.from_sequences_per_pack(
+        np.concatenate([d for d, _ in final]),
+        np.concatenate([i for _, i in final])), replanned
 
 
 def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
@@ -238,22 +219,16 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
     max_depth = record_format.max_sequences_per_pack
     max_masked = record_format.max_masked_tokens
     num_packs = len(packs)
-    depths = np.diff(packs.row_splits)
+    depths = packs.sequences_per_pack
     sequences = np.asarray(packs.sequence_indices, dtype=np.int64)  # pack order
-    tokens, lengths = _ragged_take_index(batch.token_splits, batch.lengths, sequences)
-    masked, masked_counts = _ragged_take_index(batch.masked_splits,
-                                               batch.masked_counts, sequences)
-    pack_of = np.repeat(np.arange(num_packs), depths)  # [n]
-    slot = _ragged_positions(depths)  # [n] 0-based sequence index in its pack
-    # Offset of each sequence's first token in its pack.
-    ends = np.cumsum(lengths)
-    pack_token_start = np.concatenate([[0], ends])[packs.row_splits[:-1]]
-    offset = ends - lengths - np.repeat(pack_token_start, depths)
-
-    tokens_per_pack = np.add.reduceat(lengths, packs.row_splits[:-1]) \
-        if num_packs else np.zeros(0, np.int64)
-    masked_per_pack = np.add.reduceat(masked_counts, packs.row_splits[:-1]) \
-        if num_packs else np.zeros(0, np.int64)
+    tokens, lengths = take_rows_index(batch.token_splits, batch.lengths, sequences)
+    masked, masked_counts = take_rows_index(batch.masked_splits,
+                                            batch.masked_counts, sequences)
+    pack_of = packs.pack_of_entries  # [n]
+    slot = packs.slot_of_entries  # [n] 0-based sequence index in its pack
+    offset = packs.offset_in_pack(lengths)  # [n] first token's column in its pack
+    tokens_per_pack = packs.sum_per_pack(lengths)
+    masked_per_pack = packs.sum_per_pack(masked_counts)
     for what, amount, limit in (("tokens", tokens_per_pack, max_len),
                                 ("sequences", depths, max_depth),
                                 ("masked tokens", masked_per_pack, max_masked)):
@@ -340,7 +315,7 @@ def unpack_records(arrays: Mapping[str, np.ndarray], *, source: str = "records",
     max_depth = np.asarray(arrays["next_sentence_positions"]).shape[1]
     fail(depths > max_depth, f"more than {max_depth} sequences")
     record_of_sequence, start_column = np.nonzero(starts_matrix)
-    slot = _ragged_positions(depths)
+    slot = position_in_row(depths)
     ns_positions = np.asarray(arrays["next_sentence_positions"]).astype(np.int64)
     ns_weights = np.asarray(arrays["next_sentence_weights"]).astype(np.int64)
     ns_labels = np.asarray(arrays["next_sentence_labels"]).astype(np.int64)

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from packed_bert_tf.packing import ragged
 from packed_bert_tf.packing.api import histogram_from_lengths
 from packed_bert_tf.packing.plan import PackingPlan
 
@@ -28,6 +29,13 @@ class PackAssignment:
     row_splits: np.ndarray
     sequence_indices: np.ndarray
 
+    @classmethod
+    def from_sequences_per_pack(cls, sequences_per_pack,
+                                sequence_indices) -> "PackAssignment":
+        """Packs of ``sequences_per_pack[k]`` consecutive ``sequence_indices``."""
+        return cls(ragged.row_splits_from_lengths(sequences_per_pack),
+                   np.asarray(sequence_indices, dtype=np.int64))
+
     def __len__(self) -> int:
         return self.row_splits.size - 1
 
@@ -46,6 +54,34 @@ class PackAssignment:
         """[P] int64: how many examples each pack holds."""
         return np.diff(self.row_splits)
 
+    # Per entry of ``sequence_indices`` (a sequence in pack order).
+
+    @property
+    def pack_of_entries(self) -> np.ndarray:
+        """[N] int64: the pack of each entry."""
+        return ragged.row_of_elements(self.sequences_per_pack)
+
+    @property
+    def slot_of_entries(self) -> np.ndarray:
+        """[N] int64: each entry's place in its pack, 0 for the first."""
+        return ragged.position_in_row(self.sequences_per_pack)
+
+    def offset_in_pack(self, lengths_in_pack_order) -> np.ndarray:
+        """[N] where each entry starts in its pack: the summed lengths of the
+        entries before it in the same pack."""
+        return ragged.exclusive_sum_in_row(lengths_in_pack_order, self.sequences_per_pack)
+
+    def sum_per_pack(self, values_in_pack_order) -> np.ndarray:
+        """[P] the sum of a per-entry quantity over each pack (tokens, masked
+        tokens, ...)."""
+        return ragged.sum_over_rows(values_in_pack_order, self.row_splits)
+
+    def take(self, packs) -> "PackAssignment":
+        """The packs ``packs`` (indices, in that order) as an assignment of their own."""
+        index, depths = ragged.take_rows_index(self.row_splits, self.sequences_per_pack,
+                                               np.asarray(packs, dtype=np.int64))
+        return PackAssignment.from_sequences_per_pack(depths, self.sequence_indices[index])
+
     def to_dense(self, max_sequences_per_pack: int | None = None,
                  fill: int = -1) -> np.ndarray:
         """[P, D] int64 of example indices, `fill` where a pack has fewer."""
@@ -56,8 +92,7 @@ class PackAssignment:
             raise ValueError(f"a pack holds {depth.max()} sequences, more than "
                              f"the {width} columns asked for")
         dense = np.full((len(self), width), fill, dtype=np.int64)
-        slot = np.arange(self.sequence_indices.size) - np.repeat(self.row_splits[:-1], depth)
-        dense[np.repeat(np.arange(len(self)), depth), slot] = self.sequence_indices
+        dense[self.pack_of_entries, self.slot_of_entries] = self.sequence_indices
         return dense
 
 
@@ -115,8 +150,7 @@ def assign_sequences(lengths, plan: PackingPlan, seed: int = 0) -> PackAssignmen
     strategy_of_pack = rng.permutation(
         np.repeat(np.arange(len(plan.strategies)), plan.counts))  # [P]
     pack_depths = depths[strategy_of_pack]
-    row_splits = np.concatenate([[0], np.cumsum(pack_depths)]).astype(np.int64)
-    slot = np.arange(row_splits[-1]) - np.repeat(row_splits[:-1], pack_depths)
+    slot = ragged.position_in_row(pack_depths)
     slot_lengths = flat_lengths[np.repeat(offsets[strategy_of_pack], pack_depths) + slot]
 
     # Examples by length, in random order within a length; slots by length.
@@ -125,4 +159,4 @@ def assign_sequences(lengths, plan: PackingPlan, seed: int = 0) -> PackAssignmen
     slots_by_length = np.argsort(slot_lengths, kind="stable")
     sequence_indices = np.empty(lengths.size, dtype=np.int64)
     sequence_indices[slots_by_length] = examples_by_length
-    return PackAssignment(row_splits=row_splits, sequence_indices=sequence_indices)
+    return PackAssignment.from_sequences_per_pack(pack_depths, sequence_indices)

@@ -27,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.packing import (PackAssignment, assign_sequences, pack_lengths)
+from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths, ragged
 
 #: Per-token arrays of a pack ([P, S]) and per-sequence arrays ([P, D]).
 TOKEN_ARRAYS = ("input_ids", "segment_ids", "input_mask", "positions")
@@ -110,13 +110,10 @@ def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: i
         raise ValueError(f"a pack holds {depth.max()} features, more than "
                          f"max_sequences_per_pack={max_sequences_per_pack}")
     num_packs = len(assignment)
-    row_start = np.repeat(assignment.row_splits[:-1], depth)  # [F] in assignment order
-    slot = np.arange(order.size) - row_start
-    pack = np.repeat(np.arange(num_packs), depth)
+    # [F] in assignment order.
+    slot, pack = assignment.slot_of_entries, assignment.pack_of_entries
     ordered_lengths = lengths[order]
-    offset = np.cumsum(ordered_lengths) - ordered_lengths  # running, then per pack
-    offset -= np.repeat(offset[assignment.row_splits[:-1]] if num_packs else
-                        np.zeros(0, np.int64), depth)
+    offset = assignment.offset_in_pack(ordered_lengths)
     if order.size and (offset + ordered_lengths).max() > sequence_length:
         raise ValueError(f"a pack holds more than max_sequence_length={sequence_length} "
                          f"tokens")
@@ -127,9 +124,8 @@ def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: i
     feature_pack[order], feature_slot[order], feature_offset[order] = pack, slot, offset
 
     # Every token: its feature, its place in the feature, its place in the rows.
-    token_feature = np.repeat(np.arange(num_features), lengths)  # [T]
-    token_position = np.arange(token_feature.size) - np.repeat(
-        np.cumsum(lengths) - lengths, lengths)
+    token_feature = ragged.row_of_elements(lengths)  # [T]
+    token_position = ragged.position_in_row(lengths)
     token_row = feature_pack[token_feature]
     token_column = feature_offset[token_feature] + token_position
     arrays = {name: np.zeros((num_packs, sequence_length), np.int32)
@@ -234,9 +230,9 @@ def unpack_logits(packs: SquadPacks, pack_index, start_logits, end_logits
                             else ""))
     row_of_pack[pack_index[real]] = np.flatnonzero(real)
     lengths = packs.feature_length
-    row_splits = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    token_feature = np.repeat(np.arange(lengths.size), lengths)
-    token_position = np.arange(token_feature.size) - np.repeat(row_splits[:-1], lengths)
+    row_splits = ragged.row_splits_from_lengths(lengths)
+    token_feature = ragged.row_of_elements(lengths)
+    token_position = ragged.position_in_row(lengths)
     rows = row_of_pack[packs.feature_pack[token_feature]]
     columns = packs.feature_offset[token_feature] + token_position
     return FeatureLogits(start_logits[rows, columns], end_logits[rows, columns],

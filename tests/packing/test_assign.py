@@ -83,3 +83,37 @@ def test_indexing_and_dense_width_errors():
         packs[2]
     with pytest.raises(ValueError, match="holds 2 sequences, more than the 1"):
         packs.to_dense(max_sequences_per_pack=1)
+
+
+def test_pack_assignment_per_entry_and_per_pack_quantities():
+    # Packs [4, 0], [], [2, 1, 3]; lengths of sequences 0..4 are 5, 1, 2, 3, 6.
+    packs = PackAssignment.from_sequences_per_pack([2, 0, 3], [4, 0, 2, 1, 3])
+    np.testing.assert_array_equal(packs.row_splits, [0, 2, 2, 5])
+    np.testing.assert_array_equal(packs.pack_of_entries, [0, 0, 2, 2, 2])
+    np.testing.assert_array_equal(packs.slot_of_entries, [0, 1, 0, 1, 2])
+    lengths = np.array([5, 1, 2, 3, 6])[packs.sequence_indices]  # [6, 5, 2, 1, 3]
+    np.testing.assert_array_equal(packs.offset_in_pack(lengths), [0, 6, 0, 2, 3])
+    np.testing.assert_array_equal(packs.sum_per_pack(lengths), [11, 0, 6])
+    taken = packs.take([2, 0])
+    np.testing.assert_array_equal(taken.row_splits, [0, 3, 5])
+    np.testing.assert_array_equal(taken.sequence_indices, [2, 1, 3, 4, 0])
+    empty = packs.take([1])
+    assert len(empty) == 1 and empty.sequence_indices.size == 0
+    np.testing.assert_array_equal(packs.to_dense(3), [[4, 0, -1], [-1, -1, -1],
+                                                      [2, 1, 3]])
+
+
+def test_ragged_helpers_on_empty_rows():
+    from packed_bert_tf.packing import ragged
+
+    np.testing.assert_array_equal(ragged.position_in_row([2, 0, 3]), [0, 1, 0, 1, 2])
+    np.testing.assert_array_equal(ragged.row_of_elements([0, 2, 1]), [1, 1, 2])
+    np.testing.assert_array_equal(ragged.exclusive_sum_in_row([3, 2, 4, 1], [2, 0, 2]),
+                                  [0, 3, 0, 4])
+    np.testing.assert_array_equal(ragged.exclusive_sum_in_row([7], [1, 0, 0]), [0])
+    np.testing.assert_array_equal(ragged.sum_over_rows(np.array([1, 2, 3]),
+                                                       np.array([0, 0, 3, 3])), [0, 6, 0])
+    index, taken = ragged.take_rows_index(np.array([0, 2, 2, 5]), np.array([2, 0, 3]),
+                                          np.array([2, 1, 0]))
+    np.testing.assert_array_equal(index, [2, 3, 4, 0, 1])
+    np.testing.assert_array_equal(taken, [3, 0, 2])
