@@ -4,8 +4,8 @@ r"""Fine-tunes BERT on SQuAD 1.1 with packing, predicts and scores the answers.
         --init_checkpoint=bert_model.ckpt --train_file=train-v1.1.json \
         --predict_file=dev-v1.1.json --output_dir=runs/squad --do_train --do_predict
 
-Flags are those of google-research/bert's run_squad.py plus --packing (on by
-default), --max_sequences_per_pack, --algorithm, --distribution_strategy,
+Flags are those of google-research/bert's run_squad.py plus --batching
+(packed by default), --max_sequences_per_pack, --algorithm, --distribution_strategy,
 --jit_compile and --mixed_precision. Features are cached as TFRecords in
 --output_dir. The run's logic is `packed_bert_tf.squad.run.run_squad`.
 """
@@ -48,16 +48,16 @@ def define_flags():
     define_loop_flags()
     flags.DEFINE_enum("optimizer", "adamw", list(OPTIMIZERS), "The optimizer.")
     flags.DEFINE_integer("steps_per_update", 1, "Micro-batches per update.")
-    flags.DEFINE_bool("packing", True, "Pack several features per row.")
-    flags.DEFINE_integer("max_sequences_per_pack", 3, "Cap on features per row.")
-    flags.DEFINE_string("algorithm", "optimal", "Packing algorithm.")
+    flags.DEFINE_integer("max_sequences_per_pack", 3,
+                         "--batching=packed: cap on features per row.")
+    flags.DEFINE_string("algorithm", "optimal", "--batching=packed: packing algorithm.")
     define_hardware_flags()
     flags.DEFINE_integer("seed", None, "Seed of weights, dropout, packing and order.")
-    flags.DEFINE_enum("batching", None, ["packed", "bucketed", "padded"],
-                      "packed: several features per row (the default, --packing). "
-                      "padded: one feature per row at --max_seq_length (--packing=false)."
-                      " bucketed: one feature per row, batches padded to their length "
-                      "bucket (packed_bert_tf.batching).")
+    flags.DEFINE_enum("batching", "packed", ["packed", "bucketed", "padded"],
+                      "packed: several features per row, each attending only to "
+                      "itself. padded: one feature per row at --max_seq_length "
+                      "(google-research/bert). bucketed: one feature per row, batches "
+                      "padded to their length bucket (packed_bert_tf.batching).")
     define_bucketing_flags("features")
 
 

@@ -245,7 +245,8 @@ def read_squad_examples(input_file: str, *, is_training: bool
     Raises:
       SquadFormatError: naming the file and the place (``data[i].paragraphs[j]
         .qas[k]``) of a missing key or a value of the wrong type, or a
-        training question without exactly one answer.
+        training question without exactly one answer; a file with no
+        question, or no usable training question.
     """
     data = load_squad_json(input_file)
     examples: list[SquadExample] = []
@@ -307,10 +308,16 @@ def read_squad_examples(input_file: str, *, is_training: bool
                     continue
                 examples.append(SquadExample(qas_id, question, context, paragraph_index,
                                              answer_text, start_word, end_word))
+    if not num_questions:
+        raise SquadFormatError(f"{input_file}: no questions (data[].paragraphs[].qas[] "
+                               f"are all empty)")
     if skipped:
         logging.warning("%s: skipped %d of %d training questions whose answer text is "
                         "not in the context at answer_start", input_file, len(skipped),
                         num_questions)
+    if not examples:
+        raise SquadFormatError(f"{input_file}: none of its {num_questions} training "
+                               f"questions has its answer text at answer_start")
     return examples, ReadStats(num_questions, tuple(skipped))
 
 

@@ -70,7 +70,6 @@ class SquadOptions:
     log_every_n_steps: int = 100
     optimizer: str = "adamw"
     steps_per_update: int = 1
-    packing: bool = True
     max_sequences_per_pack: int = 3
     algorithm: str = "optimal"
     distribution_strategy: str = "default"
@@ -78,28 +77,13 @@ class SquadOptions:
     jit_compile: bool = True
     mixed_precision: str = "none"
     seed: int | None = None
-    batching: str | None = None
+    batching: str = "packed"
     bucket_boundaries: tuple | None = None
     pool_size: int = 8192
     progress_bar: bool | None = None
 
 
 BATCHING = ("packed", "bucketed", "padded")
-
-
-def resolve_batching(options: SquadOptions) -> str:
-    """``--batching``, defaulting from ``--packing`` (packed, or padded without it)."""
-    if options.batching is None:
-        return "packed" if options.packing else "padded"
-    if options.batching not in BATCHING:
-        raise ValueError(f"--batching={options.batching!r} is not one of "
-                         f"{', '.join(BATCHING)}")
-    if options.batching == "packed" and not options.packing:
-        raise ValueError("--batching=packed contradicts --packing=false")
-    if options.batching == "bucketed" and options.steps_per_update != 1:
-        raise ValueError("--batching=bucketed gives batches of different shapes, which "
-                         "cannot be stacked for accumulation: use --steps_per_update=1")
-    return options.batching
 
 
 def check_options(options: SquadOptions, config, strategy) -> None:
@@ -117,7 +101,12 @@ def check_options(options: SquadOptions, config, strategy) -> None:
     if options.algorithm not in ALGORITHMS:
         raise ValueError(f"--algorithm={options.algorithm!r} is not one of "
                          f"{', '.join(ALGORITHMS)}")
-    resolve_batching(options)
+    if options.batching not in BATCHING:
+        raise ValueError(f"--batching={options.batching!r} is not one of "
+                         f"{', '.join(BATCHING)}")
+    if options.batching == "bucketed" and options.steps_per_update != 1:
+        raise ValueError("--batching=bucketed gives batches of different shapes, which "
+                         "cannot be stacked for accumulation: use --steps_per_update=1")
     check_feature_arguments(options.max_seq_length, options.doc_stride,
                             options.max_query_length)
     if options.max_seq_length > config.max_position_embeddings:
@@ -130,6 +119,12 @@ def check_options(options: SquadOptions, config, strategy) -> None:
                                ("predict_file", options.do_predict, options.predict_file)):
         if needed and (not path or not tf.io.gfile.exists(path)):
             raise ValueError(f"--{flag}={path}: no such file")
+    if options.do_predict and not options.do_train and not options.init_checkpoint \
+            and not TrainingCheckpoints.exists(options.output_dir):
+        raise ValueError(f"--do_predict without --do_train needs trained weights, but "
+                         f"--output_dir={options.output_dir} holds no checkpoint and no "
+                         f"--init_checkpoint is given (random weights would score "
+                         f"nonsense)")
     if options.do_train:
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
     if options.do_predict:
@@ -169,11 +164,11 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
     feature_args = dict(max_seq_length=options.max_seq_length,
                         doc_stride=options.doc_stride,
                         max_query_length=options.max_query_length)
-    batching = resolve_batching(options)
-    pack_args = dict(packed=batching == "packed",
+    packed = options.batching == "packed"
+    pack_args = dict(packed=packed,
                      max_sequences_per_pack=options.max_sequences_per_pack,
                      algorithm=options.algorithm, seed=options.seed or 0)
-    summary: dict = {"options": dataclasses.asdict(options), "batching": batching,
+    summary: dict = {"options": dataclasses.asdict(options), "batching": options.batching,
                      "replicas": strategy.num_replicas_in_sync}
 
     train_packs = predict_data = None
@@ -198,7 +193,7 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
             options.learning_rate, total_steps,
             int(total_steps * options.warmup_proportion))
         with strategy.scope():
-            model = BertSquadModel(config, packed=batching == "packed")
+            model = BertSquadModel(config, packed=packed)
             model.build()
             optimizer = create_optimizer(options.optimizer, schedule,
                                          loss_scaling=options.mixed_precision == "fp16")

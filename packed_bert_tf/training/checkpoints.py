@@ -39,6 +39,12 @@ class TrainingCheckpoints:
         #: The step of the last checkpoint written or restored here.
         self.saved_step: int | None = None
 
+    @staticmethod
+    def exists(output_dir: str) -> bool:
+        """Whether ``output_dir`` holds a checkpoint a run would resume from."""
+        return tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINT_SUBDIR)) \
+            is not None
+
     @property
     def latest(self) -> str | None:
         return self.manager.latest_checkpoint

@@ -73,7 +73,10 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch
     (dict(max_seq_length=128), "--max_seq_length=128 exceeds max_position_embeddings 64"),
     (dict(algorithm="best"), "--algorithm='best' is not one of"),
     (dict(doc_stride=0), "doc_stride"),
-    (dict(batching="packed", packing=False), "contradicts --packing=false"),
+    (dict(batching="sorted"), "--batching='sorted' is not one of"),
+    (dict(do_train=False, do_predict=True), "--do_predict without --do_train needs "
+                                            "trained weights, but --output_dir=.* holds "
+                                            "no checkpoint and no --init_checkpoint"),
     (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
 ])
 def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, overrides, message):
@@ -94,3 +97,17 @@ def test_malformed_json_ends_the_script_with_one_line(files, tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("run_squad: ") and str(broken) in last
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("data, message", [
+    ([], "no questions"),
+    ([{"paragraphs": [{"context": "a b c", "qas": []}]}], "no questions"),
+    ([{"paragraphs": [{"context": "a b c", "qas": [
+        {"id": "q1", "question": "b?", "answers": [{"text": "z", "answer_start": 2}]}]}]}],
+     "none of its 1 training questions has its answer text at answer_start"),
+])
+def test_a_file_without_usable_questions_is_refused(files, tmp_path, data, message):
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"version": "1.1", "data": data}))
+    with pytest.raises(ValueError, match=f"{empty}: {message}"):
+        run_squad(options(files, tmp_path / "out", do_train=True, train_file=str(empty)))
