@@ -36,10 +36,8 @@ statistics were tried and rejected: on the CPU both keep freed buffers
 """
 
 import dataclasses
-import datetime
 import glob
 import os
-import platform
 import re
 import shutil
 import tempfile
@@ -48,7 +46,8 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
-from markdown_sections import replace_section  # benchmarks/, beside this script
+from common import (MODEL_SIZE_FLAGS, define_model_size_flags, define_write_markdown,
+                    model_size, publish_section, section_header)  # benchmarks/, beside this script
 from packed_bert_tf.batching import (balance_across_workers, batch_costs, batching_metrics,
                                      bucket_batches, bucket_boundaries, expected_max_cost,
                                      packed_batches, padded_batches)
@@ -76,21 +75,20 @@ flags.DEFINE_integer("num_sequences", 256, "Records per histogram for part 2.")
 flags.DEFINE_bool("measure_dynamic_shapes", False,
                   "Also run 'sorted, padded to longest' in part 2: one XLA compilation "
                   "per distinct batch length (dozens).")
-flags.DEFINE_integer("num_layers", 1, "Tiny BERT: transformer blocks.")
-flags.DEFINE_integer("hidden_size", 128,
-                     "Tiny BERT: H. Attention's share of the work per token grows as S / 6H "
-                     "(0.67 at S = 512, H = 128; BERT-large 0.08): a smaller H favours short "
-                     "padded shapes over full-length packs.")
-flags.DEFINE_integer("num_heads", 2, "Tiny BERT: attention heads.")
-flags.DEFINE_integer("intermediate_size", 512, "Tiny BERT: feed-forward width.")
-flags.DEFINE_integer("vocab_size", 2048, "Tiny BERT: vocabulary (> 1000, synthetic ids).")
+define_model_size_flags(
+    num_layers=1, hidden_size=128, num_heads=2, intermediate_size=512, vocab_size=2048,
+    model="Tiny BERT",
+    notes={"hidden_size": "Attention's share of the work per token grows as S / 6H (0.67 at "
+                          "S = 512, H = 128; BERT-large 0.08): a smaller H favours short "
+                          "padded shapes over full-length packs.",
+           "vocab_size": "More than 1000 (synthetic ids)."})
 # Part 3.
 flags.DEFINE_integer("scaling_batch_size", 16, "Sequences per accelerator and step.")
 flags.DEFINE_integer("max_accelerators", 2048, "Largest N of the scaling simulation.")
 flags.DEFINE_integer("attention_hidden_size", 1024,
                      "H of the attention term of un-padded costs (BERT-large).")
 flags.DEFINE_string("plot", "benchmarks/batching_scaling.png", "PNG of the scaling plot.")
-flags.DEFINE_string("write_markdown", None, "Write the results to this Markdown file.")
+define_write_markdown()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,11 +403,7 @@ def measured_rows(name, counts, max_len, dump_folder):
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
     max_predictions = int(0.15 * max_len)
-    config = BertConfig(vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,
-                        num_hidden_layers=FLAGS.num_layers,
-                        num_attention_heads=FLAGS.num_heads,
-                        intermediate_size=FLAGS.intermediate_size,
-                        max_position_embeddings=max_len)
+    config = BertConfig(**model_size(), max_position_embeddings=max_len)
     keras.utils.set_random_seed(FLAGS.seed)
     models = {packed: BertPretrainingModel(config, packed=packed)
               for packed in (False, True)}
@@ -456,16 +450,6 @@ def measured_rows(name, counts, max_len, dump_folder):
 
 
 # ------------------------------------------------------------------ report
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as file:
-            cpu = re.search(r"model name\s*:\s*(.*)", file.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
-
-
 def image_path() -> str:
     """The plot's path relative to the Markdown file (as given without one)."""
     if not FLAGS.write_markdown:
@@ -475,26 +459,14 @@ def image_path() -> str:
 
 
 def markdown(plan_table, measured, scaling, datasets) -> str:
-    def value(name):
-        flag = FLAGS[name].value
-        return ",".join(flag) if isinstance(flag, list) else flag
-
-    flags_used = " ".join(f"--{name}={value(name)}"
-                          for name in ("histograms", "batch_size", "pool_sizes", "num_buckets",
-                                       "optimal_buckets", "plan_sequences", "num_workers",
-                                       "num_sequences", "measure_dynamic_shapes",
-                                       "num_layers", "hidden_size", "num_heads",
-                                       "intermediate_size", "vocab_size",
-                                       "scaling_batch_size", "max_accelerators", "seed"))
     W = FLAGS.num_workers
     lines = [
-        "## Batching: padded, bucketed, token budgets and packing",
-        "",
-        "Command: `python benchmarks/batching_benchmark.py --write_markdown=BENCHMARKS.md`  ",
-        f"Flags in effect: `{flags_used}`  ",
-        f"Machine: {machine()}  ",
-        f"Date: {datetime.date.today().isoformat()}",
-        "",
+        *section_header(
+            "Batching: padded, bucketed, token budgets and packing",
+            flags_shown=("histograms", "batch_size", "pool_sizes", "num_buckets",
+                         "optimal_buckets", "plan_sequences", "num_workers", "num_sequences",
+                         "measure_dynamic_shapes", *MODEL_SIZE_FLAGS, "scaling_batch_size",
+                         "max_accelerators", "seed")),
         f"Lengths drawn from {', '.join(f'`{d}`' for d in datasets)} (SQuAD's lengths "
         "in pre-training records: the fine-tuning model differs only in its heads). "
         f"Batches of {FLAGS.batch_size} sequences (packed: {FLAGS.batch_size} packs); "
@@ -615,10 +587,7 @@ def main(argv):
             measured += measured_rows(histogram.name, counts, max_len, dump_folder)
     shutil.rmtree(dump_folder, ignore_errors=True)
     plot_scaling(scaling, FLAGS.plot)
-    text = markdown(plan_table, measured, scaling, datasets)
-    print(text)
-    if FLAGS.write_markdown:
-        replace_section(FLAGS.write_markdown, "batching_benchmark", text)
+    publish_section("batching_benchmark", markdown(plan_table, measured, scaling, datasets))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import time
 import numpy as np
 from absl import app, flags
 
-from markdown_sections import replace_section  # benchmarks/, beside this script
+from common import (ENVIRONMENT, define_write_markdown, publish_section,
+                    section_header)  # benchmarks/, beside this script
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_sequences", 1_000_000, "Unpacked sequences to generate.")
@@ -35,10 +36,9 @@ flags.DEFINE_multi_string(
     "'default' for none (e.g. --beam_args=default "
     "--beam_args=--direct_running_mode=in_memory).")
 flags.DEFINE_bool("verify", True, "Run verify_packing on the result.")
-flags.DEFINE_string("write_markdown", None, "Replace this benchmark's section here.")
+define_write_markdown()
 flags.DEFINE_string("markdown_section", "data_prep_benchmark",
                     "Name of the section (one per dataset size, say).")
-
 
 
 def generate(folder, num_sequences, num_shards):
@@ -81,7 +81,7 @@ def main(argv):
                    "--max_sequence_length=512", "--max_predictions_per_sequence=76",
                    *extra]
         start = time.perf_counter()
-        result = subprocess.run(command, capture_output=True, text=True)
+        result = subprocess.run(command, env=ENVIRONMENT, capture_output=True, text=True)
         seconds = time.perf_counter() - start
         if result.returncode:
             sys.exit(f"packing failed:\n{result.stderr[-3000:]}")
@@ -98,27 +98,19 @@ def main(argv):
             check = subprocess.run([sys.executable, "-m", "data_prep.verify_packing",
                                     f"--unpacked={unpacked}/part-*",
                                     f"--packed={packed}/part-*"],
-                                   capture_output=True, text=True)
+                                   env=ENVIRONMENT, capture_output=True, text=True)
             verified = f"[{beam_args}] " + (check.stdout.strip() or
                                               check.stderr.strip().splitlines()[-1])
             print(verified)
-    if FLAGS.write_markdown:
-        shown = " ".join(a for a in sys.argv[1:] if not a.startswith("--write_markdown"))
-        section = "\n".join([
-            "## Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)",
-            "", f"Command: `python benchmarks/data_prep_benchmark.py {shown} "
-            "--write_markdown=BENCHMARKS.md`  ",
-            f"Machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}  ",
-            f"Date: {time.strftime('%Y-%m-%d')}", "",
-            "Lengths drawn from the Wikipedia-512 histogram, S = 512, P = 76, D = 3, "
-            "`--algorithm=optimal`; wall time of the whole command (process start, "
-            "reading, planning, writing), runs one after the other.", "",
-            "| sequences | input shards | output shards | beam args | wall s | sequences/s "
-            "| packs | efficiency % | plan s |",
-            "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
-            *rows, "", f"verify_packing: {verified}"])
-        replace_section(FLAGS.write_markdown, FLAGS.markdown_section, section)
-        print(f"wrote {FLAGS.write_markdown}")
+    publish_section(FLAGS.markdown_section, "\n".join([
+        *section_header("Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)"),
+        "Lengths drawn from the Wikipedia-512 histogram, S = 512, P = 76, D = 3, "
+        "`--algorithm=optimal`; wall time of the whole command (process start, "
+        "reading, planning, writing), runs one after the other.", "",
+        "| sequences | input shards | output shards | beam args | wall s | sequences/s "
+        "| packs | efficiency % | plan s |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        *rows, "", f"verify_packing: {verified}"]))
 
 
 if __name__ == "__main__":

@@ -19,10 +19,6 @@ process's CPU time. Two steps are timed: forward +
 backward (gradients of the pre-training loss), and that plus an Adam update.
 """
 
-import datetime
-import os
-import platform
-import re
 import time
 
 import keras
@@ -30,17 +26,15 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from markdown_sections import replace_section  # benchmarks/, beside this script
+from common import (MODEL_SIZE_FLAGS, define_model_size_flags, define_write_markdown,
+                    model_size, publish_section, section_header)  # benchmarks/, beside this script
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
 FLAGS = flags.FLAGS
 # Model and data shapes.
-flags.DEFINE_integer("num_layers", 4, "Transformer blocks.")
-flags.DEFINE_integer("hidden_size", 256, "H.")
-flags.DEFINE_integer("num_heads", 4, "N.")
-flags.DEFINE_integer("intermediate_size", 1024, "I.")
-flags.DEFINE_integer("vocab_size", 30522, "V (BERT's uncased vocabulary).")
+define_model_size_flags(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024,
+                        vocab_size=30522, notes={"vocab_size": "BERT's uncased vocabulary."})
 flags.DEFINE_integer("batch_size", 8, "B, packs per step.")
 flags.DEFINE_integer("sequence_length", 512, "S.")
 flags.DEFINE_integer("max_sequences_per_pack", 3, "D.")
@@ -49,7 +43,7 @@ flags.DEFINE_integer("max_predictions_per_pack", 80, "M.")
 flags.DEFINE_integer("repetitions", 30, "Interleaved repetitions per model and step.")
 flags.DEFINE_integer("steps_per_repetition", 1, "Steps timed together in a repetition.")
 flags.DEFINE_integer("seed", 0, "Seed of the weights and the synthetic batch.")
-flags.DEFINE_string("write_markdown", None, "Write the results to this Markdown file.")
+define_write_markdown()
 
 
 def synthetic_packed_batch(rng, *, batch_size, sequence_length, max_sequences_per_pack,
@@ -120,23 +114,8 @@ def time_steps(step, features, count):
     return ((time.perf_counter() - wall) / count, (time.process_time() - cpu) / count)
 
 
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as file:
-            cpu = re.search(r"model name\s*:\s*(.*)", file.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    return (f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, "
-            f"TensorFlow {tf.__version__}, Keras {keras.__version__}")
-
-
 def run():
-    config = BertConfig(vocab_size=FLAGS.vocab_size, hidden_size=FLAGS.hidden_size,
-                        num_hidden_layers=FLAGS.num_layers,
-                        num_attention_heads=FLAGS.num_heads,
-                        intermediate_size=FLAGS.intermediate_size,
-                        max_position_embeddings=FLAGS.sequence_length)
+    config = BertConfig(**model_size(), max_position_embeddings=FLAGS.sequence_length)
     rng = np.random.default_rng(FLAGS.seed)
     features = synthetic_packed_batch(
         rng, batch_size=FLAGS.batch_size, sequence_length=FLAGS.sequence_length,
@@ -187,26 +166,13 @@ def run():
 
 
 def markdown(config, rows, real_tokens, sequences) -> str:
-    command = ("python benchmarks/model_benchmark.py "
-               "--write_markdown=BENCHMARKS.md")
-    flags_used = (f"--num_layers={FLAGS.num_layers} --hidden_size={FLAGS.hidden_size} "
-                  f"--num_heads={FLAGS.num_heads} "
-                  f"--intermediate_size={FLAGS.intermediate_size} "
-                  f"--vocab_size={FLAGS.vocab_size} --batch_size={FLAGS.batch_size} "
-                  f"--sequence_length={FLAGS.sequence_length} "
-                  f"--max_sequences_per_pack={FLAGS.max_sequences_per_pack} "
-                  f"--max_predictions_per_pack={FLAGS.max_predictions_per_pack} "
-                  f"--repetitions={FLAGS.repetitions} "
-                  f"--steps_per_repetition={FLAGS.steps_per_repetition}")
     B, S = FLAGS.batch_size, FLAGS.sequence_length
     lines = [
-        "## Packed vs unpacked model step time (XLA, CPU)",
-        "",
-        f"Command: `{command}`  ",
-        f"Flags in effect: `{flags_used}`  ",
-        f"Machine: {machine()}  ",
-        f"Date: {datetime.date.today().isoformat()}",
-        "",
+        *section_header(
+            "Packed vs unpacked model step time (XLA, CPU)",
+            flags_shown=(*MODEL_SIZE_FLAGS, "batch_size", "sequence_length",
+                         "max_sequences_per_pack", "max_predictions_per_pack", "repetitions",
+                         "steps_per_repetition")),
         f"Config: {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
         f"{config.num_attention_heads} heads, intermediate {config.intermediate_size}, "
         f"vocab {config.vocab_size}; batch {B} x {S} tokens, "
@@ -240,10 +206,7 @@ def markdown(config, rows, real_tokens, sequences) -> str:
 def main(argv):
     del argv
     config, rows, real_tokens, sequences = run()
-    text = markdown(config, rows, real_tokens, sequences)
-    print(text)
-    if FLAGS.write_markdown:
-        replace_section(FLAGS.write_markdown, "model_benchmark", text)
+    publish_section("model_benchmark", markdown(config, rows, real_tokens, sequences))
 
 
 if __name__ == "__main__":

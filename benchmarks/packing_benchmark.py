@@ -9,21 +9,18 @@ file. Times are wall-clock on whatever machine runs it; the ratio to NNLSHP,
 measured in the same run, is the figure to compare across machines.
 """
 
-import os
-import platform
-import re
 import sys
 import time
 
 import numpy as np
 from absl import app, flags
 
-from markdown_sections import replace_section  # benchmarks/, beside this script
+from common import (define_write_markdown, publish_section,
+                    section_header)  # benchmarks/, beside this script
 from packed_bert_tf import packing
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("write_markdown", None,
-                    "Replace the packing section of this Markdown file.")
+define_write_markdown()
 flags.DEFINE_integer("repeats", 1, "Solve each case this many times; report the fastest.")
 
 # (histogram, algorithm, cap, what the issue asks for, check on num_packs)
@@ -40,17 +37,6 @@ CASES = [
     ("squad_1_1_384", "nnlshp", 3, "", None),
     ("squad_1_1_384", "optimal", 3, "<= 40,215", lambda p: p <= 40_215),
 ]
-
-
-
-def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = re.search(r"model name\s*:\s*(.*)", f.read()).group(1)
-    except (OSError, AttributeError):
-        pass
-    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
 
 
 def run_cases(repeats: int):
@@ -84,12 +70,9 @@ def time_assignment(histogram, plan):
     return time.perf_counter() - start, len(packs)
 
 
-def markdown(rows, assignment, command) -> str:
+def markdown(rows, assignment) -> str:
     by_key = {(r["histogram"], r["algorithm"], r["cap"]): r for r in rows}
-    lines = ["## Packing the paper's histograms", "",
-             f"Command: `{command}`  ",
-             f"Machine: {_machine()}  ",
-             f"Date: {time.strftime('%Y-%m-%d')}", "",
+    lines = [*section_header("Packing the paper's histograms"),
              "| histogram | algorithm | cap | packs | efficiency % | LP bound | gap | "
              "time s | time / NNLSHP | target | met |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
@@ -114,17 +97,14 @@ def markdown(rows, assignment, command) -> str:
 
 def main(argv):
     del argv
-    command = "python benchmarks/packing_benchmark.py " + " ".join(sys.argv[1:])
     histograms, rows = run_cases(FLAGS.repeats)
     wiki_plan = next(r["plan"] for r in rows
                      if r["histogram"] == "wikipedia_512" and r["algorithm"] == "optimal"
                      and r["cap"] == "3")
     seconds, packs = time_assignment(histograms["wikipedia_512"], wiki_plan)
     print(f"assign_sequences: {wiki_plan.num_sequences:,} sequences in {seconds:.2f} s")
-    section = markdown(rows, (seconds, packs, wiki_plan.num_sequences), command.strip())
-    if FLAGS.write_markdown:
-        replace_section(FLAGS.write_markdown, "packing_benchmark", section)
-        print(f"wrote {FLAGS.write_markdown}")
+    publish_section("packing_benchmark",
+                    markdown(rows, (seconds, packs, wiki_plan.num_sequences)))
     if any(r["met"] == "NO" for r in rows):
         sys.exit("some pack-count targets were missed")
 

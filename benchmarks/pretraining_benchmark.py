@@ -23,28 +23,23 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import numpy as np
 from absl import app, flags
 
-from markdown_sections import replace_section  # benchmarks/, beside this script
+from common import (ENVIRONMENT, REPOSITORY, define_model_size_flags, define_write_markdown,
+                    model_size, publish_section, section_header)  # benchmarks/, beside this script
 from throughput import throughput_figures, time_alternately
-
-REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPOSITORY)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("parts", ["speed", "convergence"], "speed and/or convergence.")
 flags.DEFINE_string("work_dir", "/tmp/packed_bert_tf_pretraining_benchmark",
                     "Generated data and the runs' output.")
-flags.DEFINE_string("write_markdown", None, "Replace this benchmark's sections here.")
+define_write_markdown()
 # Speed.
 flags.DEFINE_integer("num_sequences", 12_000, "Sequences generated for the speed part.")
-flags.DEFINE_integer("num_layers", 4, "Speed model: transformer layers.")
-flags.DEFINE_integer("hidden_size", 256, "Speed model: hidden size.")
-flags.DEFINE_integer("num_heads", 4, "Speed model: attention heads.")
-flags.DEFINE_integer("intermediate_size", 1024, "Speed model: feed-forward width.")
+define_model_size_flags(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024,
+                        model="Speed model")
 flags.DEFINE_integer("batch_size", 8, "Rows per step (packs or sequences).")
 flags.DEFINE_integer("steps_per_chunk", 5, "Steps per timed chunk.")
 flags.DEFINE_integer("chunks", 12, "Timed chunks per trainer (alternated).")
@@ -59,7 +54,6 @@ flags.DEFINE_string("plot", "benchmarks/pretraining_loss_curves.png",
                     "PNG of the convergence loss curves.")
 
 S, P, D = 512, 76, 3
-ENVIRONMENT = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=REPOSITORY)
 
 
 def run(command, log_path):
@@ -128,10 +122,7 @@ def make_trainer(files, packed):
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer
 
-    config = BertConfig(vocab_size=30522, hidden_size=FLAGS.hidden_size,
-                        num_hidden_layers=FLAGS.num_layers,
-                        num_attention_heads=FLAGS.num_heads,
-                        intermediate_size=FLAGS.intermediate_size, max_position_embeddings=S)
+    config = BertConfig(**model_size(), max_position_embeddings=S)
     tf.keras.utils.set_random_seed(0)
     model = BertPretrainingModel(config, packed=packed)
     model.build()
@@ -163,18 +154,11 @@ def speed_part():
     return throughput_figures(totals, stats["packing_factor"])
 
 
-def speed_markdown(figures, command):
-    import platform
-
+def speed_markdown(figures):
     met = figures["ratio_over_packing_factor"] >= 0.97
     lines = [
-        "## Pre-training throughput, packed vs unpacked (the training loop of "
-        "`run_pretraining.py`, CPU)",
-        "",
-        f"Command: `{command}`  ",
-        f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}  ",
-        f"Date: {time.strftime('%Y-%m-%d')}",
-        "",
+        *section_header("Pre-training throughput, packed vs unpacked (the training loop of "
+                        "`run_pretraining.py`, CPU)"),
         f"{FLAGS.num_sequences:,} sequences with lengths drawn from the Wikipedia-512 "
         f"histogram, S = {S}, P = {P}; packed copy: optimal plan, D = {D}, M = {P + D - 1}. "
         f"Model: {FLAGS.num_layers} layers, hidden {FLAGS.hidden_size}, "
@@ -252,13 +236,9 @@ def tail_loss(summary, points=5):
     return float(np.mean([p["loss"] for p in summary["train"]["history"][-points:]]))
 
 
-def convergence_markdown(runs, command):
+def convergence_markdown(runs):
     lines = [
-        "## Pre-training convergence, packed vs unpacked (builtin corpus)",
-        "",
-        f"Command: `{command}`  ",
-        f"Date: {time.strftime('%Y-%m-%d')}",
-        "",
+        *section_header("Pre-training convergence, packed vs unpacked (builtin corpus)"),
         f"Python's documentation (`data_prep.builtin_corpus`) -> WordPiece vocab of 8000 -> "
         f"records at S = {S}, P = {P}, dupe factor 4 -> packed (D = {D}). Model "
         "`configs/demo_bert_config.json` (2 layers, hidden 128); LAMB, learning rate 2e-3, "
@@ -288,19 +268,12 @@ def convergence_markdown(runs, command):
 
 def main(argv):
     del argv
-    command = "python " + " ".join(sys.argv)
     os.makedirs(FLAGS.work_dir, exist_ok=True)
     if "speed" in FLAGS.parts:
-        figures = speed_part()
-        if FLAGS.write_markdown:
-            replace_section(FLAGS.write_markdown, "pretraining_benchmark_speed",
-                            speed_markdown(figures, command))
+        publish_section("pretraining_benchmark_speed", speed_markdown(speed_part()))
     if "convergence" in FLAGS.parts:
-        runs = convergence_part()
-        text = convergence_markdown(runs, command)
-        print(text)
-        if FLAGS.write_markdown:
-            replace_section(FLAGS.write_markdown, "pretraining_benchmark_convergence", text)
+        publish_section("pretraining_benchmark_convergence",
+                        convergence_markdown(convergence_part()))
 
 
 if __name__ == "__main__":

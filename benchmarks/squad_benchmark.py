@@ -11,29 +11,20 @@ of each (compilation) is left out. Training examples (features) per second,
 packed over unpacked, is compared with the packing factor.
 """
 
-import os
-import platform
-import sys
-import time
-
 import numpy as np
 from absl import app, flags
 
-from markdown_sections import replace_section  # benchmarks/, beside this script
+from common import (define_model_size_flags, define_write_markdown, model_size,
+                    publish_section, section_header)  # benchmarks/, beside this script
 from throughput import throughput_figures, time_alternately
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_features", 20_000, "Synthetic features.")
-flags.DEFINE_integer("num_layers", 4, "Transformer layers.")
-flags.DEFINE_integer("hidden_size", 256, "Hidden size.")
-flags.DEFINE_integer("num_heads", 4, "Attention heads.")
-flags.DEFINE_integer("intermediate_size", 1024, "Feed-forward width.")
+define_model_size_flags(num_layers=4, hidden_size=256, num_heads=4, intermediate_size=1024)
 flags.DEFINE_integer("batch_size", 8, "Rows per step.")
 flags.DEFINE_integer("steps_per_chunk", 10, "Steps per timed chunk.")
 flags.DEFINE_integer("chunks", 10, "Timed chunks per trainer (alternated).")
-flags.DEFINE_string("write_markdown", None, "Replace this benchmark's section here.")
+define_write_markdown()
 
 S, D = 384, 3
 
@@ -73,11 +64,7 @@ def make_trainer(packs, packed):
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer
 
-    config = BertConfig(vocab_size=30522, hidden_size=FLAGS.hidden_size,
-                        num_hidden_layers=FLAGS.num_layers,
-                        num_attention_heads=FLAGS.num_heads,
-                        intermediate_size=FLAGS.intermediate_size,
-                        max_position_embeddings=512)
+    config = BertConfig(**model_size(), max_position_embeddings=512)
     tf.keras.utils.set_random_seed(0)
     model = BertSquadModel(config, packed=packed)
     model.build()
@@ -91,6 +78,44 @@ def make_trainer(packs, packed):
     return trainer, iter(dataset)
 
 
+def markdown(packs, figures) -> str:
+    """The section: both layouts' rows and padding, the throughputs and their ratio."""
+    met = figures["ratio_over_packing_factor"] >= 0.95
+    rows, epoch = figures["rows_per_second"], figures["epoch_sequences_per_second"]
+    measured = figures["measured_sequences_per_second"]
+    return "\n".join([
+        *section_header("SQuAD fine-tuning throughput, packed vs unpacked (the training "
+                        "loop of `run_squad.py`, CPU)"),
+        f"{FLAGS.num_features:,} synthetic features with lengths drawn from the "
+        f"SQuAD-384 histogram, S = {S}; packed: optimal plan, D = {D} "
+        f"({packs['packed'].num_packs:,} rows, padding "
+        f"{100 * packs['packed'].padding_fraction:.2f} %) vs unpacked "
+        f"({packs['unpacked'].num_packs:,} rows, padding "
+        f"{100 * packs['unpacked'].padding_fraction:.2f} %). Model: "
+        f"{FLAGS.num_layers} layers, hidden {FLAGS.hidden_size}, {FLAGS.num_heads} "
+        f"heads, intermediate {FLAGS.intermediate_size}; {FLAGS.batch_size} rows per "
+        f"step, AdamW, XLA; the trainer of run_squad.py, one per layout in one "
+        f"process, {FLAGS.chunks} alternated chunks of {FLAGS.steps_per_chunk} steps "
+        "each after one chunk of compilation.",
+        "",
+        "| | unpacked | packed |",
+        "|---|---:|---:|",
+        f"| rows/s | {rows['unpacked']:.3f} | {rows['packed']:.3f} |",
+        f"| training examples/s over an epoch (rows/s x packing factor) | "
+        f"{epoch['unpacked']:.2f} | {epoch['packed']:.2f} |",
+        f"| training examples/s in the batches timed | {measured['unpacked']:.2f} | "
+        f"{measured['packed']:.2f} |",
+        "",
+        f"Packing factor {figures['packing_factor']:.4f} (the batches timed held "
+        f"{figures['trained_packing_factor']:.4f} features per row). Speed-up "
+        f"**{figures['ratio']:.3f} = {figures['ratio_over_packing_factor']:.3f} x the "
+        f"packing factor** (target >= 0.95: {'met' if met else 'NOT met'}); in the "
+        f"batches timed {figures['measured_ratio']:.3f}. A packed step costs "
+        f"{1 / figures['rows_ratio']:.3f} x an unpacked one in wall time, "
+        f"{1 / figures['cpu_rows_ratio']:.3f} x in CPU time.",
+    ])
+
+
 def main(argv):
     del argv
     from packed_bert_tf.squad.packing import pack_features
@@ -98,52 +123,11 @@ def main(argv):
     features = synthetic_features(FLAGS.num_features)
     packs = {"unpacked": pack_features(features, packed=False),
              "packed": pack_features(features, max_sequences_per_pack=D)}
-    packing_factor = packs["packed"].packing_factor
     trainers = {kind: make_trainer(packs[kind], kind == "packed") for kind in packs}
     totals = time_alternately(trainers, FLAGS.chunks, FLAGS.steps_per_chunk,
                               FLAGS.batch_size)
-    figures = throughput_figures(totals, packing_factor)
-    if FLAGS.write_markdown:
-        met = figures["ratio_over_packing_factor"] >= 0.95
-        rows, epoch = figures["rows_per_second"], figures["epoch_sequences_per_second"]
-        measured = figures["measured_sequences_per_second"]
-        body = "\n".join([
-            "## SQuAD fine-tuning throughput, packed vs unpacked (the training loop of "
-            "`run_squad.py`, CPU)",
-            "",
-            f"Command: `python {' '.join(sys.argv)}`  ",
-            f"Machine: {os.cpu_count()} cores, Python {platform.python_version()}  ",
-            f"Date: {time.strftime('%Y-%m-%d')}",
-            "",
-            f"{FLAGS.num_features:,} synthetic features with lengths drawn from the "
-            f"SQuAD-384 histogram, S = {S}; packed: optimal plan, D = {D} "
-            f"({packs['packed'].num_packs:,} rows, padding "
-            f"{100 * packs['packed'].padding_fraction:.2f} %) vs unpacked "
-            f"({packs['unpacked'].num_packs:,} rows, padding "
-            f"{100 * packs['unpacked'].padding_fraction:.2f} %). Model: "
-            f"{FLAGS.num_layers} layers, hidden {FLAGS.hidden_size}, {FLAGS.num_heads} "
-            f"heads, intermediate {FLAGS.intermediate_size}; {FLAGS.batch_size} rows per "
-            f"step, AdamW, XLA; the trainer of run_squad.py, one per layout in one "
-            f"process, {FLAGS.chunks} alternated chunks of {FLAGS.steps_per_chunk} steps "
-            "each after one chunk of compilation.",
-            "",
-            "| | unpacked | packed |",
-            "|---|---:|---:|",
-            f"| rows/s | {rows['unpacked']:.3f} | {rows['packed']:.3f} |",
-            f"| training examples/s over an epoch (rows/s x packing factor) | "
-            f"{epoch['unpacked']:.2f} | {epoch['packed']:.2f} |",
-            f"| training examples/s in the batches timed | {measured['unpacked']:.2f} | "
-            f"{measured['packed']:.2f} |",
-            "",
-            f"Packing factor {packing_factor:.4f} (the batches timed held "
-            f"{figures['trained_packing_factor']:.4f} features per row). Speed-up "
-            f"**{figures['ratio']:.3f} = {figures['ratio_over_packing_factor']:.3f} x the "
-            f"packing factor** (target >= 0.95: {'met' if met else 'NOT met'}); in the "
-            f"batches timed {figures['measured_ratio']:.3f}. A packed step costs "
-            f"{1 / figures['rows_ratio']:.3f} x an unpacked one in wall time, "
-            f"{1 / figures['cpu_rows_ratio']:.3f} x in CPU time.",
-        ])
-        replace_section(FLAGS.write_markdown, "squad_benchmark", body)
+    figures = throughput_figures(totals, packs["packed"].packing_factor)
+    publish_section("squad_benchmark", markdown(packs, figures))
 
 
 if __name__ == "__main__":

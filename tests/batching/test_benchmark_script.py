@@ -20,6 +20,11 @@ def test_plan_and_scaling_parts_write_a_section_and_a_plot(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     text = markdown.read_text()
     assert "<!-- batching_benchmark:begin -->" in text
+    # The header every benchmark writes (benchmarks/common.py: section_header).
+    for expected in ("Command: `python benchmarks/batching_benchmark.py --histograms=",
+                     "Flags in effect: `--histograms=", "--num_layers=1 --hidden_size=128",
+                     "Machine: ", "Date: "):
+        assert expected in text, expected
     for expected in ("| tiny_a | padded |", "| tiny_b | packed (optimal, D = 3) |",
                      "| tiny_a | un-padding, tokens |", "N = 64 |", "![speed-up"):
         assert expected in text, expected
