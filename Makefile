@@ -3,8 +3,6 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
-# TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) off; errors still show.
-export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test benchmark clean
 

@@ -88,10 +88,10 @@ def tool_command(tool: str, *args, python_options=()) -> list:
 
 
 def tool_environment(tmp_path=None, **extra) -> dict:
-    """The environment of a tool run: this checkout first on the path, TensorFlow's
-    C++ start-up chatter off, ``TMPDIR`` in ``tmp_path`` (Beam leaves beam-temp*
-    folders there)."""
-    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY), TF_CPP_MIN_LOG_LEVEL="2")
+    """The environment of a tool run: a user's (the tools quiet TensorFlow's C++
+    logging themselves), with this checkout first on the path and ``TMPDIR`` in
+    ``tmp_path`` (Beam leaves beam-temp* folders there)."""
+    environment = dict(os.environ, PYTHONPATH=str(REPOSITORY))
     if tmp_path is not None:
         environment["TMPDIR"] = str(tmp_path)
     environment.update({name: str(value) for name, value in extra.items()})

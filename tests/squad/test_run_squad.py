@@ -1,11 +1,13 @@
 """run_squad end to end on a small learnable SQuAD-format set (tiny model)."""
 
 import json
+import re
+import subprocess
 
 import pytest
 
 from packed_bert_tf.squad.run import SquadOptions, run_squad
-from tests.conftest import run_tool
+from tests.conftest import tool_command, tool_environment
 from tests.squad import squad_data
 from tests.squad.test_end_to_end import _config
 
@@ -85,18 +87,58 @@ def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, override
     assert not list(tmp_path.glob("*.tfrecord"))
 
 
-def test_malformed_json_ends_the_script_with_one_line(files, tmp_path):
-    broken = tmp_path / "broken.json"
+def _bad_inputs(files, folder):
+    """run_squad.py command lines on bad inputs, with what their one error line
+    must say (a regular expression)."""
+    broken = folder / "broken.json"
     broken.write_text('{"version": "1.1", "data": [')
-    result = run_tool(
-        "run_squad.py", f"--bert_config_file={files['bert_config_file']}",
-        f"--vocab_file={files['vocab_file']}", f"--train_file={broken}",
-        f"--output_dir={tmp_path / 'out'}", "--do_train", "--max_seq_length=32",
-        "--doc_stride=16", "--max_query_length=4", timeout=120)
-    assert result.returncode == 1
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("run_squad: ") and str(broken) in last
-    assert "Traceback" not in result.stderr
+    no_questions = folder / "no_questions.json"
+    no_questions.write_text(json.dumps({"version": "1.1", "data": []}))
+    a_file = folder / "a_file"
+    a_file.write_text("not a folder")
+    common = [f"--bert_config_file={files['bert_config_file']}",
+              f"--vocab_file={files['vocab_file']}", "--max_seq_length=32",
+              "--doc_stride=16", "--max_query_length=4"]
+    return {
+        "malformed_json": ([*common, f"--train_file={broken}", "--do_train",
+                            f"--output_dir={folder / 'out_1'}"],
+                           f"{broken}: not valid JSON"),
+        "no_questions": ([*common, f"--train_file={no_questions}", "--do_train",
+                          f"--output_dir={folder / 'out_2'}"],
+                         f"{no_questions}: no questions"),
+        "random_weights": ([*common, f"--predict_file={files['predict_file']}",
+                            "--do_predict", f"--output_dir={folder / 'out_3'}"],
+                           "--do_predict without --do_train needs trained weights"),
+        "no_vocab": ([*common[:1], "--vocab_file=/nonexistent/vocab.txt", *common[2:],
+                      f"--train_file={files['train_file']}", "--do_train",
+                      f"--output_dir={folder / 'out_4'}"],
+                     "--vocab_file=/nonexistent/vocab.txt: no such file"),
+        "unknown_batching": ([*common, "--batching=sorted", "--do_train",
+                              f"--train_file={files['train_file']}",
+                              f"--output_dir={folder / 'out_5'}"],
+                             "--batching=sorted"),
+        "output_dir_is_a_file": ([*common, f"--train_file={files['train_file']}",
+                                  "--do_train", f"--output_dir={a_file}"],
+                                 f"--output_dir={a_file}"),
+    }
+
+
+def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
+    cases = _bad_inputs(files, tmp_path)
+    # Concurrent: each process imports TensorFlow (seconds of CPU).
+    processes = {name: subprocess.Popen(tool_command("run_squad.py", *arguments),
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=tool_environment(tmp_path))
+                 for name, (arguments, _) in cases.items()}
+    for name, process in processes.items():
+        stdout, stderr = process.communicate(timeout=240)
+        assert process.returncode != 0, name
+        assert "Traceback" not in stderr, (name, stderr[-2000:])
+        last = stderr.strip().splitlines()[-1]
+        assert re.search(cases[name][1], last), (name, last)
+        assert len((stdout + stderr).strip().splitlines()) <= 10, (name, stderr)
+    assert not (tmp_path / "out_3").exists() or not any(
+        (tmp_path / "out_3").glob("*.json"))
 
 
 @pytest.mark.parametrize("data, message", [

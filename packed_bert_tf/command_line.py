@@ -1,0 +1,120 @@
+"""What every command-line tool of the project shares: quiet start-up, flag
+errors in one line.
+
+absl's own handling of a bad flag prints ``FATAL Flags parsing error: ...``
+and a second line about ``--helpshort``; the project's tools end every error
+with one line ``PROGRAM: why`` instead (a user, or a script, reads the last
+line), so `parse_flags` is given to ``absl.app.run`` as ``flags_parser``.
+TensorFlow's C++ log lines (oneDNN, CUDA probing, CPU features, input
+pipeline notices) say nothing a user of these tools acts on: `quiet_native_logs`
+drops them unless the user asks for detail.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+
+from absl import flags
+
+
+# Lines of native (C++) logging, which a tool's user never acts on: absl's
+# before its initialisation (TensorFlow 2.18+ writes them whatever
+# TF_CPP_MIN_LOG_LEVEL says), TensorFlow's own format, and the second line of
+# TensorFlow's CPU-features notice. absl's Python log lines carry a real date
+# ("I1201 ..."), so the project's own log lines pass.
+NATIVE_LOG_LINE = (
+    r"^(?:WARNING: All log messages before absl::InitializeLog\(\)"
+    r"|[IWE]0000 00:00:\d+\.\d+ +\d+ \S+:\d+\]"
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] \S+:\d+\]"
+    r"|To enable the following instructions: .* rebuild TensorFlow with)")
+
+# The filter runs in a process of its own, so that whatever the tool does
+# (exit, crash, abort in C++) everything else written to stderr comes out.
+_FILTER_PROGRAM = f"""
+import re, sys
+native = re.compile({NATIVE_LOG_LINE!r})
+for line in sys.stdin.buffer:
+    if not native.match(line.decode("utf-8", "replace")):
+        sys.stderr.buffer.write(line)
+        sys.stderr.buffer.flush()
+"""
+
+
+def wants_detail(argv: list[str]) -> bool:
+    """Whether the command line asks for detail: ``-v``/``--verbosity`` >= 1."""
+    for arg in argv[1:]:
+        name, _, value = arg.partition("=")
+        if name in ("-v", "--v", "--verbosity"):
+            try:
+                return int(value or 1) >= 1
+            except ValueError:
+                return False
+    return False
+
+
+def quiet_native_logs(argv: list[str] | None = None) -> None:
+    """Drops TensorFlow's (and absl's, gRPC's) C++ log lines from stderr, unless the
+    command line asks for detail (``--verbosity=1``) or ``TF_CPP_MIN_LOG_LEVEL=0``
+    does.
+
+    Call first thing in a tool's ``__main__``: stderr (file descriptor 2, inherited
+    by child processes such as Beam's workers) is routed through a small filter
+    process; every other line is written as it comes.
+    """
+    argv = sys.argv if argv is None else argv
+    if wants_detail(argv) or os.environ.get(TF_LOG_LEVEL_ENV) == "0":
+        return
+    os.environ.setdefault(TF_LOG_LEVEL_ENV, "2")  # what TensorFlow itself honours
+    sys.stderr.flush()
+    read_end, write_end = os.pipe()
+    log_filter = subprocess.Popen([sys.executable, "-S", "-c", _FILTER_PROGRAM],
+                                  stdin=read_end, stdout=subprocess.DEVNULL)
+    os.close(read_end)
+    original_stderr = os.dup(2)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+
+    def drain() -> None:
+        # The last lines (a one-line error among them) come out before the
+        # tool exits, not after the shell's next prompt.
+        sys.stderr.flush()
+        os.dup2(original_stderr, 2)
+        try:
+            log_filter.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a child process still holds the pipe
+            pass
+
+    atexit.register(drain)
+
+
+#: TensorFlow's C++ log threshold (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR).
+TF_LOG_LEVEL_ENV = "TF_CPP_MIN_LOG_LEVEL"
+
+
+def program_name(argv0: str) -> str:
+    """``run_pretraining`` for ``.../run_pretraining.py`` (a script or ``-m`` module)."""
+    return os.path.splitext(os.path.basename(argv0))[0]
+
+
+def parse_flags(argv: list[str], *, known_only: bool = False) -> list[str]:
+    """``absl.app.run``'s ``flags_parser``: parses ``argv``; a bad flag ends the
+    program with one line ``PROGRAM: --flag=value: why`` and exit status 2 (the
+    usual one for a usage error).
+
+    Args:
+      argv: the command line, ``argv[0]`` the program.
+      known_only: leave unknown flags in the result (they are another
+        library's, e.g. Beam's pipeline options).
+
+    Returns:
+      The arguments absl did not consume (``argv[0]`` first).
+    """
+    try:
+        return flags.FLAGS(argv, known_only=known_only)
+    except flags.Error as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        print(f"{program_name(argv[0])}: {message}", file=sys.stderr)
+        sys.exit(2)
