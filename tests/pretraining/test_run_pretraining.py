@@ -84,6 +84,12 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
     assert {key: rerun["train"][key] for key in kept} == kept
     assert json.loads((killed_dir / "train_summary.json").read_text())["train"][
         "sequences"] == straight["train"]["sequences"]
+    # So does an evaluation of the trained run.
+    run_pretraining(options(config_file, killed_dir, do_eval=True,
+                            eval_input_file=packed_files[0], max_eval_steps=1))
+    written = json.loads((killed_dir / "train_summary.json").read_text())
+    assert written["train"] == json.loads(json.dumps(rerun["train"]))
+    assert written["eval"]["steps"] == 1
 
 
 def test_packed_and_unpacked_evaluation_give_the_same_numbers(

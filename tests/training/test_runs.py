@@ -62,3 +62,16 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
         make_output_dir(str(tmp_path / "file"))
     with pytest.raises(ValueError, match=r"file/sub cannot be created \(\w+Error"):
         make_output_dir(str(tmp_path / "file" / "sub"))
+
+
+def test_an_output_dir_that_is_not_writable_is_named(tmp_path, monkeypatch):
+    # What a read-only folder does to a user who is not root (tests run as root
+    # here; test_bad_input.py has the chmod version for the others).
+    def refuse(path, flags, mode=0o777):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(ValueError, match=rf"^--output_dir={tmp_path} is not writable "
+                                         rf"\(Permission denied\)$"):
+        with output_dir_lock(str(tmp_path)):
+            pass
