@@ -50,7 +50,7 @@ demo: $(VENV)/.installed
 	$(BIN)/python -m data_prep.verify_packing --unpacked=$(DEMO)/unpacked/train.tfrecord \
 	  --packed='$(DEMO)/packed/*.tfrecord'
 	$(BIN)/python run_pretraining.py $(DEMO_TRAIN) --output_dir=$(DEMO)/train_unpacked \
-	  --input_file=$(DEMO)/unpacked/train.tfrecord
+	  --input_file=$(DEMO)/unpacked/train.tfrecord --batching=padded
 	$(BIN)/python run_pretraining.py $(DEMO_TRAIN) --output_dir=$(DEMO)/train_packed \
 	  --input_file='$(DEMO)/packed/*.tfrecord' --packing_hyperparameter_adjustment=accumulation
 	$(BIN)/python compare_runs.py --runs=$(DEMO)/train_unpacked,$(DEMO)/train_packed \

@@ -8,8 +8,10 @@ r"""Pre-trains BERT on packed (or unpacked) MLPerf-format TFRecords.
 Flags are those of the MLPerf TensorFlow reference where it has one. The
 record format (packed or not) is read off the files; the packing factor from
 the ``packing_stats.json`` beside packed shards. A restarted run resumes from
-the last checkpoint in --output_dir. The run's logic is
-`packed_bert_tf.training.pretrain.run_pretraining`.
+the last checkpoint in --output_dir. Unpacked records train with
+--batching=padded (or bucketed); --batching=packed (the default) needs packed
+records (``python -m data_prep.pack_pretraining_data``). The run's logic is
+`packed_bert_tf.pretraining.run.run_pretraining`.
 """
 
 from absl import app, flags
@@ -18,84 +20,97 @@ FLAGS = flags.FLAGS
 
 
 def define_flags():
-    """Defines the script's flags (only when run as a program)."""
+    """Defines the script's flags (only when run as a program); their defaults are
+    `PretrainingOptions`'s."""
+    from packed_bert_tf.pretraining.run import BATCHING, PretrainingOptions as defaults
     from packed_bert_tf.training.flags import (define_bucketing_flags,
                                                define_hardware_flags, define_loop_flags)
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
     # Inputs and outputs.
-    flags.DEFINE_string("bert_config_file", None, "bert_config.json of the model.")
-    flags.DEFINE_string("input_file", None,
+    flags.DEFINE_string("bert_config_file", defaults.bert_config_file,
+                        "bert_config.json of the model.")
+    flags.DEFINE_string("input_file", defaults.input_file,
                         "Training TFRecords, packed or unpacked: glob or comma list.")
-    flags.DEFINE_string("eval_input_file", None,
+    flags.DEFINE_string("eval_input_file", defaults.eval_input_file,
                         "Evaluation TFRecords, packed or unpacked: glob or comma list.")
-    flags.DEFINE_string("output_dir", None,
-                        "Checkpoints, TensorBoard summaries, train_summary.json.")
-    flags.DEFINE_string("init_checkpoint", None,
+    flags.DEFINE_string("output_dir", defaults.output_dir,
+                        "Checkpoints, TensorBoard summaries, train_summary.json. One run "
+                        "at a time (OUTPUT_DIR/.lock).")
+    flags.DEFINE_string("init_checkpoint", defaults.init_checkpoint,
                         "Original BERT (TF1) checkpoint to start from; ignored once "
                         "--output_dir holds a checkpoint of this run.")
 
     # Data.
-    flags.DEFINE_integer("max_seq_length", 512, "Tokens per record (S).")
-    flags.DEFINE_integer("max_predictions_per_seq", 76,
+    flags.DEFINE_integer("max_seq_length", defaults.max_seq_length,
+                         "Tokens per record (S).")
+    flags.DEFINE_integer("max_predictions_per_seq", defaults.max_predictions_per_seq,
                          "Masked-LM slots per unpacked sequence (P); packed records "
                          "have P + max_sequences_per_pack - 1.")
-    flags.DEFINE_bool("packed_input", None,
+    flags.DEFINE_bool("packed_input", defaults.packed_input,
                       "Whether --input_file is packed. Default: read off the records.")
-    flags.DEFINE_integer("max_sequences_per_pack", 3, "D of packed records.")
-    flags.DEFINE_float("packing_factor", None,
+    flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
+                         "D of packed records.")
+    flags.DEFINE_float("packing_factor", defaults.packing_factor,
                        "Average sequences per pack. Default: packing_stats.json beside "
                        "the packed input.")
-    flags.DEFINE_integer("shuffle_buffer_size", 10_000, "Records in the shuffle buffer.")
-    flags.DEFINE_enum("batching", "packed", ["packed", "bucketed", "padded"],
-                      "packed: the records as they are (packed records give packed "
-                      "batches). padded: unpacked records padded to --max_seq_length "
-                      "(standard BERT). bucketed: unpacked records batched by length "
-                      "(packed_bert_tf.batching).")
-    define_bucketing_flags("records")
-    flags.DEFINE_integer("token_budget", None,
+    flags.DEFINE_integer("shuffle_buffer_size", defaults.shuffle_buffer_size,
+                         "Records in the shuffle buffer.")
+    flags.DEFINE_enum("batching", defaults.batching, list(BATCHING),
+                      "packed: packed records (data_prep.pack_pretraining_data), one "
+                      "pack per row. padded: unpacked records padded to "
+                      "--max_seq_length (standard BERT). bucketed: unpacked records "
+                      "batched by length (packed_bert_tf.batching).")
+    define_bucketing_flags("records", defaults)
+    flags.DEFINE_integer("token_budget", defaults.token_budget,
                          "--batching=bucketed: rows x length per step instead of "
                          "--train_batch_size rows.")
 
     # Optimisation.
-    flags.DEFINE_integer("train_batch_size", 32,
+    flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
                          "Rows (packs, for packed input) per step, over all replicas.")
-    flags.DEFINE_integer("eval_batch_size", 8, "Rows per evaluation batch.")
-    flags.DEFINE_enum("optimizer", "lamb", list(OPTIMIZERS), "The optimizer.")
-    flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
-    flags.DEFINE_integer("num_train_steps", 100_000, "Optimizer updates to train for.")
-    flags.DEFINE_integer("num_warmup_steps", 10_000, "Linear warm-up updates.")
-    flags.DEFINE_integer("start_warmup_step", 0, "The update the warm-up starts at.")
-    flags.DEFINE_integer("steps_per_update", 1,
+    flags.DEFINE_integer("eval_batch_size", defaults.eval_batch_size,
+                         "Rows per evaluation batch.")
+    flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
+    flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
+    flags.DEFINE_integer("num_train_steps", defaults.num_train_steps,
+                         "Optimizer updates to train for.")
+    flags.DEFINE_integer("num_warmup_steps", defaults.num_warmup_steps,
+                         "Linear warm-up updates.")
+    flags.DEFINE_integer("start_warmup_step", defaults.start_warmup_step,
+                         "The update the warm-up starts at.")
+    flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
                          "Gradient-accumulation steps (micro-batches) per update.")
-    flags.DEFINE_float("lamb_beta_1", 0.9, "LAMB/Adam beta_1.")
-    flags.DEFINE_float("lamb_beta_2", 0.999, "LAMB/Adam beta_2.")
-    flags.DEFINE_float("lamb_weight_decay_rate", 0.01, "Weight decay rate.")
-    flags.DEFINE_float("lamb_epsilon", 1e-6,
+    flags.DEFINE_float("lamb_beta_1", defaults.lamb_beta_1, "LAMB/Adam beta_1.")
+    flags.DEFINE_float("lamb_beta_2", defaults.lamb_beta_2, "LAMB/Adam beta_2.")
+    flags.DEFINE_float("lamb_weight_decay_rate", defaults.lamb_weight_decay_rate,
+                       "Weight decay rate.")
+    flags.DEFINE_float("lamb_epsilon", defaults.lamb_epsilon,
                        "Epsilon (MLPerf's log_epsilon -6 means 1e-6).")
-    flags.DEFINE_enum("packing_hyperparameter_adjustment", "none", list(PACKING_MODES),
+    flags.DEFINE_enum("packing_hyperparameter_adjustment",
+                      defaults.packing_hyperparameter_adjustment, list(PACKING_MODES),
                       "For packed input (the paper's section 3.3): lamb_betas: beta_i := "
                       "beta_i ** packing_factor; accumulation: steps_per_update / "
                       "packing_factor (same sequences per update as unpacked).")
 
     # What to do, how often.
-    flags.DEFINE_bool("do_train", False, "Train.")
-    flags.DEFINE_bool("do_eval", False, "Evaluate on --eval_input_file.")
-    flags.DEFINE_integer("max_eval_steps", 0,
+    flags.DEFINE_bool("do_train", defaults.do_train, "Train.")
+    flags.DEFINE_bool("do_eval", defaults.do_eval, "Evaluate on --eval_input_file.")
+    flags.DEFINE_integer("max_eval_steps", defaults.max_eval_steps,
                          "Cap on evaluation steps (0: every evaluation record once).")
-    define_loop_flags()
-    flags.DEFINE_integer("seed", None, "Seed of weights, dropout and data order.")
+    define_loop_flags(defaults)
+    flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, dropout and data order.")
 
     # Hardware.
-    define_hardware_flags()
+    define_hardware_flags(defaults)
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     from packed_bert_tf.training.flags import run_or_exit
-    from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
+    from packed_bert_tf.pretraining.run import PretrainingOptions, run_pretraining
 
     run_or_exit("run_pretraining", run_pretraining, PretrainingOptions)
 

@@ -118,7 +118,7 @@ def make_trainer(files, packed):
     import tensorflow as tf
 
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
-    from packed_bert_tf.training import pretraining
+    from packed_bert_tf.pretraining import task
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer
 
@@ -126,15 +126,11 @@ def make_trainer(files, packed):
     tf.keras.utils.set_random_seed(0)
     model = BertPretrainingModel(config, packed=packed)
     model.build()
-    trainer = Trainer(model, create_optimizer("lamb", 1e-4),
-                      metric_names=pretraining.METRIC_NAMES,
-                      loss_fn=pretraining.pretraining_loss_fn,
-                      normaliser_fn=pretraining.pretraining_normalisers,
-                      statistics_fn=pretraining.pretraining_statistics,
+    trainer = Trainer(model, create_optimizer("lamb", 1e-4), task=task.PRETRAINING_TASK,
                       jit_compile=FLAGS.jit_compile)
-    record_format = pretraining.expected_record_format(
+    record_format = task.expected_record_format(
         files, max_seq_length=S, max_predictions_per_seq=P, max_sequences_per_pack=D)
-    dataset = pretraining.train_dataset_fn(
+    dataset = task.train_dataset_fn(
         files, global_batch_size=FLAGS.batch_size, steps_per_update=1,
         record_format=record_format, seed=0, shuffle_buffer_size=1000)(
         tf.distribute.InputContext())
@@ -216,8 +212,10 @@ def convergence_part():
               "--learning_rate=2e-3", "--log_every_n_steps=10", "--iterations_per_loop=10"]
     runs = {}
     for label, files, extra in (
-            ("unpacked, seed 0", f"{data}/unpacked/train.tfrecord", ["--seed=0"]),
-            ("unpacked, seed 1", f"{data}/unpacked/train.tfrecord", ["--seed=1"]),
+            ("unpacked, seed 0", f"{data}/unpacked/train.tfrecord",
+             ["--seed=0", "--batching=padded"]),
+            ("unpacked, seed 1", f"{data}/unpacked/train.tfrecord",
+             ["--seed=1", "--batching=padded"]),
             ("packed, seed 0", f"{data}/packed/*.tfrecord",
              ["--seed=0", "--packing_hyperparameter_adjustment=accumulation"])):
         name = label.replace(", ", "_").replace(" ", "")

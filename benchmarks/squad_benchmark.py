@@ -68,10 +68,7 @@ def make_trainer(packs, packed):
     tf.keras.utils.set_random_seed(0)
     model = BertSquadModel(config, packed=packed)
     model.build()
-    trainer = Trainer(model, create_optimizer("adamw", 5e-5),
-                      metric_names=task.METRIC_NAMES, loss_fn=task.squad_loss_fn,
-                      normaliser_fn=task.squad_normalisers,
-                      statistics_fn=task.squad_statistics)
+    trainer = Trainer(model, create_optimizer("adamw", 5e-5), task=task.SQUAD_TASK)
     dataset = task.train_dataset_fn(packs, global_batch_size=FLAGS.batch_size,
                                     steps_per_update=1, seed=0)(
         tf.distribute.InputContext())

@@ -21,8 +21,8 @@ epoch ends with a flush of the carry, so each record comes out exactly once
 per epoch.
 
 Data parallelism (``input_context``): files are sharded between input
-pipelines as in `pretraining_dataset` (each record read by exactly one
-pipeline). A pipeline feeding W = replicas / pipelines replicas yields steps
+pipelines by `pretraining_dataset`'s `shard_files` (each record read by
+exactly one pipeline). A pipeline feeding W = replicas / pipelines replicas yields steps
 of W consecutive batches of one shape and comparable cost (`plan_pool`):
 batches tW .. tW + W - 1 are step t, which ``distribute_datasets_from_function``
 deals to the replicas in turn (a test checks this under MirroredStrategy).
@@ -34,6 +34,8 @@ their numbers of steps per epoch can differ.
 
 from __future__ import annotations
 
+import functools
+
 import tensorflow as tf
 
 from packed_bert_tf.batching.bucketing import BucketSpec, epoch_rng
@@ -41,7 +43,8 @@ from packed_bert_tf.batching.plan import COSTS
 from packed_bert_tf.batching.sharding import plan_pool
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.pipeline import to_packed_layout
+from packed_bert_tf.data.pipeline import (interleave_records, parse_records, shard_files,
+                                          to_packed_layout)
 
 _TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
@@ -61,7 +64,8 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
                                  is_training: bool = True, num_epochs: int | None = None,
                                  balance_cost: str = "padded_tokens",
                                  shuffle_buffer_size: int = 10_000,
-                                 cycle_length: int = 8) -> tf.data.Dataset:
+                                 cycle_length: int = 8,
+                                 vocab_size: int | None = None) -> tf.data.Dataset:
     """Length-bucketed batches of unpacked pre-training records, packed layout.
 
     Parameters
@@ -101,6 +105,8 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
     shuffle_buffer_size, cycle_length : int
         Records shuffled together (a block; bigger than `pool_size` so that
         pools differ from epoch to epoch) and files read at once.
+    vocab_size : int, optional
+        Check every token id against it (`packed_bert_tf.data.pipeline.parse_records`).
 
     Returns
     -------
@@ -118,22 +124,9 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
         raise ValueError(f"unknown balance_cost {balance_cost!r}; expected one of "
                          f"{', '.join(COSTS)}")
     epoch_rng(seed, 0)  # rejects a negative seed now rather than mid-epoch
-    files = tfrecords.expand_file_patterns(file_patterns)
-    num_workers, per_replica_batch, per_replica_budget = 1, batch_size, token_budget
-    if input_context is not None:
-        pipelines = input_context.num_input_pipelines
-        if len(files) < pipelines:
-            raise ValueError(f"{len(files)} input files cannot be sharded between "
-                             f"{pipelines} input pipelines: write more shards")
-        if input_context.num_replicas_in_sync % pipelines:
-            raise ValueError(f"{input_context.num_replicas_in_sync} replicas do not "
-                             f"divide between {pipelines} input pipelines")
-        files = files[input_context.input_pipeline_id::pipelines]
-        num_workers = input_context.num_replicas_in_sync // pipelines
-        if batch_size is not None:
-            per_replica_batch = input_context.get_per_replica_batch_size(batch_size)
-        if token_budget is not None:
-            per_replica_budget = input_context.get_per_replica_batch_size(token_budget)
+    files = shard_files(tfrecords.expand_file_patterns(file_patterns), input_context)
+    num_workers, per_replica_batch, per_replica_budget = _per_replica_sizes(
+        input_context, batch_size, token_budget)
     if token_budget is not None and not pad_to_bucket_boundary and num_workers > 1:
         raise ValueError("a token budget without pad_to_bucket_boundary gives each "
                          "batch its own row count; replicas of a step need one shape")
@@ -146,89 +139,138 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
         epochs = tf.data.Dataset.counter() if is_training else tf.data.Dataset.range(1)
     else:
         epochs = tf.data.Dataset.range(num_epochs)
+    one_epoch = _BucketedEpoch(
+        files, RecordFormat.unpacked(max_seq_length, max_predictions_per_seq), spec,
+        num_workers=num_workers, seed=seed, is_training=is_training,
+        balance_cost=balance_cost, shuffle_buffer_size=shuffle_buffer_size,
+        cycle_length=cycle_length, vocab_size=vocab_size)
+    return epochs.flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
 
-    record_format = RecordFormat.unpacked(max_seq_length, max_predictions_per_seq)
-    parse_spec = tfrecords.parse_spec(record_format)
-    feature_lengths = record_format.feature_lengths()
-    empty = {name: tf.zeros([0, length], tf.float32 if name == "masked_lm_weights"
-                            else tf.int32)
-             for name, length in feature_lengths.items()}
 
-    def parse(serialized):
-        features = tf.io.parse_example(serialized, parse_spec)
-        return {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
-                for name, value in features.items()}
+def _per_replica_sizes(input_context, batch_size, token_budget):
+    """(replicas this pipeline feeds, per-replica batch size, per-replica budget)."""
+    if input_context is None:
+        return 1, batch_size, token_budget
+    pipelines = input_context.num_input_pipelines
+    if input_context.num_replicas_in_sync % pipelines:
+        raise ValueError(f"{input_context.num_replicas_in_sync} replicas do not "
+                         f"divide between {pipelines} input pipelines")
+    per_replica = input_context.get_per_replica_batch_size
+    return (input_context.num_replicas_in_sync // pipelines,
+            None if batch_size is None else per_replica(batch_size),
+            None if token_budget is None else per_replica(token_budget))
 
-    def plan_in_numpy(lengths, final, epoch, pool_index):
-        rng = epoch_rng(seed, epoch, pool_index) if is_training else None
-        plan = plan_pool(lengths, spec, num_workers=num_workers, final=bool(final),
-                         rng=rng, cost=balance_cost)
-        return plan.order, plan.splits, plan.rows, plan.padded_lengths, plan.leftover
 
-    def one_epoch(epoch):
-        # Stateless shuffles keyed by (seed, epoch): the same whatever the
-        # global seed, and a fresh order every epoch.
+class _BucketedEpoch:
+    """``epoch -> tf.data.Dataset`` of that epoch's bucketed batches (for ``flat_map``).
+
+    Records (shuffled by (seed, epoch)) -> pools of `BucketSpec.pool_size`
+    parsed records -> a numpy plan per pool (`plan_pool`), the unfilled
+    batches carried into the next pool by ``Dataset.scan`` -> batches.
+    """
+
+    def __init__(self, files, record_format: RecordFormat, spec: BucketSpec, *,
+                 num_workers: int, seed: int, is_training: bool, balance_cost: str,
+                 shuffle_buffer_size: int, cycle_length: int, vocab_size: int | None):
+        self.files = files
+        self.record_format = record_format
+        self.spec = spec
+        self.num_workers = num_workers
+        self.seed = seed
+        self.is_training = is_training
+        self.balance_cost = balance_cost
+        self.shuffle_buffer_size = shuffle_buffer_size
+        self.cycle_length = cycle_length
+        self.vocab_size = vocab_size
+        self.empty = {name: tf.zeros([0, length], tf.float32 if name == "masked_lm_weights"
+                                     else tf.int32)
+                      for name, length in record_format.feature_lengths().items()}
+        masked = record_format.max_masked_tokens
+        self.static_shapes = {name: [None, None] for name in (*_TOKEN_FEATURES, "positions")}
+        self.static_shapes.update({name: [None, masked] for name in (
+            "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")})
+        self.static_shapes.update({name: [None, 1] for name in (
+            "next_sentence_positions", "next_sentence_labels", "next_sentence_weights")})
+
+    def __call__(self, epoch: tf.Tensor) -> tf.data.Dataset:
+        pools = self.parsed_pools(self.records(epoch))
+        planned = pools.scan((self.empty, tf.constant(0, tf.int64)),
+                             functools.partial(self.plan_step, epoch))
+        return planned.flat_map(self.batches)
+
+    def records(self, epoch: tf.Tensor) -> tf.data.Dataset:
+        """The epoch's serialized records; shuffled when training.
+
+        Stateless shuffles keyed by (seed, epoch): the same whatever the
+        global seed, and a fresh order every epoch.
+        """
         epoch_key = tf.random.experimental.stateless_fold_in(
-            tf.constant([seed, 0], tf.int64), epoch)
-        names = tf.constant(files)
-        if is_training:
+            tf.constant([self.seed, 0], tf.int64), epoch)
+        names = tf.constant(self.files)
+        if self.is_training:
             names = tf.random.experimental.stateless_shuffle(
                 names, tf.random.experimental.stateless_fold_in(epoch_key, 0))
-        records = tf.data.Dataset.from_tensor_slices(names).interleave(
-            tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(files)),
+        records = interleave_records(tf.data.Dataset.from_tensor_slices(names),
+                                     len(self.files), cycle_length=self.cycle_length)
+        if not self.is_training:
+            return records
+        # Block shuffle: each block of records in a random order.
+        block_key = tf.random.experimental.stateless_fold_in(epoch_key, 1)
+        return records.batch(self.shuffle_buffer_size).enumerate().map(
+            lambda index, block: tf.random.experimental.stateless_shuffle(
+                block, tf.random.experimental.stateless_fold_in(block_key, index))
+        ).unbatch()
+
+    def parsed_pools(self, records: tf.data.Dataset) -> tf.data.Dataset:
+        """(features of `pool_size` records, False) ..., then (no records, True).
+
+        The last, empty pool flushes the carry: the epoch's partial batches.
+        """
+        pools = records.batch(self.spec.pool_size).map(
+            functools.partial(parse_records, record_format=self.record_format,
+                              vocab_size=self.vocab_size),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-        if is_training:
-            # Block shuffle: each block of records in a random order.
-            block_key = tf.random.experimental.stateless_fold_in(epoch_key, 1)
-            records = records.batch(shuffle_buffer_size).enumerate().map(
-                lambda index, block: tf.random.experimental.stateless_shuffle(
-                    block, tf.random.experimental.stateless_fold_in(block_key, index))
-            ).unbatch()
-        pools = records.batch(pool_size).map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                                             deterministic=True)
-        # A last, empty pool flushes the carry: the epoch's partial batches.
-        pools = pools.map(lambda features: (features, False)).concatenate(
-            tf.data.Dataset.from_tensors((empty, True)))
+        return pools.map(lambda features: (features, False)).concatenate(
+            tf.data.Dataset.from_tensors((self.empty, True)))
 
-        def plan_step(state, pool):
-            carry, pool_index = state
-            features, final = pool
-            both = {name: tf.concat([carry[name], features[name]], 0) for name in carry}
-            lengths = tf.math.count_nonzero(both["input_mask"], axis=1)  # [n]
-            order, splits, rows, padded, leftover = tf.numpy_function(
-                plan_in_numpy, [lengths, final, epoch, pool_index], [tf.int64] * 5,
-                stateful=False)
-            carry = {name: tf.gather(value, leftover) for name, value in both.items()}
-            return (carry, pool_index + 1), (both, order, splits, rows, padded)
+    def plan_step(self, epoch, state, pool):
+        """``scan`` step: plans the carry and a pool; carries the unfilled batches."""
+        carry, pool_index = state
+        features, final = pool
+        both = {name: tf.concat([carry[name], features[name]], 0) for name in carry}
+        lengths = tf.math.count_nonzero(both["input_mask"], axis=1)  # [n]
+        order, splits, rows, padded, leftover = tf.numpy_function(
+            self.plan_in_numpy, [lengths, final, epoch, pool_index], [tf.int64] * 5,
+            stateful=False)
+        carry = {name: tf.gather(value, leftover) for name, value in both.items()}
+        return (carry, pool_index + 1), (both, order, splits, rows, padded)
 
-        planned = pools.scan((empty, tf.constant(0, tf.int64)), plan_step)
-        return planned.flat_map(emit_batches)
+    def plan_in_numpy(self, lengths, final, epoch, pool_index):
+        """`plan_pool` of a pool's lengths: order, splits, rows, lengths, leftover."""
+        rng = epoch_rng(self.seed, epoch, pool_index) if self.is_training else None
+        plan = plan_pool(lengths, self.spec, num_workers=self.num_workers,
+                         final=bool(final), rng=rng, cost=self.balance_cost)
+        return plan.order, plan.splits, plan.rows, plan.padded_lengths, plan.leftover
 
-    static_shapes = {name: [None, None] for name in (*_TOKEN_FEATURES, "positions")}
-    static_shapes.update({name: [None, max_predictions_per_seq] for name in (
-        "masked_lm_positions", "masked_lm_ids", "masked_lm_weights")})
-    static_shapes.update({name: [None, 1] for name in (
-        "next_sentence_positions", "next_sentence_labels", "next_sentence_weights")})
-
-    def emit_batches(features, order, splits, rows, padded):
-        def batch(j):
-            examples = order[splits[j]:splits[j + 1]]
-            count = tf.shape(examples)[0]
-            num_rows, length = tf.cast(rows[j], tf.int32), tf.cast(padded[j], tf.int32)
-            out = {}
-            for name, value in features.items():
-                value = tf.gather(value, examples)
-                if name in _TOKEN_FEATURES:
-                    value = value[:, :length]
-                out[name] = tf.pad(value, [[0, num_rows - count], [0, 0]])
-            out = to_packed_layout(out)
-            out["next_sentence_weights"] = tf.cast(
-                tf.range(num_rows)[:, None] < count, tf.int32)  # [R, 1]
-            return {name: tf.ensure_shape(value, static_shapes[name])
-                    for name, value in out.items()}
-
+    def batches(self, features, order, splits, rows, padded) -> tf.data.Dataset:
+        """The planned batches of one pool, in the packed layout."""
         return tf.data.Dataset.range(tf.size(rows, out_type=tf.int64)).map(
-            batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            functools.partial(self.batch, features, order, splits, rows, padded),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-    dataset = epochs.flat_map(one_epoch)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    def batch(self, features, order, splits, rows, padded, index) -> dict:
+        """Batch `index`: its records gathered, cut to its length, padded to its rows."""
+        examples = order[splits[index]:splits[index + 1]]
+        count = tf.shape(examples)[0]
+        num_rows, length = tf.cast(rows[index], tf.int32), tf.cast(padded[index], tf.int32)
+        out = {}
+        for name, value in features.items():
+            value = tf.gather(value, examples)
+            if name in _TOKEN_FEATURES:
+                value = value[:, :length]
+            out[name] = tf.pad(value, [[0, num_rows - count], [0, 0]])
+        out = to_packed_layout(out)
+        out["next_sentence_weights"] = tf.cast(
+            tf.range(num_rows)[:, None] < count, tf.int32)  # [R, 1]
+        return {name: tf.ensure_shape(value, self.static_shapes[name])
+                for name, value in out.items()}

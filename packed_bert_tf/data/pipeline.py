@@ -20,6 +20,11 @@ import tensorflow as tf
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import RecordFormat
 
+#: The start of the error an out-of-range token id raises in the input pipeline
+#: (``vocab_size`` of `parse_records`); the host then finds the record by
+#: `packed_bert_tf.pretraining.task.find_bad_record`.
+TOKEN_ID_ERROR = "token id out of range"
+
 
 def detect_record_format(files: Sequence[str]) -> RecordFormat:
     """The format of the first file (packed if it has ``positions``)."""
@@ -53,6 +58,66 @@ def to_packed_layout(features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     }
 
 
+def shard_files(files: Sequence[str],
+                input_context: tf.distribute.InputContext | None) -> list[str]:
+    """This input pipeline's files: pipeline i of n reads files i, i + n, ...
+
+    Each record is read by exactly one pipeline.
+
+    Raises:
+      ValueError: fewer files than input pipelines.
+    """
+    if input_context is None:
+        return list(files)
+    pipelines = input_context.num_input_pipelines
+    if len(files) < pipelines:
+        raise ValueError(f"{len(files)} input files cannot be sharded between "
+                         f"{pipelines} input pipelines: write more shards")
+    return list(files[input_context.input_pipeline_id::pipelines])
+
+
+def interleave_records(file_names: tf.data.Dataset, num_files: int, *,
+                       cycle_length: int = 8, deterministic: bool = True
+                       ) -> tf.data.Dataset:
+    """Serialized records of a dataset of file names, `cycle_length` files at once."""
+    return file_names.interleave(
+        tf.data.TFRecordDataset, cycle_length=min(cycle_length, num_files),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+
+def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
+                  vocab_size: int | None = None) -> dict[str, tf.Tensor]:
+    """A batch of serialized records [B] -> the record's own features, int32.
+
+    The one cast, here: int64 on disk, int32 in the model (the masked-LM
+    weights stay float32).
+
+    Args:
+      serialized: [B] strings.
+      record_format: the records' format (features and their lengths).
+      vocab_size: when given, a token id (``input_ids`` or ``masked_lm_ids``)
+        outside [0, vocab_size) fails the batch with an InvalidArgumentError
+        whose message holds `TOKEN_ID_ERROR` (an XLA embedding lookup would
+        otherwise clamp it, silently). One max per feature and batch.
+    """
+    features = tf.io.parse_example(serialized, tfrecords.parse_spec(record_format))
+    features = {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
+                for name, value in features.items()}
+    if vocab_size is not None:
+        # As unsigned, a negative id is huge: one max per feature checks both
+        # ends, without a copy (a bitcast). Cost: about 1 microsecond of CPU
+        # per record at S = 512 in batches of 32 (the parse takes about 11),
+        # most of it the reduction itself.
+        largest = tf.maximum(*(tf.reduce_max(tf.bitcast(features[name], tf.uint32))
+                               for name in ("input_ids", "masked_lm_ids")))
+        in_range = tf.debugging.Assert(
+            largest < vocab_size,
+            [f"{TOKEN_ID_ERROR} [0, {vocab_size}): largest id (unsigned)", largest])
+        with tf.control_dependencies([in_range]):
+            features["input_ids"] = tf.identity(features["input_ids"])
+    return features
+
+
 def pretraining_dataset(file_patterns, batch_size: int, *,
                         record_format: RecordFormat | None = None,
                         is_training: bool = True,
@@ -60,7 +125,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         shuffle_buffer_size: int = 10_000,
                         cycle_length: int = 8, seed: int | None = None,
                         repeat: bool | None = None, skip_batches: int = 0,
-                        pad_with_empty_batches: bool = False) -> tf.data.Dataset:
+                        pad_with_empty_batches: bool = False,
+                        vocab_size: int | None = None) -> tf.data.Dataset:
     """Batches of pre-training features in the packed layout.
 
     Parameters
@@ -76,8 +142,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     is_training : bool
         Shuffle files and records (with `seed`) and repeat forever.
     input_context : tf.distribute.InputContext, optional
-        Files are sharded between input pipelines: pipeline i reads files
-        i, i + n, ... (each record read by exactly one pipeline).
+        Files are sharded between input pipelines (`shard_files`).
     repeat : bool, optional
         Default: `is_training`.
     skip_batches : int
@@ -89,6 +154,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         records (all features 0, so every weight is 0), then yield empty
         batches forever, so that replicas with fewer batches can run as many
         steps as the others and every record counts exactly once.
+    vocab_size : int, optional
+        Check every token id against it (see `parse_records`).
 
     Returns
     -------
@@ -97,41 +164,31 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     files = tfrecords.expand_file_patterns(file_patterns)
     if record_format is None:
         record_format = detect_record_format(files)
-    per_pipeline_batch = batch_size
-    if input_context is not None:
-        pipelines = input_context.num_input_pipelines
-        if len(files) < pipelines:
-            raise ValueError(f"{len(files)} input files cannot be sharded between "
-                             f"{pipelines} input pipelines: write more shards")
-        files = files[input_context.input_pipeline_id::pipelines]
-        per_pipeline_batch = input_context.get_per_replica_batch_size(batch_size)
+    files = shard_files(files, input_context)
+    per_pipeline_batch = (batch_size if input_context is None
+                          else input_context.get_per_replica_batch_size(batch_size))
     repeat = is_training if repeat is None else repeat
+    deterministic = not is_training or seed is not None
 
     dataset = tf.data.Dataset.from_tensor_slices(files)
     if is_training:
         dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = dataset.interleave(
-        tf.data.TFRecordDataset, cycle_length=min(cycle_length, len(files)),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=not is_training or
-        seed is not None)
+    dataset = interleave_records(dataset, len(files), cycle_length=cycle_length,
+                                 deterministic=deterministic)
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
     if skip_batches:
         dataset = dataset.skip(skip_batches * per_pipeline_batch)
     dataset = dataset.batch(per_pipeline_batch, drop_remainder=not pad_with_empty_batches)
-    spec = tfrecords.parse_spec(record_format)
 
     def parse(serialized):
-        features = tf.io.parse_example(serialized, spec)
-        # One cast, here: int64 on disk, int32 in the model.
-        features = {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
-                    for name, value in features.items()}
+        features = parse_records(serialized, record_format, vocab_size=vocab_size)
         return features if record_format.packed else to_packed_layout(features)
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=not is_training or seed is not None)
+                          deterministic=deterministic)
     if pad_with_empty_batches:
         dataset = _pad_with_empty_batches(dataset, per_pipeline_batch)
     return dataset.prefetch(tf.data.AUTOTUNE)

@@ -33,8 +33,8 @@ from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
-                                          read_bert_config, restore_or_initialize,
-                                          train_and_export)
+                                          output_dir_lock, read_bert_config,
+                                          restore_or_initialize, train_and_export)
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 from packed_bert_tf.training.trainer import Trainer
 
@@ -157,6 +157,12 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
     """
     config = read_bert_config(options.bert_config_file)
     output_dir = make_output_dir(options.output_dir)
+    with output_dir_lock(output_dir):
+        return _run_squad_in(output_dir, options, config, strategy)
+
+
+def _run_squad_in(output_dir, options, config, strategy) -> dict:
+    """`run_squad` once it holds the output folder."""
     if strategy is None:
         strategy = create_strategy(options.distribution_strategy, tpu=options.tpu)
     check_options(options, config, strategy)
@@ -197,10 +203,7 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
             model.build()
             optimizer = create_optimizer(options.optimizer, schedule,
                                          loss_scaling=options.mixed_precision == "fp16")
-        trainer = Trainer(model, optimizer, strategy=strategy,
-                          metric_names=task.METRIC_NAMES, loss_fn=task.squad_loss_fn,
-                          normaliser_fn=task.squad_normalisers,
-                          statistics_fn=task.squad_statistics,
+        trainer = Trainer(model, optimizer, task=task.SQUAD_TASK, strategy=strategy,
                           steps_per_update=options.steps_per_update,
                           jit_compile=options.jit_compile)
         checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,

@@ -1,9 +1,7 @@
 """The SQuAD task for `packed_bert_tf.training.trainer.Trainer`.
 
-``Trainer(model, optimizer, loss_fn=squad_loss_fn,
-normaliser_fn=squad_normalisers, statistics_fn=squad_statistics,
-metric_names=METRIC_NAMES, ...)`` trains a `BertSquadModel` on the
-elements of `train_dataset_fn`; `packed_bert_tf.squad.dataset.predict_logits`
+``Trainer(model, optimizer, task=SQUAD_TASK, ...)`` trains a
+`BertSquadModel` on the elements of `train_dataset_fn`; `packed_bert_tf.squad.dataset.predict_logits`
 and `packed_bert_tf.squad.postprocess.postprocess_and_evaluate` do the rest.
 """
 
@@ -14,24 +12,30 @@ import tensorflow as tf
 from packed_bert_tf.layers.squad_span_head import squad_loss_normalisers, squad_span_loss
 from packed_bert_tf.squad.dataset import bucketed_squad_dataset, squad_dataset
 from packed_bert_tf.squad.packing import SquadPacks
-from packed_bert_tf.training.trainer import batch_statistics, stack_micro_batches
+from packed_bert_tf.training.trainer import (TrainingTask, batch_statistics,
+                                             stack_micro_batches)
 
 METRIC_NAMES = ("loss", "start_loss", "end_loss", "start_accuracy", "end_accuracy")
 
 
-def squad_loss_fn(features, outputs, normalisers):
-    """`Trainer`'s ``loss_fn``: `squad_span_loss` with the precomputed global count."""
+def squad_loss(features, outputs, normalisers):
+    """`squad_span_loss` with the precomputed global count of sequences."""
     return squad_span_loss(features, outputs, normalisers=normalisers)
 
 
 def squad_normalisers(features):
-    """`Trainer`'s ``normaliser_fn``: real sequences, summed over the replicas."""
+    """Real sequences, summed over the replicas."""
     return squad_loss_normalisers(features, global_normaliser=True)
 
 
 def squad_statistics(features):
-    """`Trainer`'s ``statistics_fn``: sequences, real and padded tokens."""
+    """Sequences, real and padded tokens of a batch."""
     return batch_statistics(features["input_mask"], features["sequence_weights"])
+
+
+#: What `Trainer` needs of SQuAD fine-tuning.
+SQUAD_TASK = TrainingTask(metric_names=METRIC_NAMES, loss=squad_loss,
+                          normalisers=squad_normalisers, statistics=squad_statistics)
 
 
 def train_dataset_fn(packs: SquadPacks, *, global_batch_size: int, steps_per_update: int,

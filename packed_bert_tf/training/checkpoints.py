@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import tensorflow as tf
@@ -10,8 +11,41 @@ from absl import logging
 CHECKPOINT_SUBDIR = "checkpoints"
 
 
+class RunTotals(tf.Module):
+    """Whole-run counts and logged points, saved with every checkpoint.
+
+    A resumed run starts from the totals of the checkpoint it resumes (the
+    steps after it are done again and counted again), so that its summary
+    covers every segment of the run, not only the last one.
+
+    Attributes:
+      counts: `NAMES` -> float64 variable (`TrainingSummary`'s fields).
+      history: every logged point so far, as JSON.
+    """
+
+    NAMES = ("sequences", "tokens", "padded_tokens", "seconds", "steady_seconds",
+             "steady_cpu_seconds", "steady_sequences", "steady_tokens")
+
+    def __init__(self):
+        super().__init__(name="run_totals")
+        self.counts = {name: tf.Variable(0.0, dtype=tf.float64, trainable=False, name=name)
+                       for name in self.NAMES}
+        self.history = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
+
+    def read(self) -> tuple[dict, list]:
+        """(name -> float, list of logged points)."""
+        return ({name: float(value.numpy()) for name, value in self.counts.items()},
+                json.loads(self.history.numpy().decode()))
+
+    def write(self, counts: dict, history: list) -> None:
+        for name, value in self.counts.items():
+            value.assign(counts[name])
+        self.history.assign(json.dumps(history))
+
+
 class TrainingCheckpoints:
-    """`tf.train.CheckpointManager` over the model, optimizer, global step and dropout seeds.
+    """`tf.train.CheckpointManager` over the model, optimizer, global step, dropout
+    seeds and the run's totals (`RunTotals`).
 
     The data position is the global step: a resumed run skips the batches
     the step accounts for (``pretraining_dataset(skip_batches=...)``).
@@ -31,8 +65,10 @@ class TrainingCheckpoints:
         # Dropout's random state too, so that a resumed run draws the masks
         # the uninterrupted run would have drawn.
         seed_states = [v for v in model.variables if "seed_generator" in v.path]
+        self.totals = RunTotals()
         self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                              global_step=step, seed_states=seed_states)
+                                              global_step=step, seed_states=seed_states,
+                                              run_totals=self.totals)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
                                                   max_to_keep=max_to_keep,
                                                   step_counter=step)
@@ -47,19 +83,48 @@ class TrainingCheckpoints:
 
     @property
     def latest(self) -> str | None:
-        return self.manager.latest_checkpoint
+        """The newest checkpoint whose files are there (one whose files were deleted,
+        a damaged one, say, is passed over)."""
+        for path in reversed(self.manager.checkpoints):
+            if tf.io.gfile.exists(path + ".index"):
+                return path
+        return None
 
     def restore_latest(self) -> int | None:
-        """Restores the latest checkpoint; its step, or None when there is none."""
+        """Restores the latest checkpoint; its step, or None when there is none.
+
+        Raises:
+          ValueError: the checkpoint is damaged (truncated, say: naming the
+            one to fall back to), or it is not of this model and optimizer.
+        """
         path = self.latest
         if path is None:
             return None
-        # Every saved object must find its variable: a checkpoint of another
-        # model or optimizer fails here rather than training from half of it.
-        self.checkpoint.restore(path).assert_existing_objects_matched()
+        if path != self.manager.latest_checkpoint:
+            logging.warning("%s is missing; resuming from %s",
+                            self.manager.latest_checkpoint, path)
+        try:
+            # Every saved object must find its variable: a checkpoint of another
+            # model or optimizer fails here rather than training from half of it.
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        except AssertionError as error:
+            raise ValueError(f"checkpoint {path} is not of this model and optimizer "
+                             f"({str(error).splitlines()[0][:200]}): use another "
+                             f"--output_dir") from None
+        except (IndexError, tf.errors.OpError) as error:
+            raise ValueError(self._damaged(path, error)) from None
         step = self.saved_step = int(self.step.numpy())
         logging.info("resumed from %s at step %d", path, step)
         return step
+
+    def _damaged(self, path: str, error: Exception) -> str:
+        """One line: which checkpoint is damaged and how to fall back."""
+        why = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+        earlier = [p for p in self.manager.checkpoints
+                   if p != path and tf.io.gfile.exists(p + ".index")]
+        fallback = (f"resume from {earlier[-1]}" if earlier
+                    else "start again from step 0")
+        return f"checkpoint {path} is damaged ({why}); delete {path}.* to {fallback}"
 
     def save(self) -> str:
         """Writes a checkpoint for the current step (at most once per step)."""

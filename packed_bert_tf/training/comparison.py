@@ -7,7 +7,7 @@ import os
 
 import tensorflow as tf
 
-from packed_bert_tf.training.pretrain import TRAIN_SUMMARY_FILE
+from packed_bert_tf.pretraining.run import TRAIN_SUMMARY_FILE
 
 
 def load_summary(output_dir: str) -> dict:

@@ -8,35 +8,59 @@ import sys
 from absl import flags
 
 
-def define_hardware_flags() -> None:
-    """--distribution_strategy, --tpu, --jit_compile, --mixed_precision."""
+# The shared flags' defaults for a front end that passes no options class
+# (``defaults``); a front end that passes its own takes them from its fields.
+_SHARED_DEFAULTS = dict(distribution_strategy="default", tpu=None, jit_compile=True,
+                        mixed_precision="none", save_checkpoints_steps=1000,
+                        keep_checkpoint_max=3, iterations_per_loop=100,
+                        log_every_n_steps=100, pool_size=8192)
+
+
+def _default(defaults, name: str):
+    """The default of flag `name`: the field of the options class `defaults`."""
+    return _SHARED_DEFAULTS[name] if defaults is None else getattr(defaults, name)
+
+
+def define_hardware_flags(defaults=None) -> None:
+    """--distribution_strategy, --tpu, --jit_compile, --mixed_precision.
+
+    ``defaults``: the front end's options dataclass, whose field defaults are
+    the flags' (one place for each default).
+    """
     from packed_bert_tf.training.distribution import MIXED_PRECISION, STRATEGIES
 
-    flags.DEFINE_enum("distribution_strategy", "default", list(STRATEGIES),
-                      "tf.distribute strategy.")
-    flags.DEFINE_string("tpu", None, "TPU name or address (--distribution_strategy=tpu).")
-    flags.DEFINE_bool("jit_compile", True, "XLA-compile the per-replica step.")
-    flags.DEFINE_enum("mixed_precision", "none", list(MIXED_PRECISION),
-                      "bf16 or fp16 compute with float32 variables.")
+    flags.DEFINE_enum("distribution_strategy", _default(defaults, "distribution_strategy"),
+                      list(STRATEGIES), "tf.distribute strategy.")
+    flags.DEFINE_string("tpu", _default(defaults, "tpu"),
+                        "TPU name or address (--distribution_strategy=tpu).")
+    flags.DEFINE_bool("jit_compile", _default(defaults, "jit_compile"),
+                      "XLA-compile the per-replica step.")
+    flags.DEFINE_enum("mixed_precision", _default(defaults, "mixed_precision"),
+                      list(MIXED_PRECISION), "bf16 or fp16 compute with float32 variables.")
 
 
-def define_loop_flags() -> None:
+def define_loop_flags(defaults=None) -> None:
     """--save_checkpoints_steps, --keep_checkpoint_max, --iterations_per_loop,
-    --log_every_n_steps (the shared training loop's)."""
-    flags.DEFINE_integer("save_checkpoints_steps", 1000,
+    --log_every_n_steps (the shared training loop's); ``defaults`` as for
+    `define_hardware_flags`."""
+    flags.DEFINE_integer("save_checkpoints_steps", _default(defaults, "save_checkpoints_steps"),
                          "Checkpoint every this many updates (and at the end).")
-    flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept.")
-    flags.DEFINE_integer("iterations_per_loop", 100,
+    flags.DEFINE_integer("keep_checkpoint_max", _default(defaults, "keep_checkpoint_max"),
+                         "Checkpoints kept.")
+    flags.DEFINE_integer("iterations_per_loop", _default(defaults, "iterations_per_loop"),
                          "Updates per call of the compiled training loop.")
-    flags.DEFINE_integer("log_every_n_steps", 100, "Updates between log lines.")
+    flags.DEFINE_integer("log_every_n_steps", _default(defaults, "log_every_n_steps"),
+                         "Updates between log lines.")
 
 
-def define_bucketing_flags(examples: str) -> None:
-    """--bucket_boundaries and --pool_size of --batching=bucketed."""
+def define_bucketing_flags(examples: str, defaults=None) -> None:
+    """--bucket_boundaries and --pool_size of --batching=bucketed; ``defaults`` as
+    for `define_hardware_flags` (the boundaries' default is always None: four
+    equal buckets)."""
     flags.DEFINE_list("bucket_boundaries", None,
                       "--batching=bucketed: bucket upper edges, e.g. 128,256,384,512 "
                       "(default: four equal buckets).")
-    flags.DEFINE_integer("pool_size", 8192,
+    flags.DEFINE_integer("pool_size", _default(defaults, "pool_size"),
                          f"--batching=bucketed: {examples} sorted into buckets together.")
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 
 from absl import logging
 
-from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training.checkpoints import RunTotals, TrainingCheckpoints
 from packed_bert_tf.training.progress import TrainingLogger
 from packed_bert_tf.training.trainer import STATISTICS, Trainer
 
@@ -29,17 +29,22 @@ class NonFiniteLossError(RuntimeError):
 class TrainingSummary:
     """What a training run did (written as ``train_summary.json``).
 
+    A run killed and resumed is one run: the counts, times and history cover
+    every update from step 0 to `final_step`, whichever process did it (they
+    are kept in the checkpoints, `RunTotals`).
+
     Attributes:
-      start_step, final_step: updates done before and after this run.
+      start_step, final_step: updates done before and after this segment
+        (this process's part of the run).
       final_metrics: the task's metrics, mean over the last logged interval.
-      sequences, tokens, padded_tokens: counted over this run.
-      seconds: wall time of this run's steps (compilation included).
+      sequences, tokens, padded_tokens: counted over the run.
+      seconds: wall time of the run's steps (compilation included).
       steady_seconds, steady_sequences, steady_tokens: the same without the
-        first chunk of steps (the one that traces and compiles).
-      steady_cpu_seconds: this process's CPU time (all threads, input
+        first chunk of steps of each segment (the one that traces and compiles).
+      steady_cpu_seconds: the processes' CPU time (all threads, input
         pipeline included) over the same steps: less sensitive than wall time
         to other processes on a shared machine.
-      history: every logged point.
+      history: every logged point of the run.
     """
 
     start_step: int
@@ -57,11 +62,17 @@ class TrainingSummary:
 
     @property
     def sequences_per_second(self) -> float:
-        return self.steady_sequences / self.steady_seconds if self.steady_seconds else 0.0
+        """Over the steady steps; over all steps when every segment was one chunk."""
+        if self.steady_seconds:
+            return self.steady_sequences / self.steady_seconds
+        return self.sequences / self.seconds if self.seconds else 0.0
 
     @property
     def tokens_per_second(self) -> float:
-        return self.steady_tokens / self.steady_seconds if self.steady_seconds else 0.0
+        """As `sequences_per_second`, of real tokens."""
+        if self.steady_seconds:
+            return self.steady_tokens / self.steady_seconds
+        return self.tokens / self.seconds if self.seconds else 0.0
 
     @property
     def occupancy(self) -> float:
@@ -95,11 +106,12 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     """
     start_step = int(trainer.step.numpy())
     step = start_step
-    totals = dict.fromkeys(STATISTICS, 0.0)
-    steady = dict.fromkeys(("seconds", "cpu_seconds", "sequences", "tokens"), 0.0)
+    # The run's totals so far: those of the checkpoint resumed, else zeros.
+    if checkpoints is not None:
+        totals, history = checkpoints.totals.read()
+    else:
+        totals, history = dict.fromkeys(RunTotals.NAMES, 0.0), []
     interval = _Interval(trainer.metric_names)
-    seconds = 0.0
-    final_metrics: dict = {}
     first_chunk = True
     while step < num_train_steps:
         chunk = min(iterations_per_loop, num_train_steps - step)
@@ -114,39 +126,42 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
             raise NonFiniteLossError(step + result.first_nonfinite_step + 1,
                                      checkpoints.latest if checkpoints else None)
         step += chunk
-        seconds += elapsed
+        totals["seconds"] += elapsed
         for name in STATISTICS:
             totals[name] += result.statistics[name]
         if not first_chunk:
-            steady["seconds"] += elapsed
-            steady["cpu_seconds"] += cpu_elapsed
-            steady["sequences"] += result.statistics["sequences"]
-            steady["tokens"] += result.statistics["tokens"]
+            totals["steady_seconds"] += elapsed
+            totals["steady_cpu_seconds"] += cpu_elapsed
+            totals["steady_sequences"] += result.statistics["sequences"]
+            totals["steady_tokens"] += result.statistics["tokens"]
         first_chunk = False
         interval.add(result, elapsed)
         if step % log_every_n_steps == 0 or step == num_train_steps:
             values = interval.values()
             if learning_rate_at is not None:
                 values["learning_rate"] = learning_rate_at(step - 1)
-            final_metrics = {name: values[name] for name in trainer.metric_names}
             values["sequences_seen"] = totals["sequences"]
+            values = {name: float(value) for name, value in values.items()}
+            history.append({"step": step, **values})
             if logger is not None:
                 logger.log(step, values)
             interval = _Interval(trainer.metric_names)
-        if checkpoints is not None and save_checkpoints_steps \
-                and step % save_checkpoints_steps == 0:
+        if checkpoints is not None and (
+                (save_checkpoints_steps and step % save_checkpoints_steps == 0)
+                or (step == num_train_steps and checkpoints.saved_step != step)):
+            checkpoints.totals.write(totals, history)
             checkpoints.save()
-    if checkpoints is not None and step > start_step and checkpoints.saved_step != step:
-        checkpoints.save()
     if step == start_step:
         logging.info("nothing to train: already at step %d of %d", step, num_train_steps)
+    final_metrics = {name: history[-1][name] for name in trainer.metric_names
+                     if history and name in history[-1]}
     return TrainingSummary(
         start_step=start_step, final_step=step, final_metrics=final_metrics,
         sequences=totals["sequences"], tokens=totals["tokens"],
-        padded_tokens=totals["padded_tokens"], seconds=seconds,
-        steady_seconds=steady["seconds"], steady_sequences=steady["sequences"],
-        steady_tokens=steady["tokens"], steady_cpu_seconds=steady["cpu_seconds"],
-        history=logger.history if logger else [])
+        padded_tokens=totals["padded_tokens"], seconds=totals["seconds"],
+        steady_seconds=totals["steady_seconds"], steady_sequences=totals["steady_sequences"],
+        steady_tokens=totals["steady_tokens"],
+        steady_cpu_seconds=totals["steady_cpu_seconds"], history=history)
 
 
 class _Interval:

@@ -53,12 +53,10 @@ class TrainingLogger:
             import keras
 
             self.progress_bar = keras.utils.Progbar(total_steps, unit_name="step")
-        self.history: list[dict] = []
 
     def log(self, step: int, values: dict) -> None:
         """Logs ``values`` (floats) at ``step``."""
         values = {name: float(value) for name, value in values.items()}
-        self.history.append({"step": int(step), **values})
         logging.info("%s step %d  %s", self.subdir, step, format_values(values))
         if self.writer is not None:
             with self.writer.as_default(step=step):

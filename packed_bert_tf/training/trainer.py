@@ -26,7 +26,7 @@ of the first step whose loss was not finite.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import keras
 import numpy as np
@@ -34,10 +34,38 @@ import tensorflow as tf
 
 from packed_bert_tf.training.distribution import is_tpu_strategy
 
-#: Counts every task's `statistics_fn` returns, summed over replicas and steps.
+#: Counts every task's `TrainingTask.statistics` returns, summed over replicas and steps.
 STATISTICS = ("sequences", "tokens", "padded_tokens")
 
 Features = Mapping[str, tf.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingTask:
+    """What a task (pre-training, SQuAD) tells the `Trainer`: its loss and its counts.
+
+    Attributes:
+      metric_names: the names ``loss`` returns, ``"loss"`` first.
+      loss: ``(features, outputs, normalisers) -> dict`` of float32 scalars
+        with every name of `metric_names`; each value is this replica's share
+        of the update's global mean (so that summing over micro-batches and
+        replicas gives the global value).
+      normalisers: ``features -> dict`` of float32 counts over the given
+        features, summed over the replicas (``cross_replica_sum``); called in
+        the replica context on the K micro-batches of an update merged.
+      statistics: ``features -> dict`` with the `STATISTICS` of a batch (see
+        `batch_statistics`).
+    """
+
+    metric_names: tuple
+    loss: Callable[[Features, Features, Features], dict]
+    normalisers: Callable[[Features], dict]
+    statistics: Callable[[Features], dict]
+
+    def __post_init__(self):
+        if not self.metric_names or self.metric_names[0] != "loss":
+            raise ValueError(f"metric_names must start with 'loss', got "
+                             f"{self.metric_names}")
 
 
 def batch_statistics(input_mask: tf.Tensor, sequence_weights: tf.Tensor) -> dict:
@@ -98,16 +126,7 @@ class Trainer:
         created (and built) under ``strategy.scope()``.
       optimizer: a Keras optimizer (for ``--mixed_precision=fp16`` a
         `keras.optimizers.LossScaleOptimizer`); built here, inside the scope.
-      loss_fn: ``(features, outputs, normalisers) -> dict`` of float32 scalars
-        with ``"loss"`` and every name of `metric_names`; each value is this
-        replica's share of the update's global mean (so that summing over
-        micro-batches and replicas gives the global value).
-      normaliser_fn: ``features -> dict`` of float32 counts over the given
-        features, summed over the replicas (``cross_replica_sum``); called in
-        the replica context on the K micro-batches merged.
-      statistics_fn: ``features -> dict`` with the `STATISTICS` of a batch
-        (see `batch_statistics`).
-      metric_names: the names ``loss_fn`` returns, ``"loss"`` first.
+      task: the `TrainingTask` (loss, normalisers, statistics, metric names).
       strategy: the ``tf.distribute`` strategy (default: the current one).
       steps_per_update: K, micro-batches per update per replica.
       jit_compile: XLA-compile the per-replica forward/backward (ignored on
@@ -115,19 +134,13 @@ class Trainer:
     """
 
     def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, *,
-                 loss_fn: Callable, normaliser_fn: Callable, statistics_fn: Callable,
-                 metric_names: Sequence[str], strategy: tf.distribute.Strategy | None = None,
+                 task: TrainingTask, strategy: tf.distribute.Strategy | None = None,
                  steps_per_update: int = 1, jit_compile: bool = True):
         if steps_per_update < 1:
             raise ValueError(f"steps_per_update must be >= 1, got {steps_per_update}")
-        if not metric_names or metric_names[0] != "loss":
-            raise ValueError(f"metric_names must start with 'loss', got {metric_names}")
         self.model = model
         self.optimizer = optimizer
-        self.loss_fn = loss_fn
-        self.normaliser_fn = normaliser_fn
-        self.statistics_fn = statistics_fn
-        self.metric_names = tuple(metric_names)
+        self.task = task
         self.strategy = strategy or tf.distribute.get_strategy()
         self.steps_per_update = steps_per_update
         self.jit_compile = jit_compile and not is_tpu_strategy(self.strategy)
@@ -143,13 +156,17 @@ class Trainer:
         self.train_steps_function = tf.function(self._train_steps)
         self.eval_steps_function = tf.function(self._eval_steps)
 
+    @property
+    def metric_names(self) -> tuple:
+        return tuple(self.task.metric_names)
+
     # Training.
 
     def _micro_step(self, features, normalisers):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             outputs = self.model(features, training=True)
-            results = self.loss_fn(features, outputs, normalisers)
+            results = self.task.loss(features, outputs, normalisers)
             scaled_loss = self.optimizer.scale_loss(results["loss"])
         gradients = tape.gradient(scaled_loss, variables)
         # Embedding gradients come as IndexedSlices: dense to be summed.
@@ -172,8 +189,8 @@ class Trainer:
 
     def _replica_step(self, features):
         merged = merge_micro_batches(features)
-        normalisers = self.normaliser_fn(merged)
-        statistics = self.statistics_fn(merged)
+        normalisers = self.task.normalisers(merged)
+        statistics = self.task.statistics(merged)
         results, gradients = self._accumulate(features, normalisers)
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
         self.step.assign_add(1)

@@ -166,6 +166,20 @@ def test_bad_options_are_rejected(unpacked_files):
                  input_context=context)
 
 
+def test_every_token_id_is_checked_against_the_vocabulary(unpacked_files, raw):
+    records, _ = raw
+    in_file = slice(0, 300)  # the first file's records
+    largest = int(max(records["input_ids"][in_file].max(),
+                      records["masked_lm_ids"][in_file].max()))
+    batches = list(_dataset(unpacked_files[0], batch_size=16, is_training=False,
+                            vocab_size=largest + 1).as_numpy_iterator())
+    assert sum(int(b["next_sentence_weights"].sum()) for b in batches) == 300
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"token id out of range \[0, {largest}\)"):
+        list(_dataset(unpacked_files[0], batch_size=16, is_training=False,
+                      vocab_size=largest).as_numpy_iterator())
+
+
 def test_empty_rows_leave_the_model_losses_unchanged(unpacked_files):
     from packed_bert_tf.layers import pretraining_losses
     from packed_bert_tf.models import BertConfig, BertPretrainingModel

@@ -20,11 +20,8 @@ def test_trainer_runs_squad_updates_on_packed_rows():
     tf.random.set_seed(0)
     model = BertSquadModel(TINY_CONFIG)
     model.build()
-    trainer = Trainer(model, keras.optimizers.Adam(1e-3), loss_fn=task.squad_loss_fn,
-                      normaliser_fn=task.squad_normalisers,
-                      statistics_fn=task.squad_statistics,
-                      metric_names=task.METRIC_NAMES, steps_per_update=2,
-                      jit_compile=False)
+    trainer = Trainer(model, keras.optimizers.Adam(1e-3), task=task.SQUAD_TASK,
+                      steps_per_update=2, jit_compile=False)
     dataset_fn = task.train_dataset_fn(packs, global_batch_size=4, steps_per_update=2,
                                        seed=0)
     iterator = iter(tf.distribute.get_strategy().distribute_datasets_from_function(

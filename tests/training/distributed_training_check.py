@@ -71,7 +71,7 @@ def run_pretraining_mirrored():
     import pathlib
     import tempfile
 
-    from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
+    from packed_bert_tf.pretraining.run import PretrainingOptions, run_pretraining
     from tests.conftest import write_unpacked_dataset
     from tests.models.packed_batches import TINY_CONFIG
 
@@ -86,7 +86,7 @@ def run_pretraining_mirrored():
         do_eval=True, max_seq_length=64, max_predictions_per_seq=10, train_batch_size=4,
         eval_batch_size=8, num_train_steps=4, num_warmup_steps=1, iterations_per_loop=2,
         log_every_n_steps=2, save_checkpoints_steps=2, seed=0, progress_bar=False,
-        distribution_strategy="mirrored"))
+        batching="padded", distribution_strategy="mirrored"))
     return {"replicas": summary["replicas"], "final_step": summary["train"]["final_step"],
             "traces": summary["train"]["train_steps_function_traces"],
             "eval_sequences": summary["eval"]["sequences"],

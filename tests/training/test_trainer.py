@@ -62,16 +62,16 @@ def test_a_nan_loss_is_reported_with_its_step():
 
 
 def test_evaluation_sums_are_exact_ratios():
-    from packed_bert_tf.training import pretraining
+    from packed_bert_tf.pretraining import task
 
     trainer = make_trainer()
     batches = [random_features(seed, 4) for seed in range(3)]
     sums = trainer.evaluate(iter(tf.data.Dataset.from_tensor_slices(
         {name: np.stack([b[name] for b in batches]) for name in batches[0]})), 3,
-        pretraining.pretraining_eval_sums)
+        task.eval_sums)
     whole = {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
     want = pretraining_losses(whole, trainer.model(whole), global_normaliser=False)
-    results = pretraining.eval_results(sums)
+    results = task.eval_results(sums)
     for name in ("masked_lm_accuracy", "next_sentence_accuracy", "masked_lm_loss",
                  "next_sentence_loss"):
         assert results[name] == pytest.approx(float(want[name]), rel=1e-5), name
@@ -81,6 +81,14 @@ def test_evaluation_sums_are_exact_ratios():
 def test_bad_arguments_are_rejected():
     with pytest.raises(ValueError, match="steps_per_update must be >= 1"):
         make_trainer(steps_per_update=0)
+    from packed_bert_tf.pretraining.task import PRETRAINING_TASK
+    from packed_bert_tf.training.trainer import TrainingTask
+
+    with pytest.raises(ValueError, match=r"metric_names must start with 'loss', got "
+                                         r"\('masked_lm_loss', 'loss'\)"):
+        TrainingTask(metric_names=("masked_lm_loss", "loss"), loss=PRETRAINING_TASK.loss,
+                     normalisers=PRETRAINING_TASK.normalisers,
+                     statistics=PRETRAINING_TASK.statistics)
 
 
 @pytest.mark.parametrize("mode, compute_dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
@@ -97,9 +105,7 @@ def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype):
             from packed_bert_tf.training.trainer import Trainer
             trainer = Trainer(trainer.model, create_optimizer("lamb", 0.01,
                                                               loss_scaling=True),
-                              loss_fn=trainer.loss_fn, normaliser_fn=trainer.normaliser_fn,
-                              statistics_fn=trainer.statistics_fn,
-                              metric_names=trainer.metric_names, steps_per_update=2)
+                              task=trainer.task, steps_per_update=2)
             assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
         before = weights(trainer)
         result = trainer.train_steps(_iterator(elements), 2)

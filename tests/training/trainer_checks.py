@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.models import BertPretrainingModel
-from packed_bert_tf.training import pretraining
+from packed_bert_tf.pretraining.task import PRETRAINING_TASK
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.trainer import Trainer
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
@@ -36,11 +36,7 @@ def make_trainer(*, steps_per_update=1, strategy=None, optimizer="lamb", jit_com
         model = BertPretrainingModel(config)
         model.build()
         optimizer = create_optimizer(optimizer, learning_rate)
-    return Trainer(model, optimizer, strategy=strategy,
-                   metric_names=pretraining.METRIC_NAMES,
-                   loss_fn=pretraining.pretraining_loss_fn,
-                   normaliser_fn=pretraining.pretraining_normalisers,
-                   statistics_fn=pretraining.pretraining_statistics,
+    return Trainer(model, optimizer, task=PRETRAINING_TASK, strategy=strategy,
                    steps_per_update=steps_per_update, jit_compile=jit_compile)
 
 

@@ -1,70 +1,18 @@
 """run_pretraining end to end on small generated data (tiny model, S = 64)."""
 
 import json
-import pathlib
 import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
 from packed_bert_tf.models import BertConfig
-from packed_bert_tf.packing import assign_sequences, pack_lengths
+from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.loop import NonFiniteLossError
-from packed_bert_tf.training.pretrain import PretrainingOptions, run_pretraining
 from packed_bert_tf.training.trainer import Trainer
-from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_tool
-
-S, P, D = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS, 3
-CONFIG = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=2,
-                    num_attention_heads=2, intermediate_size=64,
-                    max_position_embeddings=S)
-
-
-def pack_files(unpacked_files, folder: pathlib.Path) -> list:
-    """Packs each unpacked file into one packed file, with packing_stats.json."""
-    folder.mkdir(parents=True, exist_ok=True)
-    packed_format = RecordFormat.packed_format(S, P + D - 1, D)
-    paths, sequences, packs = [], 0, 0
-    for index, path in enumerate(unpacked_files):
-        batch = SequenceBatch.from_unpacked_arrays(
-            tfrecords.read_arrays(path, RecordFormat.unpacked(S, P)))
-        assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
-                                      seed=index)
-        out = str(folder / f"packed-{index:03d}.tfrecord")
-        tfrecords.write_arrays(out, pack_sequences(batch, assignment, packed_format))
-        paths.append(out)
-        sequences += len(batch.lengths)
-        packs += len(assignment)
-    (folder / PACKING_STATS_FILE).write_text(json.dumps(
-        {"packing_factor": sequences / packs, "sequences": sequences, "packs": packs}))
-    return paths
-
-
-@pytest.fixture(scope="module")
-def packed_files(unpacked_files, tmp_path_factory):
-    return pack_files(unpacked_files, tmp_path_factory.mktemp("packed"))
-
-
-@pytest.fixture(scope="module")
-def config_file(tmp_path_factory):
-    path = tmp_path_factory.mktemp("config") / "bert_config.json"
-    CONFIG.to_json_file(str(path))
-    return str(path)
-
-
-def options(config_file, output_dir, **overrides):
-    values = dict(bert_config_file=config_file, output_dir=str(output_dir),
-                  max_seq_length=S, max_predictions_per_seq=P, train_batch_size=4,
-                  eval_batch_size=16, learning_rate=1e-3, num_train_steps=6,
-                  num_warmup_steps=2, save_checkpoints_steps=3, iterations_per_loop=3,
-                  log_every_n_steps=3, seed=3, shuffle_buffer_size=50,
-                  progress_bar=False)
-    values.update(overrides)
-    return PretrainingOptions(**values)
+from tests.conftest import run_tool
+from tests.pretraining.tiny_runs import CONFIG, options
 
 
 def google_weights(path):
@@ -118,6 +66,30 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
                                    err_msg=name)
+    # The summary covers the whole run, both segments: the same sequences and
+    # logged points as the uninterrupted run.
+    for name in ("sequences", "tokens", "padded_tokens"):
+        assert resumed["train"][name] == straight["train"][name], name
+    assert [(point["step"], point["sequences_seen"])
+            for point in resumed["train"]["history"]] == \
+        [(point["step"], point["sequences_seen"]) for point in straight["train"]["history"]]
+    assert [point["step"] for point in straight["train"]["history"]] == [3, 6]
+    assert resumed["train"]["sequences_per_second"] > 0
+
+    # A rerun asking for fewer steps than done trains nothing and keeps the figures.
+    rerun = run_pretraining(options(config_file, killed_dir, num_train_steps=3, **train))
+    assert rerun["train"]["final_step"] == 6
+    kept = {key: value for key, value in resumed["train"].items()
+            if key not in ("start_step", "train_steps_function_traces")}
+    assert {key: rerun["train"][key] for key in kept} == kept
+    assert json.loads((killed_dir / "train_summary.json").read_text())["train"][
+        "sequences"] == straight["train"]["sequences"]
+    # So does an evaluation of the trained run.
+    run_pretraining(options(config_file, killed_dir, do_eval=True,
+                            eval_input_file=packed_files[0], max_eval_steps=1))
+    written = json.loads((killed_dir / "train_summary.json").read_text())
+    assert written["train"] == json.loads(json.dumps(rerun["train"]))
+    assert written["eval"]["steps"] == 1
 
 
 def test_packed_and_unpacked_evaluation_give_the_same_numbers(
@@ -141,7 +113,8 @@ def test_a_nan_loss_stops_the_run_keeping_the_last_good_checkpoint(
         config_file, unpacked_files, tmp_path):
     with pytest.raises(NonFiniteLossError, match="not finite at step 2") as error:
         run_pretraining(options(config_file, tmp_path, do_train=True,
-                                input_file=unpacked_files[0], learning_rate=1e30,
+                                input_file=unpacked_files[0], batching="padded",
+                                learning_rate=1e30,
                                 num_warmup_steps=0, iterations_per_loop=1,
                                 save_checkpoints_steps=1))
     assert error.value.checkpoint.endswith("ckpt-1")
@@ -209,3 +182,15 @@ def test_length_aware_batching_needs_unpacked_records(config_file, packed_files,
     with pytest.raises(ValueError, match="--batching=bucketed needs unpacked records"):
         run_pretraining(options(config_file, tmp_path, do_train=True,
                                 input_file=packed_files[0], batching="bucketed"))
+
+
+def test_packed_batching_refuses_unpacked_records_saying_how_to_pack_them(
+        config_file, unpacked_files, tmp_path):
+    with pytest.raises(ValueError) as error:
+        run_pretraining(options(config_file, tmp_path, do_train=True,
+                                input_file=unpacked_files[0], batching="packed"))
+    assert str(error.value) == (
+        f"--batching=packed needs packed records, but {unpacked_files[0]} is unpacked: "
+        f"pack them first (python -m data_prep.pack_pretraining_data --input_file=... "
+        f"--output_dir=...) or train on them padded (--batching=padded)")
+    assert not (tmp_path / "checkpoints").exists()

@@ -1,4 +1,12 @@
-"""The pre-training task for `Trainer`: losses, counts, datasets, evaluation, input checks."""
+"""The pre-training task: its `TrainingTask`, datasets, evaluation and input checks.
+
+``Trainer(model, optimizer, task=PRETRAINING_TASK, ...)`` trains a
+`BertPretrainingModel` on the elements of `train_dataset_fn` (or
+`bucketed_train_dataset_fn`); `Trainer.evaluate` with `eval_sums` over
+`eval_dataset_fn` gives the sums `eval_results` turns into metrics. Every
+function takes explicit arguments: the options object stays in
+`packed_bert_tf.pretraining.run`.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +17,40 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data import pipeline
+from packed_bert_tf.data import pipeline, tfrecords
 from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
 from packed_bert_tf.layers.losses import (loss_normalisers, masked_lm_accuracy,
                                           masked_lm_loss, next_sentence_accuracy,
                                           next_sentence_loss, pretraining_losses)
-from packed_bert_tf.training.trainer import batch_statistics, stack_micro_batches
+from packed_bert_tf.training.trainer import (TrainingTask, batch_statistics,
+                                             stack_micro_batches)
 
 METRIC_NAMES = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy",
                 "next_sentence_accuracy")
 
 
-def pretraining_loss_fn(features, outputs, normalisers, *, per_sequence: bool = False):
-    """`Trainer`'s ``loss_fn``: `pretraining_losses` with precomputed global counts."""
-    return pretraining_losses(features, outputs, per_sequence=per_sequence,
-                              normalisers=normalisers)
+def pretraining_loss(features, outputs, normalisers):
+    """`pretraining_losses` with the precomputed global counts."""
+    return pretraining_losses(features, outputs, normalisers=normalisers)
 
 
 def pretraining_normalisers(features):
-    """`Trainer`'s ``normaliser_fn``: the loss counts summed over replicas."""
+    """The loss counts (masked tokens, sequences), summed over the replicas."""
     return loss_normalisers(features, global_normaliser=True)
 
 
 def pretraining_statistics(features):
-    """`Trainer`'s ``statistics_fn``: sequences, real and padded tokens."""
+    """Sequences, real and padded tokens of a batch."""
     return batch_statistics(features["input_mask"], features["next_sentence_weights"])
 
 
-def pretraining_eval_sums(features, outputs):
+#: What `Trainer` needs of pre-training.
+PRETRAINING_TASK = TrainingTask(metric_names=METRIC_NAMES, loss=pretraining_loss,
+                                normalisers=pretraining_normalisers,
+                                statistics=pretraining_statistics)
+
+
+def eval_sums(features, outputs):
     """Totals and counts of the evaluation metrics of one batch (see `Trainer.evaluate`)."""
     mlm = (outputs["mlm_logits"], features["masked_lm_ids"], features["masked_lm_weights"])
     nsp = (outputs["nsp_logits"], features["next_sentence_labels"],
@@ -99,34 +113,53 @@ def expected_record_format(files: Sequence[str], *, max_seq_length: int,
     return found
 
 
-def check_token_ids(files: Sequence[str], record_format: RecordFormat, vocab_size: int,
-                    *, records_per_file: int = 256) -> None:
-    """Fails when the first records of any file hold a token id >= ``vocab_size``.
+def find_bad_record(files: Sequence[str], record_format: RecordFormat, vocab_size: int,
+                    *, records_per_file: int | None = None) -> str | None:
+    """The first record that would stop training, described; None when all are good.
 
-    A config whose vocabulary is smaller than the data's would otherwise fail
-    deep inside an embedding lookup (or, on accelerators, read zeros).
+    Reads the files on the host, in order: a truncated or corrupt record, a
+    missing feature or one of the wrong length (`tfrecords.RecordError`), or
+    a token id (``input_ids``, ``masked_lm_ids``) outside [0, vocab_size).
+
+    Args:
+      files: the TFRecord files.
+      record_format: their format.
+      vocab_size: the model's vocabulary size.
+      records_per_file: read only this many records of each file (a quick
+        check before training); None: every record (after the input
+        pipeline failed, to say where).
+
+    Returns:
+      ``"PATH record N: why"``, or None.
     """
-    spec = {"input_ids": tf.io.FixedLenFeature([record_format.max_sequence_length],
-                                               tf.int64)}
+    batch_size = min(records_per_file or 4096, 4096)
     for path in files:
-        serialized = list(tf.data.TFRecordDataset(path).take(records_per_file))
-        if not serialized:
-            continue
-        ids = tf.io.parse_example(tf.stack(serialized), spec)["input_ids"].numpy()
-        if ids.size and int(ids.max()) >= vocab_size:
-            record = int(np.argwhere(ids >= vocab_size)[0][0])
-            raise ValueError(f"{path} record {record}: token id {int(ids.max())} is out "
-                             f"of range for vocab_size {vocab_size} in --bert_config_file")
+        try:
+            for start, arrays in tfrecords.iter_array_batches(path, record_format,
+                                                              batch_size=batch_size):
+                ids = np.concatenate([arrays["input_ids"], arrays["masked_lm_ids"]], axis=1)
+                bad = (ids < 0) | (ids >= vocab_size)  # [n, S + M]
+                if bad.any():
+                    row, column = np.argwhere(bad)[0]  # the first bad record
+                    return (f"{path} record {start + int(row)}: token id "
+                            f"{int(ids[row, column])} is out of range for vocab_size "
+                            f"{vocab_size} of --bert_config_file")
+                if records_per_file is not None and start + batch_size >= records_per_file:
+                    break
+        except tfrecords.RecordError as error:
+            return str(error)
+    return None
 
 
 def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                      steps_per_update: int, record_format: RecordFormat,
                      seed: int | None, skip_steps: int = 0,
-                     shuffle_buffer_size: int = 10_000):
+                     shuffle_buffer_size: int = 10_000, vocab_size: int | None = None):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
 
     Each pipeline yields per-replica elements [K, b, ...]; ``skip_steps``
-    updates already done are skipped (a resumed run).
+    updates already done are skipped (a resumed run). ``vocab_size``: every
+    token id is checked against it (`pipeline.parse_records`).
     """
 
     def dataset_fn(input_context: tf.distribute.InputContext):
@@ -135,18 +168,24 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
         dataset = pipeline.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
             input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
-            skip_batches=skip_steps * steps_per_update * replicas_per_pipeline)
+            skip_batches=skip_steps * steps_per_update * replicas_per_pipeline,
+            vocab_size=vocab_size)
         return stack_micro_batches(dataset, steps_per_update)
 
     return dataset_fn
 
 
-def bucketed_train_dataset_fn(files: Sequence[str], options, *, skip_steps: int = 0):
+def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,
+                              max_predictions_per_seq: int, global_batch_size: int,
+                              token_budget: int | None, bucket_boundaries, pool_size: int,
+                              seed: int, shuffle_buffer_size: int, skip_steps: int = 0,
+                              vocab_size: int | None = None):
     """``dataset_fn`` of length-bucketed batches (`packed_bert_tf.batching`).
 
     Batches have their bucket's shape; each step's batches (one per replica
     of a pipeline) share a shape and have comparable cost. Elements are
-    [1, rows, length] (one micro-batch per update).
+    [1, rows, length] (one micro-batch per update). ``token_budget``, when
+    given, replaces ``global_batch_size`` (rows x length per step).
     """
     from packed_bert_tf.batching.dataset import bucketed_pretraining_dataset
 
@@ -154,12 +193,12 @@ def bucketed_train_dataset_fn(files: Sequence[str], options, *, skip_steps: int 
         replicas_per_pipeline = (input_context.num_replicas_in_sync
                                  // input_context.num_input_pipelines)
         dataset = bucketed_pretraining_dataset(
-            files, max_seq_length=options.max_seq_length,
-            max_predictions_per_seq=options.max_predictions_per_seq,
-            batch_size=None if options.token_budget else options.train_batch_size,
-            token_budget=options.token_budget, boundaries=options.bucket_boundaries,
-            pool_size=options.pool_size, seed=options.seed, input_context=input_context,
-            shuffle_buffer_size=options.shuffle_buffer_size)
+            files, max_seq_length=max_seq_length,
+            max_predictions_per_seq=max_predictions_per_seq,
+            batch_size=None if token_budget else global_batch_size,
+            token_budget=token_budget, boundaries=bucket_boundaries, pool_size=pool_size,
+            seed=seed, input_context=input_context, shuffle_buffer_size=shuffle_buffer_size,
+            vocab_size=vocab_size)
         if skip_steps:
             dataset = dataset.skip(skip_steps * replicas_per_pipeline)
         return stack_micro_batches(dataset, 1)
@@ -168,15 +207,16 @@ def bucketed_train_dataset_fn(files: Sequence[str], options, *, skip_steps: int 
 
 
 def eval_dataset_fn(files: Sequence[str], *, global_batch_size: int,
-                    record_format: RecordFormat):
+                    record_format: RecordFormat, vocab_size: int | None = None):
     """Evaluation ``dataset_fn``: every record once, then empty batches."""
-    return functools.partial(_eval_dataset, files, global_batch_size, record_format)
+    return functools.partial(_eval_dataset, files, global_batch_size, record_format,
+                             vocab_size)
 
 
-def _eval_dataset(files, global_batch_size, record_format, input_context):
+def _eval_dataset(files, global_batch_size, record_format, vocab_size, input_context):
     return pipeline.pretraining_dataset(
         files, global_batch_size, record_format=record_format, is_training=False,
-        input_context=input_context, pad_with_empty_batches=True)
+        input_context=input_context, pad_with_empty_batches=True, vocab_size=vocab_size)
 
 
 def evaluation_steps(files: Sequence[str], *, global_batch_size: int,

@@ -1,17 +1,28 @@
 """A whole pre-training run (what ``run_pretraining.py`` does), from options.
 
-Order of events: every input is checked (config, files, record sizes, token
-ids, batch sizes, packing statistics) before anything is built; then the
-model and optimizer are made under the strategy, restored from the output
-folder's latest checkpoint (or initialised from ``init_checkpoint``), trained
-to ``num_train_steps``, written as a Google-format checkpoint, evaluated, and
-summarised in ``train_summary.json`` / ``eval_results.json``.
+Order of events: the output folder is made and locked (`output_dir_lock`);
+every input is checked (config, files, record sizes, the first records'
+token ids, batch sizes, packing statistics) before anything is built; then
+the model and optimizer are made under the strategy, restored from the
+output folder's latest checkpoint (or initialised from ``init_checkpoint``),
+trained to ``num_train_steps``, written as a Google-format checkpoint,
+evaluated, and summarised in ``train_summary.json`` / ``eval_results.json``.
+
+The input pipeline checks every token id as it reads; when it fails mid-run
+(a truncated file, a record missing a feature, an id beyond the vocabulary)
+the input files are read on the host to name the file and record
+(`task.find_bad_record`), and the run stops with that one line.
+
+This module alone reads `PretrainingOptions`; `packed_bert_tf.pretraining.task`
+takes explicit arguments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import json
 import os
 import time
 
@@ -22,7 +33,7 @@ from packed_bert_tf.data import tfrecords
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
-from packed_bert_tf.training import pretraining
+from packed_bert_tf.pretraining import task
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
@@ -30,8 +41,8 @@ from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_p
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.progress import format_values
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
-                                          read_bert_config, restore_or_initialize,
-                                          train_and_export)
+                                          output_dir_lock, read_bert_config,
+                                          restore_or_initialize, train_and_export)
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 from packed_bert_tf.training.trainer import Trainer
 
@@ -41,7 +52,8 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 @dataclasses.dataclass
 class PretrainingOptions:
-    """The options of a run; ``run_pretraining.py``'s flags of the same names."""
+    """The options of a run; ``run_pretraining.py``'s flags of the same names (their
+    defaults are these)."""
 
     bert_config_file: str | None = None
     output_dir: str | None = None
@@ -136,10 +148,10 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
             raise ValueError("--do_train needs --input_file")
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
         train_files = tfrecords.expand_file_patterns(options.input_file, flag="input_file")
-        train_format = pretraining.expected_record_format(
+        train_format = task.expected_record_format(
             train_files, packed_input=options.packed_input, **sizes)
-        pretraining.check_token_ids(train_files, train_format, config.vocab_size)
         _check_batching(options, train_files, train_format)
+        _check_first_records(train_files, train_format, config.vocab_size)
         packing_factor = _packing_factor(options, train_files, train_format)
     if options.do_eval:
         if not options.eval_input_file:
@@ -147,15 +159,31 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         check_global_batch_size(options.eval_batch_size, strategy, "--eval_batch_size")
         eval_files = tfrecords.expand_file_patterns(options.eval_input_file,
                                                     flag="eval_input_file")
-        eval_format = pretraining.expected_record_format(eval_files, **sizes)
-        pretraining.check_token_ids(eval_files, eval_format, config.vocab_size)
+        eval_format = task.expected_record_format(eval_files, **sizes)
+        _check_first_records(eval_files, eval_format, config.vocab_size)
     return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor)
 
 
+def _check_first_records(files, record_format, vocab_size: int) -> None:
+    """The first records of each file, before anything is built: a config whose
+    vocabulary is smaller than the data's fails here, not after compiling. (The
+    input pipeline checks every record as it reads.)"""
+    problem = task.find_bad_record(files, record_format, vocab_size,
+                                   records_per_file=256)
+    if problem:
+        raise ValueError(problem)
+
+
 def _check_batching(options, files, record_format) -> None:
-    """``--batching``: packed reads the records as they are (packed or not);
-    padded and bucketed need unpacked records (one sequence per row)."""
+    """``--batching``: packed needs packed records (one pack per row); padded and
+    bucketed need unpacked records (one sequence per row)."""
     if options.batching == "packed":
+        if not record_format.packed:
+            raise ValueError(
+                f"--batching=packed needs packed records, but {files[0]} is unpacked: "
+                f"pack them first (python -m data_prep.pack_pretraining_data "
+                f"--input_file=... --output_dir=...) or train on them padded "
+                f"(--batching=padded)")
         return
     if record_format.packed:
         raise ValueError(f"--batching={options.batching} needs unpacked records, but "
@@ -191,11 +219,20 @@ def run_pretraining(options: PretrainingOptions,
     """Runs training and/or evaluation as the options say; returns the summary dict.
 
     Raises:
-      ValueError: a bad option or input, before anything is trained.
+      ValueError: a bad option or input (before anything is trained), an
+        output folder in use by another run, a damaged checkpoint, or a bad
+        record met while training or evaluating (naming the file and record).
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
     config = read_bert_config(options.bert_config_file)
     output_dir = make_output_dir(options.output_dir)
+    with output_dir_lock(output_dir):
+        return _run_in(output_dir, options, config, strategy)
+
+
+def _run_in(output_dir: str, options: PretrainingOptions, config,
+            strategy: tf.distribute.Strategy | None) -> dict:
+    """`run_pretraining` once it holds the output folder."""
     if strategy is None:
         strategy = create_strategy(options.distribution_strategy, tpu=options.tpu)
     inputs = check_inputs(options, config, strategy)
@@ -226,12 +263,9 @@ def run_pretraining(options: PretrainingOptions,
                 beta_2=adjustment.beta_2, epsilon=options.lamb_epsilon,
                 weight_decay_rate=options.lamb_weight_decay_rate,
                 loss_scaling=options.mixed_precision == "fp16")
-        trainer = Trainer(
-            model, optimizer, strategy=strategy, metric_names=pretraining.METRIC_NAMES,
-            loss_fn=pretraining.pretraining_loss_fn,
-            normaliser_fn=pretraining.pretraining_normalisers,
-            statistics_fn=pretraining.pretraining_statistics,
-            steps_per_update=adjustment.steps_per_update, jit_compile=options.jit_compile)
+        trainer = Trainer(model, optimizer, task=task.PRETRAINING_TASK, strategy=strategy,
+                          steps_per_update=adjustment.steps_per_update,
+                          jit_compile=options.jit_compile)
         checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
                                           step=trainer.step,
                                           max_to_keep=options.keep_checkpoint_max)
@@ -240,35 +274,80 @@ def run_pretraining(options: PretrainingOptions,
             options.init_checkpoint)
 
         if options.do_train:
-            summary["train"] = _train(options, inputs, trainer, checkpoints, schedule,
-                                      start_step, output_dir)
+            with _naming_the_bad_record(inputs.train_files, inputs.train_format,
+                                        config.vocab_size):
+                summary["train"] = _train(options, inputs, trainer, checkpoints, schedule,
+                                          start_step, output_dir, config.vocab_size)
         if options.do_eval:
-            summary["eval"] = evaluate(trainer, inputs.eval_files, inputs.eval_format,
-                                       options.eval_batch_size, options.max_eval_steps)
+            with _naming_the_bad_record(inputs.eval_files, inputs.eval_format,
+                                        config.vocab_size):
+                summary["eval"] = evaluate(trainer, inputs.eval_files, inputs.eval_format,
+                                           options.eval_batch_size, options.max_eval_steps,
+                                           vocab_size=config.vocab_size)
             write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE),
                                   summary["eval"])
-    write_json_atomically(os.path.join(output_dir, TRAIN_SUMMARY_FILE), summary,
-                          sort_keys=True)
+    summary_path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
+    if "train" not in summary:
+        # An evaluation of a trained run keeps the training figures.
+        summary.update(_earlier_training(summary_path))
+    write_json_atomically(summary_path, summary, sort_keys=True)
     return summary
 
 
-def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir) -> dict:
+def _earlier_training(summary_path: str) -> dict:
+    """The ``train`` section of an earlier ``train_summary.json``, if any."""
+    if not tf.io.gfile.exists(summary_path):
+        return {}
+    with tf.io.gfile.GFile(summary_path) as handle:
+        earlier = json.load(handle)
+    return {"train": earlier["train"]} if "train" in earlier else {}
+
+
+@contextlib.contextmanager
+def _naming_the_bad_record(files, record_format, vocab_size: int):
+    """An input-pipeline error mid-run becomes one ValueError naming the file and
+    record at fault (found by reading the files on the host; tf.data's own
+    errors name neither). Other errors pass unchanged.
+
+    Any TensorFlow error is looked into: without XLA, an iterator error inside
+    the training loop can come out as another one (an ``AlreadyExistsError``
+    of a temporary variable of the loop, TF 2.21).
+    """
+    try:
+        yield
+    except tf.errors.OpError as error:
+        logging.info("the input pipeline failed (%s: %s); reading the input files to find "
+                     "the record at fault", type(error).__name__,
+                     error.message.splitlines()[0][:200])
+        problem = task.find_bad_record(files, record_format, vocab_size)
+        if problem is None:
+            raise
+        raise ValueError(problem) from None
+
+
+def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir,
+           vocab_size) -> dict:
     if options.batching == "bucketed":
-        dataset_fn = pretraining.bucketed_train_dataset_fn(
-            inputs.train_files, options, skip_steps=start_step)
+        dataset_fn = task.bucketed_train_dataset_fn(
+            inputs.train_files, max_seq_length=options.max_seq_length,
+            max_predictions_per_seq=options.max_predictions_per_seq,
+            global_batch_size=options.train_batch_size, token_budget=options.token_budget,
+            bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size,
+            seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size,
+            skip_steps=start_step, vocab_size=vocab_size)
     else:
-        dataset_fn = pretraining.train_dataset_fn(
+        dataset_fn = task.train_dataset_fn(
             inputs.train_files, global_batch_size=options.train_batch_size,
             steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
             seed=options.seed, skip_steps=start_step,
-            shuffle_buffer_size=options.shuffle_buffer_size)
+            shuffle_buffer_size=options.shuffle_buffer_size, vocab_size=vocab_size)
     return train_and_export(trainer, dataset_fn, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=schedule,
                             checkpoints=checkpoints, options=options)
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,
-             max_eval_steps: int = 0) -> dict:
+             max_eval_steps: int = 0, *, vocab_size: int | None = None) -> dict:
     """Masked-LM and next-sentence accuracy (and losses) over the evaluation records.
 
     Every record is read exactly once (the last batch filled up with empty
@@ -276,17 +355,17 @@ def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,
     of totals, so packed and unpacked copies of a set give the same numbers.
     """
     strategy = trainer.strategy
-    steps = pretraining.evaluation_steps(files, global_batch_size=eval_batch_size,
-                                         strategy=strategy, max_eval_steps=max_eval_steps)
+    steps = task.evaluation_steps(files, global_batch_size=eval_batch_size,
+                                  strategy=strategy, max_eval_steps=max_eval_steps)
     iterator = iter(strategy.distribute_datasets_from_function(
-        pretraining.eval_dataset_fn(files, global_batch_size=eval_batch_size,
-                                    record_format=record_format)))
+        task.eval_dataset_fn(files, global_batch_size=eval_batch_size,
+                             record_format=record_format, vocab_size=vocab_size)))
     started = time.perf_counter()
-    sums = trainer.evaluate(iterator, steps, pretraining.pretraining_eval_sums)
-    results = pretraining.eval_results(sums)
+    sums = trainer.evaluate(iterator, steps, task.eval_sums)
+    results = task.eval_results(sums)
     results.update(steps=steps, seconds=time.perf_counter() - started,
                    step=int(trainer.step.numpy()))
     logging.info("eval at step %d over %d sequences: %s", results["step"],
                  results["sequences"], format_values(
-                     {name: results[name] for name in pretraining.METRIC_NAMES}))
+                     {name: results[name] for name in task.METRIC_NAMES}))
     return results

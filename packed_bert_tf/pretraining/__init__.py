@@ -1,0 +1,7 @@
+"""BERT pre-training on packed or unpacked records: the run and the task.
+
+`packed_bert_tf.pretraining.run` knows the options (``run_pretraining.py``'s
+flags) and the order of a run; `packed_bert_tf.pretraining.task` knows the
+model's losses, the datasets and the input checks, with explicit arguments.
+The shape of `packed_bert_tf.squad` (``run.py`` + ``task.py``).
+"""

@@ -1,0 +1,209 @@
+"""run_pretraining.py on bad input: one clear last line, exit status 1, no traceback,
+nothing written that looks like a finished run.
+
+The runs are started at once (each imports TensorFlow: seconds of CPU) and
+read from one module-scoped fixture.
+"""
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.pretraining.run import run_pretraining
+from tests.conftest import ToolResult, tool_command, tool_environment, write_unpacked_dataset
+from tests.pretraining.tiny_runs import CONFIG, P, S, options
+
+UNPACKED = RecordFormat.unpacked(S, P)
+
+
+def _flags(config_file, output_dir, input_file):
+    """Two updates of 200 rows, records in file order: every record of a 400-record
+    file is read, the second half by the second update."""
+    return [f"--bert_config_file={config_file}", f"--output_dir={output_dir}",
+            f"--input_file={input_file}", "--do_train", "--batching=padded",
+            f"--max_seq_length={S}", f"--max_predictions_per_seq={P}",
+            "--train_batch_size=200", "--num_train_steps=2", "--num_warmup_steps=0",
+            "--iterations_per_loop=1", "--log_every_n_steps=1",
+            "--save_checkpoints_steps=0", "--shuffle_buffer_size=1", "--seed=0",
+            "--nojit_compile"]
+
+
+def _write_examples(path, arrays, *, missing_feature=None, at_record=None):
+    """One tf.train.Example per row; record `at_record` lacks `missing_feature`."""
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for row in range(len(arrays["input_ids"])):
+            features = {}
+            for name, values in arrays.items():
+                if row == at_record and name == missing_feature:
+                    continue
+                features[name] = (
+                    tf.train.Feature(float_list=tf.train.FloatList(value=values[row]))
+                    if values.dtype == np.float32 else
+                    tf.train.Feature(int64_list=tf.train.Int64List(value=values[row])))
+            writer.write(tf.train.Example(features=tf.train.Features(
+                feature=features)).SerializeToString())
+
+
+def _trained_twice(config_file, packed_file, output_dir):
+    """In this process: two updates, checkpoints ckpt-1 and ckpt-2."""
+    return options(config_file, output_dir, do_train=True, input_file=packed_file,
+                   num_train_steps=2, save_checkpoints_steps=1, iterations_per_loop=1,
+                   log_every_n_steps=1, jit_compile=False)
+
+
+def _start(*args):
+    return subprocess.Popen(tool_command("run_pretraining.py", *args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=tool_environment())
+
+
+def _finish(process) -> ToolResult:
+    stdout, stderr = process.communicate(timeout=300)
+    return ToolResult(process.returncode, stdout, stderr)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
+    root = tmp_path_factory.mktemp("bad_input")
+    arrays = tfrecords.read_arrays(write_unpacked_dataset(
+        root / "source", num_files=1, per_file=400, seed=7)[0], UNPACKED)
+    files = {name: root / f"{name}.tfrecord" for name in ("truncated", "no_feature",
+                                                           "big_id")}
+    tfrecords.write_arrays(str(files["truncated"]), arrays)
+    with open(files["truncated"], "r+b") as handle:  # cut inside a record near 320
+        handle.truncate(int(os.path.getsize(files["truncated"]) * 0.8) + 7)
+    _write_examples(files["no_feature"], arrays, missing_feature="next_sentence_labels",
+                    at_record=290)
+    big_ids = dict(arrays, input_ids=arrays["input_ids"].copy())
+    big_ids["input_ids"][300, 3] = CONFIG.vocab_size + 1000
+    tfrecords.write_arrays(str(files["big_id"]), big_ids)
+    a_file = root / "a_file"
+    a_file.write_text("not a folder")
+    locked = root / "locked"
+    locked.mkdir()
+    lock = {"host": socket.gethostname(), "pid": os.getpid(), "started": "today"}
+    (locked / ".lock").write_text(
+        '{"host": "%s", "pid": %d, "started": "today"}' % (lock["host"], lock["pid"]))
+    good = unpacked_files[0]
+    processes = {
+        name: _start(*_flags(config_file, root / f"out_{name}", files[name]))
+        for name in files}
+    processes["output_is_a_file"] = _start(*_flags(config_file, a_file, good))
+    processes["output_under_a_file"] = _start(*_flags(config_file, a_file / "sub", good))
+    processes["output_in_use"] = _start(*_flags(config_file, locked, good))
+
+    # A run with two checkpoints, the last one truncated, resumed by the tool.
+    damaged = root / "damaged"
+    run_pretraining(_trained_twice(config_file, packed_files[0], damaged))
+    data_file = next((damaged / "checkpoints").glob("ckpt-2.data-*"))
+    with open(data_file, "r+b") as handle:
+        handle.truncate(os.path.getsize(data_file) // 2)
+    processes["damaged_checkpoint"] = _start(
+        f"--bert_config_file={config_file}", f"--output_dir={damaged}",
+        f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
+        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
+        "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
+        "--nojit_compile")
+    results = {name: _finish(process) for name, process in processes.items()}
+    return root, files, lock, results
+
+
+def _check_one_line(result: ToolResult, pattern: str) -> None:
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert len(result.stderr.strip().splitlines()) < 15, result.stderr
+    assert re.fullmatch(pattern, result.last_line), result.last_line
+
+
+def _nothing_finished(output_dir) -> None:
+    assert not (output_dir / "train_summary.json").exists()
+    assert not list(output_dir.glob("model.ckpt-*"))
+
+
+def test_a_truncated_file_is_named_with_its_record(runs):
+    root, files, _, results = runs
+    _check_one_line(results["truncated"],
+                    rf"run_pretraining: {re.escape(str(files['truncated']))}: record 3\d\d "
+                    rf"is corrupt \(.*Read less bytes than requested\)")
+    _nothing_finished(root / "out_truncated")
+
+
+def test_a_record_missing_a_feature_is_named(runs):
+    root, files, _, results = runs
+    _check_one_line(results["no_feature"],
+                    rf"run_pretraining: {re.escape(str(files['no_feature']))}: record 290 "
+                    rf"has no feature 'next_sentence_labels'")
+    _nothing_finished(root / "out_no_feature")
+
+
+def test_every_token_id_is_checked_not_only_the_first_records(runs):
+    # Record 300: beyond the 256 records per file checked before training.
+    root, files, _, results = runs
+    _check_one_line(results["big_id"],
+                    rf"run_pretraining: {re.escape(str(files['big_id']))} record 300: "
+                    rf"token id 6000 is out of range for vocab_size 5000 of "
+                    rf"--bert_config_file")
+    _nothing_finished(root / "out_big_id")
+
+
+def test_an_output_dir_that_cannot_be_a_folder_is_named(runs):
+    root, _, _, results = runs
+    a_file = re.escape(str(root / "a_file"))
+    _check_one_line(results["output_is_a_file"],
+                    rf"run_pretraining: --output_dir={a_file} is a file, not a folder")
+    _check_one_line(results["output_under_a_file"],
+                    rf"run_pretraining: --output_dir={a_file}/sub cannot be created "
+                    rf"\(\w+Error: .+\)")
+    assert (root / "a_file").read_text() == "not a folder"
+
+
+def test_a_second_run_on_an_output_dir_in_use_is_refused_naming_the_first(runs):
+    root, _, lock, results = runs
+    locked = root / "locked"
+    _check_one_line(results["output_in_use"],
+                    rf"run_pretraining: --output_dir={re.escape(str(locked))} is in use by "
+                    rf"pid {lock['pid']} on host {re.escape(lock['host'])} \(started "
+                    rf"today\); wait for it or remove {re.escape(str(locked / '.lock'))}")
+    assert (locked / ".lock").exists()  # the holder's lock is left alone
+    assert sorted(p.name for p in locked.iterdir()) == [".lock"]
+
+
+def test_a_damaged_checkpoint_is_named_with_the_one_to_fall_back_to(runs, config_file,
+                                                                   packed_files):
+    root, _, _, results = runs
+    checkpoints = root / "damaged" / "checkpoints"
+    _check_one_line(results["damaged_checkpoint"],
+                    rf"run_pretraining: checkpoint {re.escape(str(checkpoints / 'ckpt-2'))} "
+                    rf"is damaged \(IndexError: Read less bytes than requested\); delete "
+                    rf"{re.escape(str(checkpoints / 'ckpt-2'))}\.\* to resume from "
+                    rf"{re.escape(str(checkpoints / 'ckpt-1'))}")
+    # Doing what it says resumes from ckpt-1.
+    for path in checkpoints.glob("ckpt-2.*"):
+        path.unlink()
+    summary = run_pretraining(_trained_twice(config_file, packed_files[0],
+                                             root / "damaged"))
+    assert (summary["train"]["start_step"], summary["train"]["final_step"]) == (1, 2)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_an_output_dir_that_is_not_writable_is_named(tmp_path, config_file,
+                                                     unpacked_files):
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    try:
+        with pytest.raises(ValueError, match=f"--output_dir={re.escape(str(read_only))} "
+                                             f"is not writable"):
+            run_pretraining(options(config_file, read_only, do_train=True,
+                                    input_file=unpacked_files[0], batching="padded"))
+    finally:
+        read_only.chmod(0o755)
+        shutil.rmtree(read_only)

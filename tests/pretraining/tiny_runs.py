@@ -1,0 +1,50 @@
+"""Shared pieces of the pre-training run tests: a tiny model, packed copies of
+the small unpacked dataset, the options of a short run (S = 64)."""
+
+import json
+import pathlib
+
+from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
+from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+from packed_bert_tf.models import BertConfig
+from packed_bert_tf.packing import assign_sequences, pack_lengths
+from packed_bert_tf.pretraining.run import PretrainingOptions
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
+
+S, P, D = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS, 3
+CONFIG = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=2,
+                    num_attention_heads=2, intermediate_size=64,
+                    max_position_embeddings=S)
+
+
+def pack_files(unpacked_files, folder: pathlib.Path) -> list:
+    """Packs each unpacked file into one packed file, with packing_stats.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    packed_format = RecordFormat.packed_format(S, P + D - 1, D)
+    paths, sequences, packs = [], 0, 0
+    for index, path in enumerate(unpacked_files):
+        batch = SequenceBatch.from_unpacked_arrays(
+            tfrecords.read_arrays(path, RecordFormat.unpacked(S, P)))
+        assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
+                                      seed=index)
+        out = str(folder / f"packed-{index:03d}.tfrecord")
+        tfrecords.write_arrays(out, pack_sequences(batch, assignment, packed_format))
+        paths.append(out)
+        sequences += len(batch.lengths)
+        packs += len(assignment)
+    (folder / PACKING_STATS_FILE).write_text(json.dumps(
+        {"packing_factor": sequences / packs, "sequences": sequences, "packs": packs}))
+    return paths
+
+
+def options(config_file, output_dir, **overrides) -> PretrainingOptions:
+    """A six-step run (checkpoints at 3 and 6) with ``overrides``."""
+    values = dict(bert_config_file=config_file, output_dir=str(output_dir),
+                  max_seq_length=S, max_predictions_per_seq=P, train_batch_size=4,
+                  eval_batch_size=16, learning_rate=1e-3, num_train_steps=6,
+                  num_warmup_steps=2, save_checkpoints_steps=3, iterations_per_loop=3,
+                  log_every_n_steps=3, seed=3, shuffle_buffer_size=50,
+                  progress_bar=False)
+    values.update(overrides)
+    return PretrainingOptions(**values)
