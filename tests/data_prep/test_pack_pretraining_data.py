@@ -26,8 +26,8 @@ def _run(module, *args, tmp_path, python_options=()):
 def _pack(unpacked, output_dir, tmp_path, *extra, python_options=()):
     return _run("pack_pretraining_data", f"--input_file={','.join(unpacked)}",
                 f"--output_dir={output_dir}", "--num_output_shards=2",
-                f"--max_sequence_length={SMALL_SEQ_LENGTH}",
-                f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *extra,
+                f"--max_seq_length={SMALL_SEQ_LENGTH}",
+                f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *extra,
                 tmp_path=tmp_path, python_options=python_options)
 
 
@@ -134,7 +134,7 @@ def _bad_file(tmp_path, kind):
     ("ok", ["--input_file=/nonexistent/*"], "--input_file: '/nonexistent/*' matches no files"),
     ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
     ("corrupt", [], "unpacked-001.tfrecord: record "),
-    ("ok", [f"--max_sequence_length={SMALL_SEQ_LENGTH // 2}"],
+    ("ok", [f"--max_seq_length={SMALL_SEQ_LENGTH // 2}"],
      f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
     ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
     ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
@@ -143,8 +143,8 @@ def test_bad_input_fails_cleanly_and_leaves_no_output(tmp_path, kind, flags, mes
     paths = _bad_file(tmp_path, kind)
     output_dir = tmp_path / "out"
     args = [f"--input_file={','.join(paths)}", f"--output_dir={output_dir}",
-            f"--max_sequence_length={SMALL_SEQ_LENGTH}",
-            f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY]
+            f"--max_seq_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *IN_MEMORY]
     args = [a for a in args if not any(a.split("=")[0] == f.split("=")[0] for f in flags)]
     result = _run("pack_pretraining_data", *args, *flags, tmp_path=tmp_path)
     assert result.returncode != 0
@@ -199,8 +199,8 @@ def test_match_files(tmp_path):
 def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
     job = pack_pipeline.PackingJob(
         input_files=tuple(unpacked_files), output_dir=str(tmp_path),
-        num_output_shards=4, max_sequence_length=SMALL_SEQ_LENGTH,
-        max_predictions_per_sequence=SMALL_PREDICTIONS, algorithm="spfhp", seed=1)
+        num_output_shards=4, max_seq_length=SMALL_SEQ_LENGTH,
+        max_predictions_per_seq=SMALL_PREDICTIONS, algorithm="spfhp", seed=1)
 
     def check(stats_list):
         (stats,) = stats_list
