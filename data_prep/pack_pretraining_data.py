@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from data_prep import tool_output
 
@@ -271,6 +271,8 @@ def main(argv):
               f"{job.output_dir}")
     print(f"packing {len(job.input_files)} files ({_size(job.input_files)}) into "
           f"{job.num_output_shards} shards in {job.output_dir} ...", flush=True)
+    logging.info("Packing %d files into %d shards in %s: %s", len(job.input_files),
+                 job.num_output_shards, job.output_dir, job)
     start = time.perf_counter()
     _stop_on_signals(job.output_dir, transform.temporary_suffix)
     try:

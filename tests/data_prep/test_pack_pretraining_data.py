@@ -2,6 +2,7 @@
 
 import json
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -10,8 +11,8 @@ from apache_beam.testing.util import assert_that
 
 from packed_bert_tf.data import pack_pipeline, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_tool,
-                            write_unpacked_dataset)
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, run_tool,
+                            tool_command, tool_environment, write_unpacked_dataset)
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
@@ -23,29 +24,74 @@ def _run(module, *args, tmp_path, python_options=()):
                     python_options=python_options)
 
 
-def _pack(unpacked, output_dir, tmp_path, *extra, python_options=()):
-    return _run("pack_pretraining_data", f"--input_file={','.join(unpacked)}",
-                f"--output_dir={output_dir}", "--num_output_shards=2",
-                f"--max_seq_length={SMALL_SEQ_LENGTH}",
-                f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *extra,
-                tmp_path=tmp_path, python_options=python_options)
+def _pack(unpacked, output_dir, tmp_path, *extra):
+    return _run("pack_pretraining_data", *_pack_arguments(unpacked, output_dir, *extra),
+                tmp_path=tmp_path)
+
+
+def _pack_arguments(unpacked, output_dir, *extra):
+    return [f"--input_file={','.join(unpacked)}", f"--output_dir={output_dir}",
+            "--num_output_shards=2", f"--max_seq_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *extra]
+
+
+def readme_environment(tmp_path):
+    """A user's environment: TF_CPP_MIN_LOG_LEVEL unset."""
+    environment = tool_environment(tmp_path)
+    del environment["TF_CPP_MIN_LOG_LEVEL"]
+    return environment
 
 
 @pytest.fixture(scope="module")
-def packed_dir(tmp_path_factory, unpacked_files):
+def packed_runs(tmp_path_factory, unpacked_files):
+    """Two default (multi-process) runs at once: with default flags as a user
+    runs the tool, and with --verbosity=1 and -X importtime."""
     tmp_path = tmp_path_factory.mktemp("packed")
+    quiet = subprocess.Popen(
+        tool_command("data_prep.pack_pretraining_data",
+                     *_pack_arguments(unpacked_files, tmp_path / "out")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=readme_environment(tmp_path))
     # -X importtime lists the launching process's imports (not the workers').
-    result = _pack(unpacked_files, tmp_path / "out", tmp_path,
-                   python_options=("-X", "importtime"))
+    verbose = run_tool("data_prep.pack_pretraining_data",
+                       *_pack_arguments(unpacked_files, tmp_path / "verbose"),
+                       "--verbosity=1", tmp_path=tmp_path,
+                       python_options=("-X", "importtime"))
+    stdout, stderr = quiet.communicate(timeout=300)
+    return tmp_path, ToolResult(quiet.returncode, stdout, stderr), verbose
+
+
+@pytest.fixture(scope="module")
+def packed_dir(packed_runs):
+    tmp_path, result, _ = packed_runs
     assert result.returncode == 0, result.stderr[-3000:]
-    (tmp_path / "stderr.txt").write_text(result.stderr)
     return tmp_path / "out", result.stdout
 
 
-def test_the_launching_process_never_imports_tensorflow(packed_dir):
+def test_a_default_run_prints_a_few_lines_of_its_own(packed_runs):
+    _, result, _ = packed_runs
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    assert lines[0].startswith("packing 3 files (") and lines[1].startswith("packed 900 ")
+
+
+def test_verbosity_brings_back_beam_and_tensorflow_detail(packed_runs):
+    tmp_path, _, verbose = packed_runs
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert len(verbose.stderr.splitlines()) > 50
+    assert "sdk_worker" in verbose.stderr  # Beam's workers' logging
+    assert "Packing 3 files into 2 shards" in verbose.stderr  # the tool's own log
+    for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
+        assert (tmp_path / "verbose" / shard).read_bytes() == \
+            (tmp_path / "out" / shard).read_bytes()
+
+
+def test_the_launching_process_never_imports_tensorflow(packed_runs):
     # Seconds of start-up saved: only the workers read and write records.
-    stderr = (packed_dir[0].parent / "stderr.txt").read_text()
-    imports = [line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines()
+    _, _, verbose = packed_runs
+    imports = [line.rsplit("|", 1)[-1].strip() for line in verbose.stderr.splitlines()
                if line.startswith("import time:")]
     assert "apache_beam" in imports  # the listing is there
     assert not [name for name in imports if name.split(".")[0] == "tensorflow"]
