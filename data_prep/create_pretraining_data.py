@@ -32,6 +32,7 @@ import time
 
 from absl import app, flags, logging
 
+from data_prep import tool_output
 from packed_bert_tf.data import pretraining_instances, tokenization
 
 #: Records serialised per batch.
@@ -104,6 +105,7 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         dupe_factor=dupe_factor)
     if not output_files:
         raise ValueError("--output_file is empty")
+    _check_distinct_files(output_files, flag="output_file")
     if vocab_file and vocab_size is not None:
         raise ValueError("give --vocab_file or --vocab_size, not both")
     if not vocab_file and vocab_size is None:
@@ -183,6 +185,17 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             "output_files": output_files}
 
 
+def _check_distinct_files(paths: list[str], *, flag: str) -> None:
+    """Raises ValueError when two names are one file (``a``, ``./a``, a link)."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        key = path if "://" in path else os.path.realpath(path)
+        if key in seen:
+            same = "twice" if seen[key] == path else f"as {seen[key]!r} and {path!r}"
+            raise ValueError(f"--{flag} names the file {key} {same}")
+        seen[key] = path
+
+
 def _log_instances(arrays, tokenizer) -> None:
     """Logs the first instances, as BERT's tool does."""
     for row in range(min(NUM_LOGGED_INSTANCES, len(arrays["input_ids"]))):
@@ -201,6 +214,7 @@ def _log_instances(arrays, tokenizer) -> None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    tool_output.quiet_unless_verbose()
     options = flags.FLAGS
     start = time.perf_counter()
     try:
