@@ -26,6 +26,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 
 from absl import app, flags, logging
@@ -197,6 +198,8 @@ def _descendants(pid: int) -> list[int]:
     """Process ids of every descendant of a process (Linux /proc; else none)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
         try:
             with open(f"/proc/{entry}/stat") as f:
                 parent = int(f.read().rsplit(")", 1)[1].split()[1])
@@ -220,6 +223,9 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str) -> None:
     """
     def stop(signum, frame):
         del frame
+        # Beam's threads report the workers' end as exceptions: not to the user.
+        stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
+        threading.excepthook = lambda args: None
         for pid in _descendants(os.getpid()):  # Beam's worker processes
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -229,13 +235,13 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str) -> None:
         try:
             removed = _remove([path for name, path in _list_dir(output_dir)
                                if temporary_suffix in name])
-            outcome = f"removed its {removed} unfinished files in {output_dir}"
+            outcome = (f"removed its {removed} unfinished files from {output_dir}"
+                       if removed else f"nothing written to {output_dir}")
         except Exception as error:  # noqa: BLE001 - still exit with one line
             outcome = f"could not remove its unfinished files ({error})"
         sys.stdout.flush()
-        sys.stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; "
-                         f"{outcome}\n")
-        sys.stderr.flush()
+        stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; {outcome}\n")
+        stderr.flush()
         os._exit(128 + signum)
 
     signal.signal(signal.SIGINT, stop)

@@ -120,6 +120,12 @@ class PackingJob:
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"--algorithm={self.algorithm!r} is not one of "
                              f"{', '.join(ALGORITHMS)}")
+        num_groups = len(self.groups())
+        if self.scope == "groups" and num_groups > self.num_output_shards:
+            raise ValueError(
+                f"--packing_scope=groups writes each group of input files to shards of "
+                f"its own: {num_groups} groups for --num_output_shards="
+                f"{self.num_output_shards} (raise --files_per_group or the shards)")
 
     @property
     def unpacked_format(self) -> RecordFormat:
