@@ -29,6 +29,7 @@ import contextlib
 import os
 import sys
 import time
+from typing import Callable
 
 from absl import app, flags, logging
 
@@ -92,8 +93,11 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
                             do_lower_case: bool, do_whole_word_mask: bool,
                             max_seq_length: int, max_predictions_per_seq: int,
                             masked_lm_prob: float, short_seq_prob: float,
-                            dupe_factor: int, random_seed: int) -> dict:
+                            dupe_factor: int, random_seed: int,
+                            report: Callable[[str], None] = logging.info) -> dict:
     """Reads, tokenizes, makes instances and writes them; returns a summary.
+
+    ``report`` gets a line when the long work starts (the tool prints it).
 
     Raises ValueError or OSError naming the flag or file at fault; a failure
     leaves no output file behind (a trained vocabulary is complete when
@@ -121,6 +125,8 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     logging.info("*** Reading from %d input files ***", len(input_files))
     for input_file in input_files:
         logging.info("  %s", input_file)
+    megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
+    report(f"reading {len(input_files)} input files ({megabytes:,.1f} MB) ...")
     try:
         for output_file in output_files:  # fail on an unwritable place before the work
             tfrecords.make_parent_dirs(output_file)
@@ -228,7 +234,8 @@ def main(argv):
             max_predictions_per_seq=options.max_predictions_per_seq,
             masked_lm_prob=options.masked_lm_prob,
             short_seq_prob=options.short_seq_prob, dupe_factor=options.dupe_factor,
-            random_seed=options.random_seed)
+            random_seed=options.random_seed,
+            report=lambda line: print(line, flush=True))
     except (ValueError, OSError) as error:
         sys.exit(f"create_pretraining_data: {error}")
     instances = summary["instances"]

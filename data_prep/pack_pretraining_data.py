@@ -271,7 +271,7 @@ def main(argv):
 
     transform = pack_pipeline.PackPretrainingData(job)
     if skipped:
-        print(f"--input_file: skipped {', '.join(os.path.basename(p) for p in skipped)}")
+        print(f"skipped {', '.join(os.path.basename(p) for p in skipped)} (not records)")
     if removed:
         print(f"removed {removed} unfinished files of an interrupted run in "
               f"{job.output_dir}")

@@ -70,7 +70,8 @@ def _describe_bad_record(path, index, serialized, spec) -> str:
 def first_line(message: str) -> str:
     """The useful part of a TensorFlow error message."""
     line = message.splitlines()[0] if message else ""
-    return line.split("}} ", 1)[-1].split(" [Op:")[0]
+    # "truncated record at 38769' failed with Read less bytes ..." (sic)
+    return line.split("}} ", 1)[-1].split(" [Op:")[0].replace("' failed with ", ": ")
 
 
 def _first_unreadable_record(path: str) -> int:
