@@ -320,6 +320,7 @@ def define_flags():
     flags.mark_flag_as_required("output_file")
 
 
+@tool_output.one_line_on_interrupt("builtin_corpus")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")

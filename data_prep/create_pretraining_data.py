@@ -217,6 +217,7 @@ def _log_instances(arrays, tokenizer) -> None:
         logging.info("next_sentence_labels: %d", arrays["next_sentence_labels"][row, 0])
 
 
+@tool_output.one_line_on_interrupt("create_pretraining_data")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")

@@ -253,6 +253,7 @@ def _size(paths) -> str:
     return f"{total / 1e6:,.1f} MB" if total else "remote"
 
 
+@tool_output.one_line_on_interrupt(TOOL)
 def main(argv):
     quiet = tool_output.quiet_unless_verbose()
     # No TensorFlow here (seconds to import): only the workers read and write

@@ -82,6 +82,7 @@ def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pa
     return histogram, plans, lp_bound
 
 
+@tool_output.one_line_on_interrupt("packing_report")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")

@@ -14,12 +14,17 @@ or one error line, and nothing else:
   level option never reaches FnApiRunner's multi-process workers).
 
 ``--verbosity=0`` (``-v 0``) or more brings all of it back, unchanged.
+
+`one_line_on_interrupt` makes Ctrl-C and SIGTERM one line too; the tools
+write their outputs under temporary names, so an interrupted run leaves none.
 """
 
 from __future__ import annotations
 
+import functools
 import logging as logging_module
 import os
+import signal
 import sys
 import warnings
 
@@ -73,3 +78,33 @@ def _native_stderr_to_devnull() -> None:
     os.dup2(devnull, 2)
     os.close(devnull)
     sys.stderr = stream
+
+
+def one_line_on_interrupt(tool: str):
+    """Decorates a tool's ``main``: SIGINT (Ctrl-C) and SIGTERM end it with
+    ``TOOL: interrupted by SIG...`` and exit status 128 + the signal, no traceback.
+
+    The exception unwinds the stack first, so context managers remove their
+    temporary files.
+    """
+    def decorate(main):
+        @functools.wraps(main)
+        def wrapped(argv):
+            received = []
+
+            def interrupt(signum, frame):
+                received.append(signum)
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGINT, interrupt)
+            signal.signal(signal.SIGTERM, interrupt)
+            try:
+                return main(argv)
+            except KeyboardInterrupt:
+                signum = received[-1] if received else signal.SIGINT
+                sys.stdout.flush()
+                sys.stderr.write(f"{tool}: interrupted by "
+                                 f"{signal.Signals(signum).name}; nothing written\n")
+                sys.exit(128 + signum)
+        return wrapped
+    return decorate

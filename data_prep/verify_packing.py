@@ -33,6 +33,7 @@ def define_flags():
     flags.mark_flags_as_required(["unpacked", "packed"])
 
 
+@tool_output.one_line_on_interrupt("verify_packing")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")

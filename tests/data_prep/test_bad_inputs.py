@@ -6,7 +6,9 @@ The cases run as subprocesses, a few at a time."""
 
 import concurrent.futures
 import json
+import signal
 import subprocess
+import time
 
 import pytest
 
@@ -162,3 +164,20 @@ def test_packing_report_checks_its_outputs_before_packing(tmp_path):
     assert result.returncode != 0
     assert "unknown image format 'pgn'" in result.last_line
     assert "Packing small with" not in result.stderr
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_tool_says_so_in_one_line(tmp_path, signal_number):
+    # The whole corpus takes seconds (it imports the standard library).
+    process = subprocess.Popen(
+        tool_command("data_prep.builtin_corpus", f"--output_file={tmp_path}/c.txt"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=tool_environment(tmp_path))
+    time.sleep(1.0)
+    process.send_signal(signal_number)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal_number
+    assert (stdout, stderr) == ("", f"builtin_corpus: interrupted by "
+                                    f"{signal.Signals(signal_number).name}; nothing "
+                                    f"written\n")
+    assert list(tmp_path.iterdir()) == []
