@@ -157,7 +157,7 @@ def _prepare_output_dir(job, overwrite) -> int:
         raise ValueError(f"--output_dir {job.output_dir} is a file")
     try:
         FileSystems.mkdirs(job.output_dir)
-    except (OSError, IOError) as error:  # noqa: B014 - Beam raises IOError
+    except OSError as error:  # Beam: "already exists", or cannot
         if not FileSystems.exists(job.output_dir):
             raise ValueError(f"--output_dir {job.output_dir}: cannot create it "
                              f"({str(error).splitlines()[0]})") from None
