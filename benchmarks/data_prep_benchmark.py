@@ -99,8 +99,8 @@ def main(argv):
                                     f"--unpacked={unpacked}/part-*",
                                     f"--packed={packed}/part-*"],
                                    capture_output=True, text=True)
-            verified = f"[{beam_args}] " + (check.stdout.strip() or
-                                              check.stderr.strip().splitlines()[-1])
+            verified = f"[{beam_args}] " + (check.stdout.strip() or check.stderr.strip()
+                                              ).splitlines()[-1]
             print(verified)
     if FLAGS.write_markdown:
         shown = " ".join(a for a in sys.argv[1:] if not a.startswith("--write_markdown"))
