@@ -337,8 +337,11 @@ def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
                     chunk - chunk[0], packs.sequence_indices[chunk[0]:chunk[-1]]),
                     job.packed_format))
     except tf.errors.OpError as error:  # a full disk, a folder gone, ...
-        raise OSError(f"--output_dir: cannot write {path}: "
-                      f"{tfrecords.first_line(error.message)}") from None
+        # TensorFlow's message names the file it wrote: "PATH.tmp-X; No space ..."
+        reason = tfrecords.first_line(error.message)
+        if reason.startswith(path) and "; " in reason:
+            reason = reason.split("; ", 1)[1]
+        raise OSError(f"--output_dir: cannot write {path}: {reason}") from None
 
 
 def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
