@@ -109,6 +109,8 @@ class PackingJob:
                      "max_sequences_per_pack", "files_per_group"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
         if self.max_predictions_per_seq > self.max_seq_length:
             raise ValueError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
                              f"is more than --max_seq_length={self.max_seq_length}")

@@ -76,6 +76,8 @@ def _cases(root):
          "--max_predictions_per_seq must be >= 1, got 0", None),
         ("pack_pretraining_data", [*pack, "--max_sequences_per_pack=0"],
          "--max_sequences_per_pack must be >= 1, got 0", None),
+        ("pack_pretraining_data", [*pack, "--seed=-1"], "--seed must be >= 0, got -1",
+         None),
         ("pack_pretraining_data", [*pack, "--max_sequence_lenght=64"],
          "unknown flag --max_sequence_lenght", None),
         ("pack_pretraining_data", [*pack, f"--input_file={root}/unpacked"],
