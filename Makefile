@@ -46,7 +46,7 @@ demo: $(VENV)/.installed
 	  --dupe_factor=4 --random_seed=12345
 	$(BIN)/python -m data_prep.pack_pretraining_data --logtostderr=false \
 	  --input_file=$(DEMO)/unpacked/train.tfrecord --output_dir=$(DEMO)/packed \
-	  --max_sequence_length=512 --max_predictions_per_sequence=76 --num_output_shards=2
+	  $(DEMO_DATA) --num_output_shards=2
 	$(BIN)/python -m data_prep.verify_packing --unpacked=$(DEMO)/unpacked/train.tfrecord \
 	  --packed='$(DEMO)/packed/*.tfrecord'
 	$(BIN)/python run_pretraining.py $(DEMO_TRAIN) --output_dir=$(DEMO)/train_unpacked \

@@ -99,8 +99,8 @@ def main(argv):
                                     f"--unpacked={unpacked}/part-*",
                                     f"--packed={packed}/part-*"],
                                    env=ENVIRONMENT, capture_output=True, text=True)
-            verified = f"[{beam_args}] " + (check.stdout.strip() or
-                                              check.stderr.strip().splitlines()[-1])
+            verified = f"[{beam_args}] " + (check.stdout.strip() or check.stderr.strip()
+                                              ).splitlines()[-1]
             print(verified)
     publish_section(FLAGS.markdown_section, "\n".join([
         *section_header("Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)"),

@@ -51,6 +51,8 @@ from typing import Iterable, Iterator
 
 from absl import app, flags, logging
 
+from data_prep import tool_output
+
 #: Top-level modules never imported: side effects on import, GUI toolkits,
 #: test suites, Windows-only, codecs (machine-generated, repetitive docs), and
 #: ``distutils`` (replaced by setuptools' copy in many environments).
@@ -283,6 +285,8 @@ def write_corpus(output_file: str, *, max_documents: int | None = None
     """Writes the corpus (atomically); returns (documents, sentences, bytes)."""
     if max_documents is not None and max_documents < 1:
         raise ValueError(f"--max_documents must be >= 1, got {max_documents}")
+    if os.path.isdir(output_file):
+        raise ValueError(f"--output_file={output_file}: is a folder, expected a file name")
     documents: Iterable[list[str]] = iter_documents()
     num_documents = num_sentences = 0
     parent = os.path.dirname(output_file)
@@ -316,9 +320,11 @@ def define_flags():
     flags.mark_flag_as_required("output_file")
 
 
+@tool_output.one_line_on_interrupt("builtin_corpus")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    tool_output.quiet_unless_verbose()
     options = flags.FLAGS
     start = time.perf_counter()
     try:

@@ -29,9 +29,11 @@ import contextlib
 import os
 import sys
 import time
+from typing import Callable
 
 from absl import app, flags, logging
 
+from data_prep import tool_output
 from packed_bert_tf.data import pretraining_instances, tokenization
 
 #: Records serialised per batch.
@@ -91,8 +93,11 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
                             do_lower_case: bool, do_whole_word_mask: bool,
                             max_seq_length: int, max_predictions_per_seq: int,
                             masked_lm_prob: float, short_seq_prob: float,
-                            dupe_factor: int, random_seed: int) -> dict:
+                            dupe_factor: int, random_seed: int,
+                            report: Callable[[str], None] = logging.info) -> dict:
     """Reads, tokenizes, makes instances and writes them; returns a summary.
+
+    ``report`` gets a line when the long work starts (the tool prints it).
 
     Raises ValueError or OSError naming the flag or file at fault; a failure
     leaves no output file behind (a trained vocabulary is complete when
@@ -104,6 +109,7 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         dupe_factor=dupe_factor)
     if not output_files:
         raise ValueError("--output_file is empty")
+    _check_distinct_files(output_files, flag="output_file")
     if vocab_file and vocab_size is not None:
         raise ValueError("give --vocab_file or --vocab_size, not both")
     if not vocab_file and vocab_size is None:
@@ -119,6 +125,8 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     logging.info("*** Reading from %d input files ***", len(input_files))
     for input_file in input_files:
         logging.info("  %s", input_file)
+    megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
+    report(f"reading {len(input_files)} input files ({megabytes:,.1f} MB) ...")
     try:
         for output_file in output_files:  # fail on an unwritable place before the work
             tfrecords.make_parent_dirs(output_file)
@@ -183,6 +191,17 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             "output_files": output_files}
 
 
+def _check_distinct_files(paths: list[str], *, flag: str) -> None:
+    """Raises ValueError when two names are one file (``a``, ``./a``, a link)."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        key = path if "://" in path else os.path.realpath(path)
+        if key in seen:
+            same = "twice" if seen[key] == path else f"as {seen[key]!r} and {path!r}"
+            raise ValueError(f"--{flag} names the file {key} {same}")
+        seen[key] = path
+
+
 def _log_instances(arrays, tokenizer) -> None:
     """Logs the first instances, as BERT's tool does."""
     for row in range(min(NUM_LOGGED_INSTANCES, len(arrays["input_ids"]))):
@@ -198,9 +217,11 @@ def _log_instances(arrays, tokenizer) -> None:
         logging.info("next_sentence_labels: %d", arrays["next_sentence_labels"][row, 0])
 
 
+@tool_output.one_line_on_interrupt("create_pretraining_data")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    tool_output.quiet_unless_verbose()
     options = flags.FLAGS
     start = time.perf_counter()
     try:
@@ -214,7 +235,8 @@ def main(argv):
             max_predictions_per_seq=options.max_predictions_per_seq,
             masked_lm_prob=options.masked_lm_prob,
             short_seq_prob=options.short_seq_prob, dupe_factor=options.dupe_factor,
-            random_seed=options.random_seed)
+            random_seed=options.random_seed,
+            report=lambda line: print(line, flush=True))
     except (ValueError, OSError) as error:
         sys.exit(f"create_pretraining_data: {error}")
     instances = summary["instances"]

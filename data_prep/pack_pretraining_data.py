@@ -2,7 +2,7 @@ r"""Packs unpacked pre-training TFRecords into packed TFRecords (Apache Beam).
 
     python -m data_prep.pack_pretraining_data \
         --input_file='data/unpacked/part-*' --output_dir=data/packed \
-        --max_sequence_length=512 --max_predictions_per_sequence=76 \
+        --max_seq_length=512 --max_predictions_per_seq=76 \
         --max_sequences_per_pack=3 --num_output_shards=8
 
 Every other flag goes to Beam: by default Beam's local runner (FnApiRunner) in
@@ -11,16 +11,30 @@ Spark with the standard Beam options (--runner, --project, ...). Writes the
 shards, then packing_stats.json (what training reads for the packing factor),
 and prints a short report. Check the result with
 ``python -m data_prep.verify_packing``.
+
+Every flag is checked before Beam starts. By default the tool prints what it
+reads, a summary or one error line, none of Beam's or TensorFlow's logging
+(``--verbosity=0`` brings it back; see `data_prep.tool_output`). Files are
+written under temporary names (``*.tmp-*``) and get their final names only when
+all are complete; SIGINT or SIGTERM stops the workers and removes them, and a
+run removes those a killed run left. With ``--overwrite`` an earlier run's
+output is replaced only once the new one is complete.
 """
 
 import json
-import logging as logging_module
 import os
+import re
+import signal
 import sys
+import threading
+import time
 
 from absl import app, flags, logging
 
+from data_prep import tool_output
+
 FLAGS = flags.FLAGS
+TOOL = "pack_pretraining_data"
 
 
 def define_flags():
@@ -32,16 +46,20 @@ def define_flags():
 
     # Other.
     flags.DEFINE_integer("num_output_shards", 8, "Number of packed TFRecord files.")
-    flags.DEFINE_integer("max_sequence_length", 512,
+    flags.DEFINE_integer("max_seq_length", 512,
                          "Tokens per record. Must match data generation "
                          "(create_pretraining_data's --max_seq_length).")
-    flags.DEFINE_integer("max_predictions_per_sequence", 76,
+    flags.DEFINE_integer("max_predictions_per_seq", 76,
                          "Masked-LM slots per unpacked record. Must match data "
-                         "generation (--max_predictions_per_seq).")
+                         "generation (create_pretraining_data's "
+                         "--max_predictions_per_seq).")
+    # The names of earlier versions.
+    flags.DEFINE_alias("max_sequence_length", "max_seq_length")
+    flags.DEFINE_alias("max_predictions_per_sequence", "max_predictions_per_seq")
     flags.DEFINE_integer("max_sequences_per_pack", 3,
                          "Cap on sequences per pack (the paper's packing depth).")
     flags.DEFINE_integer("max_masked_tokens", None,
-                         "Masked-LM slots per pack. Default: max_predictions_per_sequence"
+                         "Masked-LM slots per pack. Default: max_predictions_per_seq"
                          " + max_sequences_per_pack - 1.")
     flags.DEFINE_string("algorithm", "optimal",
                         "Packing algorithm (see packed_bert_tf.packing.ALGORITHMS).")
@@ -58,7 +76,8 @@ def define_flags():
         "about 1.8x faster, a few packs more. global: one plan for the whole "
         "dataset, every sequence travels to its output shard.")
     flags.DEFINE_bool("overwrite", False,
-                      "Replace the shards and stats of an earlier run in --output_dir.")
+                      "Replace the shards and stats of an earlier run in --output_dir "
+                      "(once the new ones are complete).")
 
 
 def _parse_flags(argv):
@@ -66,10 +85,24 @@ def _parse_flags(argv):
     return FLAGS(argv, known_only=True)
 
 
-def _beam_options(pipeline_args):
+def _beam_options(pipeline_args, quiet: bool):
+    """Beam's options: the local runner in multi-process mode unless told otherwise.
+
+    Raises ValueError for a flag that is neither the tool's nor Beam's (Beam
+    would drop it with a warning).
+    """
     from apache_beam.options.pipeline_options import PipelineOptions
 
     args = list(pipeline_args)
+    known = PipelineOptions([]).get_all_options()
+    unknown = [name for name in PipelineOptions(args).get_all_options(
+        retain_unknown_options=True) if name not in known]
+    if unknown:
+        raise ValueError(f"unknown flag --{unknown[0]} (neither {TOOL}'s nor a Beam "
+                         f"pipeline option; see --helpfull)")
+    positional = [a for a in args if not a.startswith("-")]
+    if positional:
+        raise ValueError(f"unexpected argument {positional[0]!r}")
     if not any(a.startswith("--runner") for a in args):
         # The local runner itself (DirectRunner would first try to download
         # the Prism runner binary from the internet).
@@ -78,20 +111,20 @@ def _beam_options(pipeline_args):
         args.append("--direct_running_mode=multi_processing")
     if not any(a.startswith("--direct_num_workers") for a in args):
         args.append(f"--direct_num_workers={os.cpu_count() or 1}")
-    if not any(a.startswith("--default_sdk_harness_log_level") for a in args):
-        # Worker failures come back as the tool's own one-line error.
+    if quiet and not any(a.startswith("--default_sdk_harness_log_level") for a in args):
         args.append("--default_sdk_harness_log_level=CRITICAL")
     return PipelineOptions(args)
 
 
 def _beam_error_message(error: Exception) -> str:
-    """The library's one-line message out of a Beam worker failure."""
+    """The worker's one-line error out of a Beam failure (which quotes the
+    worker's traceback), else the failure's first line."""
     text = str(error)
-    line = text.splitlines()[0] if text else type(error).__name__
-    for marker in ("RecordError: ", "ValueError: "):
-        if marker in text:  # a worker's error, inside Beam's own message
-            line = text.rsplit(marker, 1)[1].splitlines()[0]
-            break
+    found = re.findall(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", text, re.MULTILINE)
+    if found:
+        line = found[-1][1]
+    else:
+        line = text.strip().splitlines()[0] if text.strip() else type(error).__name__
     return line.split(" [while running")[0].strip(" '\"")
 
 
@@ -99,77 +132,172 @@ def _list_dir(folder):
     """(name, path) of every file in a folder, sorted (Beam's FileSystems)."""
     from apache_beam.io.filesystems import FileSystems
 
+    if not FileSystems.exists(folder):
+        return []
     (result,) = FileSystems.match([FileSystems.join(folder, "*")])
     return sorted((FileSystems.split(m.path)[1], m.path) for m in result.metadata_list)
 
 
-def _prepare_output_dir(job, overwrite):
+def _remove(paths) -> int:
     from apache_beam.io.filesystems import FileSystems
 
-    if not FileSystems.exists(job.output_dir):
-        FileSystems.mkdirs(job.output_dir)
-    existing = [(name, path) for name, path in _list_dir(job.output_dir)
-                if name.startswith("part-") or name.startswith("packing_stats.json")]
-    if existing and not overwrite:
-        raise ValueError(f"--output_dir {job.output_dir} already holds {existing[0][0]} "
-                         f"(and {len(existing) - 1} more); pass --overwrite to replace")
-    if existing:
-        FileSystems.delete([path for _, path in existing])
+    if paths:
+        FileSystems.delete(list(paths))
+    return len(paths)
 
 
-def main(argv):
-    # No TensorFlow here (seconds to import): only the workers read and write
-    # records; files are found and managed with Beam's FileSystems.
-    import apache_beam as beam
+def _prepare_output_dir(job, overwrite) -> int:
+    """Checks --output_dir before any work; returns the number of unfinished
+    files of an interrupted earlier run it removed."""
     from apache_beam.io.filesystems import FileSystems
 
     from packed_bert_tf.data import pack_pipeline
-    from packed_bert_tf.data.features import PACKING_STATS_FILE
 
+    if os.path.isfile(job.output_dir):
+        raise ValueError(f"--output_dir {job.output_dir} is a file")
     try:
-        for name in ("input_file", "output_dir"):
-            if not getattr(FLAGS, name):
-                raise ValueError(f"--{name} is required")
-        files = pack_pipeline.match_files(FLAGS.input_file)
-        workers = os.cpu_count() or 1
-        job = pack_pipeline.PackingJob(
-            input_files=tuple(files), output_dir=FLAGS.output_dir,
-            num_output_shards=FLAGS.num_output_shards,
-            max_sequence_length=FLAGS.max_sequence_length,
-            max_predictions_per_sequence=FLAGS.max_predictions_per_sequence,
-            max_sequences_per_pack=FLAGS.max_sequences_per_pack,
-            max_masked_tokens=FLAGS.max_masked_tokens, algorithm=FLAGS.algorithm,
-            seed=FLAGS.seed, scope=FLAGS.packing_scope,
-            files_per_group=FLAGS.files_per_group or pack_pipeline.default_files_per_group(
-                len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
-        from packed_bert_tf.packing import ALGORITHMS
-        if job.algorithm not in ALGORITHMS:
-            raise ValueError(f"--algorithm={job.algorithm!r} is not one of "
-                             f"{', '.join(ALGORITHMS)}")
-        _prepare_output_dir(job, FLAGS.overwrite)
+        FileSystems.mkdirs(job.output_dir)
+    except OSError as error:  # Beam: "already exists", or cannot
+        if not FileSystems.exists(job.output_dir):
+            raise ValueError(f"--output_dir {job.output_dir}: cannot create it "
+                             f"({str(error).splitlines()[0]})") from None
+    names = _list_dir(job.output_dir)
+    existing = [name for name, _ in names if pack_pipeline.is_output_file(name)]
+    if existing and not overwrite:
+        raise ValueError(f"--output_dir {job.output_dir} already holds {existing[0]} "
+                         f"(and {len(existing) - 1} more); pass --overwrite to replace")
+    # Killed runs (SIGKILL, power loss) leave unfinished files: never results.
+    return _remove([path for name, path in names if pack_pipeline.is_temporary(name)])
+
+
+def _job_from_flags(skipped: list[str]):
+    """The packing job of the flags, every flag checked (ValueError naming it);
+    side files the --input_file globs matched go to ``skipped``."""
+    from packed_bert_tf.data import pack_pipeline
+
+    for name in ("input_file", "output_dir"):
+        if not getattr(FLAGS, name):
+            raise ValueError(f"--{name} is required")
+    files = pack_pipeline.match_files(FLAGS.input_file, skipped=skipped)
+    if FLAGS.files_per_group < 0:
+        raise ValueError(f"--files_per_group must be >= 0, got {FLAGS.files_per_group}")
+    workers = os.cpu_count() or 1
+    return pack_pipeline.PackingJob(
+        input_files=tuple(files), output_dir=FLAGS.output_dir,
+        num_output_shards=FLAGS.num_output_shards,
+        max_seq_length=FLAGS.max_seq_length,
+        max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+        max_sequences_per_pack=FLAGS.max_sequences_per_pack,
+        max_masked_tokens=FLAGS.max_masked_tokens, algorithm=FLAGS.algorithm,
+        seed=FLAGS.seed, scope=FLAGS.packing_scope,
+        files_per_group=FLAGS.files_per_group or pack_pipeline.default_files_per_group(
+            len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids of every descendant of a process (Linux /proc; else none)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def _stop_on_signals(output_dir: str, temporary_suffix: str) -> None:
+    """SIGINT and SIGTERM: stop the workers, remove this run's unfinished
+    files, one line, exit 128 + signal.
+
+    Exits with ``os._exit``: Beam's gRPC threads are still running, and a
+    normal interpreter exit under them aborts (``terminate called ...``).
+    """
+    def stop(signum, frame):
+        del frame
+        # Beam's threads report the workers' end as exceptions: not to the user.
+        stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
+        threading.excepthook = lambda args: None
+        for pid in _descendants(os.getpid()):  # Beam's worker processes
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.2)  # let the killed workers' last writes land before cleaning
+        try:
+            removed = _remove([path for name, path in _list_dir(output_dir)
+                               if temporary_suffix in name])
+            outcome = (f"removed its {removed} unfinished files from {output_dir}"
+                       if removed else f"nothing written to {output_dir}")
+        except Exception as error:  # noqa: BLE001 - still exit with one line
+            outcome = f"could not remove its unfinished files ({error})"
+        sys.stdout.flush()
+        stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; {outcome}\n")
+        stderr.flush()
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _size(paths) -> str:
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    return f"{total / 1e6:,.1f} MB" if total else "remote"
+
+
+@tool_output.one_line_on_interrupt(TOOL)
+def main(argv):
+    quiet = tool_output.quiet_unless_verbose()
+    # No TensorFlow here (seconds to import): only the workers read and write
+    # records; files are found and managed with Beam's FileSystems.
+    import apache_beam as beam
+
+    from packed_bert_tf.data import pack_pipeline
+
+    skipped = []
+    try:
+        job = _job_from_flags(skipped)
+        options = _beam_options(argv[1:], quiet)
+        removed = _prepare_output_dir(job, FLAGS.overwrite)
     except ValueError as error:
-        sys.exit(f"pack_pretraining_data: {error}")
+        sys.exit(f"{TOOL}: {error}")
 
     transform = pack_pipeline.PackPretrainingData(job)
-    logging.info("Packing %d files into %d shards in %s", len(files),
-                 job.num_output_shards, job.output_dir)
-    # In-process workers log each failure with its traceback before Beam
-    # raises it; the tool reports it as one line instead.
-    logging_module.getLogger("apache_beam.runners.common").setLevel(logging_module.CRITICAL)
+    if skipped:
+        print(f"skipped {', '.join(os.path.basename(p) for p in skipped)} (not records)")
+    if removed:
+        print(f"removed {removed} unfinished files of an interrupted run in "
+              f"{job.output_dir}")
+    print(f"packing {len(job.input_files)} files ({_size(job.input_files)}) into "
+          f"{job.num_output_shards} shards in {job.output_dir} ...", flush=True)
+    logging.info("Packing %d files into %d shards in %s: %s", len(job.input_files),
+                 job.num_output_shards, job.output_dir, job)
+    start = time.perf_counter()
+    _stop_on_signals(job.output_dir, transform.temporary_suffix)
     try:
-        with beam.Pipeline(options=_beam_options(argv[1:])) as pipeline:
+        with beam.Pipeline(options=options) as pipeline:
             _ = pipeline | "Pack" >> transform
     except Exception as error:  # noqa: BLE001 - Beam wraps worker errors
-        leftovers = [path for name, path in _list_dir(job.output_dir)
-                     if transform.temporary_suffix in name]
-        if leftovers:
-            FileSystems.delete(leftovers)
-        sys.exit(f"pack_pretraining_data: {_beam_error_message(error)}")
+        _remove([path for name, path in _list_dir(job.output_dir)
+                 if transform.temporary_suffix in name])
+        sys.exit(f"{TOOL}: {_beam_error_message(error)}")
+
+    from apache_beam.io.filesystems import FileSystems
+    from packed_bert_tf.data.features import PACKING_STATS_FILE
 
     with FileSystems.open(FileSystems.join(job.output_dir, PACKING_STATS_FILE)) as f:
         stats = json.loads(f.read())
     print(f"packed {stats['sequences_in']:,} sequences into {stats['packs']:,} packs "
-          f"({job.num_output_shards} shards in {job.output_dir})")
+          f"({job.num_output_shards} shards in {job.output_dir}) in "
+          f"{time.perf_counter() - start:.1f} s")
     print(f"efficiency {100 * stats['efficiency']:.3f} %, packing factor "
           f"{stats['packing_factor']:.4f}, {stats['padding_tokens']:,} padding tokens, "
           f"{stats['replanned_for_masked_overflow']} sequences re-planned for masked-LM "

@@ -13,13 +13,13 @@ histograms (``wikipedia_512``, ``squad_1_1_384``, installed with the package),
 or of a user's ``NAME.json`` in a folder of ``$PACKED_BERT_TF_HISTOGRAM_DIR``.
 """
 
-import json
-import os
 import sys
 
 from absl import app, flags, logging
 
+from data_prep import tool_output
 from packed_bert_tf import packing
+from packed_bert_tf.json_files import check_output_file, write_json_atomically
 
 FLAGS = flags.FLAGS
 
@@ -43,7 +43,9 @@ def define_flags():
         f"Comma-separated algorithms, or 'all' ({', '.join(packing.ALGORITHMS)}).")
     flags.DEFINE_integer("seed", 0,
                          "Seed of the random dataset order the greedy baseline packs.")
-    flags.DEFINE_string("plot", None, "Write the report figure to this PNG.")
+    flags.DEFINE_string("plot", None,
+                        "Write the report figure to this image file (PNG, or any "
+                        "format matplotlib writes: .pdf, .svg, ...).")
     flags.DEFINE_string("output_json", None,
                         "Write every plan's report (not its strategies) to this JSON.")
     flags.mark_flag_as_required("histogram")
@@ -79,10 +81,18 @@ def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pa
     return histogram, plans, lp_bound
 
 
+@tool_output.one_line_on_interrupt("packing_report")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    tool_output.quiet_unless_verbose()
     try:
+        # The outputs first: the packing takes seconds.
+        if FLAGS.output_json:
+            check_output_file(FLAGS.output_json, flag="output_json")
+        if FLAGS.plot:
+            from packed_bert_tf.plots import check_figure_path
+            check_figure_path(FLAGS.plot, flag="plot")
         histogram, plans, lp_bound = run_report(
             FLAGS.histogram, FLAGS.max_sequence_length, FLAGS.max_sequences_per_pack,
             FLAGS.algorithms, seed=FLAGS.seed)
@@ -103,10 +113,7 @@ def main(argv):
         document = {"histogram": histogram.name, "source": histogram.source,
                     "lp_lower_bound_packs": lp_bound,
                     "plans": [plan.summary() for plan in plans]}
-        temporary = FLAGS.output_json + ".tmp"
-        with open(temporary, "w", encoding="utf-8") as f:
-            json.dump(document, f, indent=2)
-        os.replace(temporary, FLAGS.output_json)
+        write_json_atomically(FLAGS.output_json, document)
         print(f"\nwrote {FLAGS.output_json}")
     if FLAGS.plot:
         from packed_bert_tf.plots import plot_packing_report

@@ -9,12 +9,17 @@ each [CLS], masked-LM weights equal to the sequence index of their token, ...)
 and then that the packed sequences (tokens, segment ids, masked positions
 relocated back, masked ids, next-sentence labels) are exactly the unpacked
 ones, each once. Exits non-zero with the first mismatch otherwise. The record
-sizes are read off the files.
+sizes are read off the files. A wildcard skips the side files beside records
+(``packing_stats.json``, ``vocab.txt``, unfinished ``*.tmp-*``): ``packed/*``
+means the shards.
 """
 
+import os
 import sys
 
 from absl import app, flags
+
+from data_prep import tool_output
 
 FLAGS = flags.FLAGS
 
@@ -28,14 +33,24 @@ def define_flags():
     flags.mark_flags_as_required(["unpacked", "packed"])
 
 
+@tool_output.one_line_on_interrupt("verify_packing")
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    tool_output.quiet_unless_verbose()
     from packed_bert_tf.data import tfrecords, verify
 
+    skipped = []
     try:
-        unpacked = tfrecords.expand_file_patterns(FLAGS.unpacked, flag="unpacked")
-        packed = tfrecords.expand_file_patterns(FLAGS.packed, flag="packed")
+        unpacked = tfrecords.expand_file_patterns(FLAGS.unpacked, flag="unpacked",
+                                                  skipped=skipped)
+        packed = tfrecords.expand_file_patterns(FLAGS.packed, flag="packed",
+                                                skipped=skipped)
+        if skipped:
+            print(f"skipped {', '.join(os.path.basename(p) for p in skipped)} (not "
+                  f"records)")
+        print(f"reading {len(unpacked)} unpacked and {len(packed)} packed files ...",
+              flush=True)
         report = verify.verify_packing(unpacked, packed)
     except ValueError as error:  # VerificationError and RecordError included
         sys.exit(f"verify_packing: {error}")

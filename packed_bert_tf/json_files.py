@@ -6,6 +6,24 @@ import json
 import os
 
 
+def check_output_file(path: str, *, flag: str) -> None:
+    """Raises ValueError naming the flag unless ``path`` can be written as a file
+    in an existing folder (local paths; others are checked when written).
+
+    For the tools to check an output before their work, not after it.
+    """
+    if "://" in path:
+        return
+    if not path or path.endswith(os.sep) or os.path.isdir(path):
+        raise ValueError(f"--{flag}={path}: is a folder, expected a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--{flag}={path}: the folder {os.path.dirname(path) or folder} "
+                         f"does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ValueError(f"--{flag}={path}: cannot write in {folder}")
+
+
 def write_json_atomically(path: str, value, *, indent: int | None = 2,
                           sort_keys: bool = False, **dump_kwargs) -> str:
     """Writes ``value`` as JSON under a temporary name, then renames it to ``path``.

@@ -8,7 +8,23 @@ from typing import Sequence
 
 import numpy as np
 
+from packed_bert_tf.json_files import check_output_file
 from packed_bert_tf.packing.plan import PackingPlan
+
+
+def check_figure_path(path: str, *, flag: str = "plot") -> None:
+    """Raises ValueError naming the flag unless a figure can be saved at ``path``:
+    a file in an existing folder, with an image format matplotlib writes (none
+    means PNG). Checked before the work that makes the figure."""
+    check_output_file(path, flag=flag)
+    extension = os.path.splitext(path)[1].lstrip(".").lower()
+    if extension:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if extension not in formats:
+            raise ValueError(f"--{flag}={path}: unknown image format {extension!r} "
+                             f"(one of {', '.join(sorted(formats))})")
 
 
 def save_figure_atomically(figure, path: str, **savefig_kwargs) -> None:

@@ -1,9 +1,21 @@
 """Unpacked pre-training TFRecords to packed TFRecords, as a Beam pipeline.
 
-The pipeline packs globally (one plan for the whole dataset, so efficiency is
-that of the packing algorithm on the full histogram) while keeping every Beam
-element coarse, a whole group of input shards or a whole output shard, with
-numpy doing the per-sequence work:
+Every Beam element is coarse, a whole group of input shards or a whole output
+shard, with numpy doing the per-sequence work. Two scopes of planning:
+
+``scope="groups"`` (the default): each group of input shards is read, planned
+and written by one worker on its own, its packs dealt to the output shards it
+owns; no shuffle, a few packs more than one global plan:
+
+    input shard groups
+      | PackGroups      per group: read, plan, write its shards under a
+                        temporary name
+      | GatherGroups
+      | Finalize        as below
+
+``scope="global"``: one plan for the whole dataset (efficiency is that of the
+packing algorithm on the full histogram), every sequence routed to its output
+shard:
 
     input shard groups
       | ReadLengths     per group: lengths and masked-LM counts only
@@ -16,20 +28,23 @@ numpy doing the per-sequence work:
       | GroupByShard
       | WriteShards     per output shard: lay out packs, encode, write to a
                         temporary name
-      | Finalize        one element: rename every shard into place, write
+      | Finalize        one element: rename every shard into place, remove
+                        the shards of an earlier run, write
                         packing_stats.json
 
 Output files only get their final names once every shard is written, so a
-failed run leaves nothing that looks complete.
+failed run leaves nothing that looks complete, and an earlier run's output is
+only replaced by a complete new one. Temporary files carry `TEMPORARY_MARKER`
+in their names (`is_temporary`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-import json
 import math
 import os
+import re
 import time
 import uuid
 from typing import Sequence
@@ -38,6 +53,7 @@ import apache_beam as beam
 import numpy as np
 
 from packed_bert_tf.data import file_patterns
+from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.data.features import (PACKING_STATS_FILE, RecordFormat,
                                           default_max_masked_tokens)
 from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
@@ -48,6 +64,20 @@ from packed_bert_tf.packing.api import histogram_from_lengths
 _NAMESPACE = "pack_pretraining_data"
 WRITE_CHUNK_PACKS = 2048
 SCOPES = ("global", "groups")
+#: In the name of every file a run writes before it is complete.
+TEMPORARY_MARKER = ".tmp-"
+_SHARD_NAME = re.compile(r"part-\d{5}-of-\d{5}\.tfrecord")
+
+
+def is_temporary(name: str) -> bool:
+    """Whether a file name is a run's unfinished output (never a result)."""
+    return TEMPORARY_MARKER in name
+
+
+def is_output_file(name: str) -> bool:
+    """Whether a file name is a finished run's output: a shard or the stats."""
+    return not is_temporary(name) and (
+        name == PACKING_STATS_FILE or _SHARD_NAME.fullmatch(name) is not None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +87,8 @@ class PackingJob:
     input_files: tuple[str, ...]
     output_dir: str
     num_output_shards: int
-    max_sequence_length: int
-    max_predictions_per_sequence: int
+    max_seq_length: int
+    max_predictions_per_seq: int
     max_sequences_per_pack: int = 3
     max_masked_tokens: int | None = None  # default P + D - 1
     algorithm: str = "optimal"
@@ -67,31 +97,47 @@ class PackingJob:
     scope: str = "groups"  # or "global": one plan for all, sequences shuffled
 
     def __post_init__(self):
+        """Checks every field, naming the tool's flag, before anything runs."""
+        from packed_bert_tf.packing import ALGORITHMS
+
         if self.scope not in SCOPES:
             raise ValueError(f"--packing_scope must be one of {', '.join(SCOPES)}, "
                              f"got {self.scope!r}")
         if not self.input_files:
             raise ValueError("no input files")
-        if self.num_output_shards < 1:
-            raise ValueError(f"--num_output_shards must be >= 1, got "
-                             f"{self.num_output_shards}")
-        if self.files_per_group < 1:
-            raise ValueError("files_per_group must be >= 1")
+        for name in ("num_output_shards", "max_seq_length", "max_predictions_per_seq",
+                     "max_sequences_per_pack", "files_per_group"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be >= 0, got {self.seed}")
+        if self.max_predictions_per_seq > self.max_seq_length:
+            raise ValueError(f"--max_predictions_per_seq={self.max_predictions_per_seq} "
+                             f"is more than --max_seq_length={self.max_seq_length}")
         if self.max_masked_tokens is not None and \
-                self.max_masked_tokens < self.max_predictions_per_sequence:
-            raise ValueError("max_masked_tokens must be at least "
-                             "--max_predictions_per_sequence")
+                self.max_masked_tokens < self.max_predictions_per_seq:
+            raise ValueError(f"--max_masked_tokens={self.max_masked_tokens} must be at "
+                             f"least --max_predictions_per_seq="
+                             f"{self.max_predictions_per_seq}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"--algorithm={self.algorithm!r} is not one of "
+                             f"{', '.join(ALGORITHMS)}")
+        num_groups = len(self.groups())
+        if self.scope == "groups" and num_groups > self.num_output_shards:
+            raise ValueError(
+                f"--packing_scope=groups writes each group of input files to shards of "
+                f"its own: {num_groups} groups for --num_output_shards="
+                f"{self.num_output_shards} (raise --files_per_group or the shards)")
 
     @property
     def unpacked_format(self) -> RecordFormat:
-        return RecordFormat.unpacked(self.max_sequence_length,
-                                     self.max_predictions_per_sequence)
+        return RecordFormat.unpacked(self.max_seq_length, self.max_predictions_per_seq)
 
     @property
     def packed_format(self) -> RecordFormat:
         masked = self.max_masked_tokens or default_max_masked_tokens(
-            self.max_predictions_per_sequence, self.max_sequences_per_pack)
-        return RecordFormat.packed_format(self.max_sequence_length, masked,
+            self.max_predictions_per_seq, self.max_sequences_per_pack)
+        return RecordFormat.packed_format(self.max_seq_length, masked,
                                           self.max_sequences_per_pack)
 
     def groups(self) -> list[tuple[int, tuple[str, ...]]]:
@@ -105,7 +151,8 @@ class PackingJob:
 
 
 # ------------------------------------------------------------ pure functions
-def match_files(patterns: str | Sequence[str], *, flag: str = "input_file") -> list[str]:
+def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
+                skipped: list[str] | None = None) -> list[str]:
     """Files matching comma-separated globs (or a list of globs), sorted.
 
     `tfrecords.expand_file_patterns` through Beam's FileSystems (local,
@@ -113,7 +160,8 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file") -> l
     pipeline never imports TensorFlow (seconds of start-up on the critical
     path); only the workers that read and write records do.
 
-    Raises ValueError naming the flag when a pattern matches nothing.
+    Raises ValueError naming the flag when a pattern matches nothing, or
+    names a folder (``skipped``: see `file_patterns.expand_file_patterns`).
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -121,7 +169,13 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file") -> l
         (result,) = FileSystems.match([pattern])
         return [metadata.path for metadata in result.metadata_list]
 
-    return file_patterns.expand_file_patterns(patterns, glob=glob, flag=flag)
+    files = file_patterns.expand_file_patterns(patterns, glob=glob, flag=flag,
+                                               skipped=skipped)
+    folders = [path for path in files if os.path.isdir(path)]
+    if folders:
+        raise ValueError(f"--{flag}: {folders[0]} is a folder (give its files, e.g. "
+                         f"'{os.path.join(folders[0], 'part-*')}')")
+    return files
 
 
 def read_group(job: PackingJob, files, *, lengths_only: bool):
@@ -168,18 +222,18 @@ class Routing:
 
 def plan_packs(job: PackingJob, lengths: np.ndarray, masked: np.ndarray):
     """Plan, packs (masked-LM overflow re-planned) and a summary for sequences."""
-    too_long = np.flatnonzero(lengths > job.max_sequence_length)
+    too_long = np.flatnonzero(lengths > job.max_seq_length)
     if too_long.size:
         raise ValueError(f"a sequence of length {lengths[too_long[0]]} is longer than "
-                         f"--max_sequence_length={job.max_sequence_length}")
+                         f"--max_seq_length={job.max_seq_length}")
     start = time.perf_counter()
-    plan = pack_histogram(histogram_from_lengths(lengths, job.max_sequence_length),
-                          job.max_sequence_length, job.max_sequences_per_pack,
+    plan = pack_histogram(histogram_from_lengths(lengths, job.max_seq_length),
+                          job.max_seq_length, job.max_sequences_per_pack,
                           job.algorithm)
     packs = assign_sequences(lengths, plan, seed=job.seed)
     packs, replanned = masked_overflow_fix(
         lengths, masked, packs, max_masked_tokens=job.packed_format.max_masked_tokens,
-        max_sequence_length=job.max_sequence_length,
+        max_sequence_length=job.max_seq_length,
         max_sequences_per_pack=job.max_sequences_per_pack, algorithm=job.algorithm,
         seed=job.seed)
     if replanned:
@@ -192,7 +246,7 @@ def plan_packs(job: PackingJob, lengths: np.ndarray, masked: np.ndarray):
         "sequences_in": int(lengths.size),
         "packs": num_packs,
         "real_tokens": real_tokens,
-        "padding_tokens": num_packs * job.max_sequence_length - real_tokens,
+        "padding_tokens": num_packs * job.max_seq_length - real_tokens,
         "replanned_for_masked_overflow": replanned,
         "plan": {key: value for key, value in plan.summary().items()
                  if key in ("algorithm", "num_packs", "efficiency", "lp_lower_bound_packs",
@@ -272,15 +326,24 @@ def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> d
 def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
                  packs: PackAssignment) -> None:
     """Lays out and writes packs of `batch` to one file, atomically."""
+    import tensorflow as tf
+
     from packed_bert_tf.data import tfrecords
 
-    with tfrecords.RecordWriter(path) as writer:
-        # A few thousand packs at a time: small temporaries, fast.
-        for first in range(0, len(packs), WRITE_CHUNK_PACKS):
-            chunk = packs.row_splits[first:first + WRITE_CHUNK_PACKS + 1]
-            writer.write_arrays(pack_sequences(batch, PackAssignment(
-                chunk - chunk[0], packs.sequence_indices[chunk[0]:chunk[-1]]),
-                job.packed_format))
+    try:
+        with tfrecords.RecordWriter(path) as writer:
+            # A few thousand packs at a time: small temporaries, fast.
+            for first in range(0, len(packs), WRITE_CHUNK_PACKS):
+                chunk = packs.row_splits[first:first + WRITE_CHUNK_PACKS + 1]
+                writer.write_arrays(pack_sequences(batch, PackAssignment(
+                    chunk - chunk[0], packs.sequence_indices[chunk[0]:chunk[-1]]),
+                    job.packed_format))
+    except tf.errors.OpError as error:  # a full disk, a folder gone, ...
+        # TensorFlow's message names the file it wrote: "PATH.tmp-X; No space ..."
+        reason = tfrecords.first_line(error.message)
+        if reason.startswith(path) and "; " in reason:
+            reason = reason.split("; ", 1)[1]
+        raise OSError(f"--output_dir: cannot write {path}: {reason}") from None
 
 
 def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
@@ -323,18 +386,26 @@ def combine_group_summaries(summaries) -> dict:
 
 def finalize(job: PackingJob, shard_results, summary: dict,
              temporary_suffix: str) -> dict:
-    """Renames every shard into place and writes packing_stats.json."""
+    """Puts a complete run in place: renames every shard, then writes packing_stats.json.
+
+    An earlier run's output in the folder is replaced only now: its stats go
+    first (a folder without stats is not a finished run), then shards of its
+    that this run does not overwrite (another --num_output_shards).
+    """
     import tensorflow as tf
 
     shard_results = sorted(shard_results, key=lambda r: r["shard"])
     written_sequences = sum(r["sequences"] for r in shard_results)
     summary = dict(summary)
     summary["efficiency"] = summary["real_tokens"] / max(
-        1, summary["packs"] * job.max_sequence_length)
+        1, summary["packs"] * job.max_seq_length)
     summary["packing_factor"] = summary["sequences_in"] / max(1, summary["packs"])
     if written_sequences != summary["sequences_in"]:
         raise RuntimeError(f"wrote {written_sequences} sequences, read "
                            f"{summary['sequences_in']}")
+    stats_path = os.path.join(job.output_dir, PACKING_STATS_FILE)
+    if tf.io.gfile.exists(stats_path):
+        tf.io.gfile.remove(stats_path)
     for result in shard_results:
         tf.io.gfile.rename(result["path"], result["path"][:-len(temporary_suffix)],
                            overwrite=True)
@@ -343,6 +414,11 @@ def finalize(job: PackingJob, shard_results, summary: dict,
         if shard not in written:  # fewer packs than shards: an empty shard
             tf.io.TFRecordWriter(job.shard_path(shard)).close()
             shard_results.append({"shard": shard, "records": 0})
+    ours = {os.path.basename(job.shard_path(shard))
+            for shard in range(job.num_output_shards)}
+    for name in tf.io.gfile.listdir(job.output_dir):
+        if is_output_file(name) and name not in ours and name != PACKING_STATS_FILE:
+            tf.io.gfile.remove(os.path.join(job.output_dir, name))
     shard_results.sort(key=lambda r: r["shard"])
     packed_format = job.packed_format
     stats = {
@@ -350,8 +426,8 @@ def finalize(job: PackingJob, shard_results, summary: dict,
         **summary,
         "num_output_shards": job.num_output_shards,
         "records_per_shard": [r["records"] for r in shard_results],
-        "max_sequence_length": job.max_sequence_length,
-        "max_predictions_per_sequence": job.max_predictions_per_sequence,
+        "max_sequence_length": job.max_seq_length,
+        "max_predictions_per_sequence": job.max_predictions_per_seq,
         "max_masked_tokens": packed_format.max_masked_tokens,
         "max_sequences_per_pack": job.max_sequences_per_pack,
         "algorithm": job.algorithm,
@@ -360,10 +436,7 @@ def finalize(job: PackingJob, shard_results, summary: dict,
         "seed": job.seed,
         "input_files": list(job.input_files),
     }
-    path = os.path.join(job.output_dir, PACKING_STATS_FILE)
-    with tf.io.gfile.GFile(path + temporary_suffix, "w") as f:
-        f.write(json.dumps(stats, indent=2))
-    tf.io.gfile.rename(path + temporary_suffix, path, overwrite=True)
+    write_json_atomically(stats_path, stats)
     return stats
 
 
@@ -398,8 +471,10 @@ class _PackGroup(_WorkerDoFn):
 
     def process(self, group):
         index, files = group
-        yield pack_group_locally(self.job, index, files, self.num_groups,
-                                 self.temporary_suffix)
+        result = pack_group_locally(self.job, index, files, self.num_groups,
+                                    self.temporary_suffix)
+        _REPLANNED.inc(result["summary"]["replanned_for_masked_overflow"])
+        yield result
 
 
 class _ReadLengths(_WorkerDoFn):
@@ -429,7 +504,6 @@ class _WriteShard(_WorkerDoFn):
         self.job = job
         self.temporary_suffix = temporary_suffix
         self.packs = beam.metrics.Metrics.counter(_NAMESPACE, "packs_written")
-        self.replanned = beam.metrics.Metrics.counter(_NAMESPACE, "replanned")
 
     def process(self, shard_and_chunks):
         shard, chunks = shard_and_chunks
@@ -438,13 +512,24 @@ class _WriteShard(_WorkerDoFn):
         yield result
 
 
+#: Sequences moved to new packs because their pack had more masked-LM
+#: predictions than the packed format's slots (`sequences.masked_overflow_fix`).
+_REPLANNED = beam.metrics.Metrics.counter(_NAMESPACE, "replanned_for_masked_overflow")
+
+
+def _plan_and_count(group_lengths, job: PackingJob) -> Routing:
+    routing = plan_routing(job, group_lengths)
+    _REPLANNED.inc(routing.summary["replanned_for_masked_overflow"])
+    return routing
+
+
 class PackPretrainingData(beam.PTransform):
     """PBegin -> one element: the stats dict, once every shard is in place."""
 
     def __init__(self, job: PackingJob):
         super().__init__()
         self.job = job
-        self.temporary_suffix = f".tmp-{uuid.uuid4().hex[:8]}"
+        self.temporary_suffix = f"{TEMPORARY_MARKER}{uuid.uuid4().hex[:8]}"
 
     def expand(self, pipeline):
         job = self.job
@@ -462,7 +547,7 @@ class PackPretrainingData(beam.PTransform):
         routing = (groups
                    | "ReadLengths" >> beam.ParDo(_ReadLengths(job))
                    | "GatherLengths" >> beam.combiners.ToList()
-                   | "PlanPacks" >> beam.Map(lambda items: plan_routing(job, items)))
+                   | "PlanPacks" >> beam.Map(_plan_and_count, job))
         written = (groups
                    | "ReadAndRoute" >> beam.ParDo(_ReadAndRoute(job),
                                                   beam.pvalue.AsSingleton(routing))

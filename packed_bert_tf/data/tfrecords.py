@@ -25,13 +25,21 @@ class RecordError(ValueError):
     """A record file that cannot be read as the expected format."""
 
 
-def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_file"
-                         ) -> list[str]:
+def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_file",
+                         skipped: list[str] | None = None) -> list[str]:
     """Files matching comma-separated globs (or a list of globs), sorted.
 
-    Raises ValueError naming the flag when a pattern matches nothing.
+    See `file_patterns.expand_file_patterns` (``skipped``: side files a
+    wildcard matched). Raises ValueError naming the flag when a pattern
+    matches nothing, or matches or names a folder.
     """
-    return file_patterns.expand_file_patterns(patterns, glob=tf.io.gfile.glob, flag=flag)
+    files = file_patterns.expand_file_patterns(patterns, glob=tf.io.gfile.glob, flag=flag,
+                                               skipped=skipped)
+    folders = [path for path in files if tf.io.gfile.isdir(path)]
+    if folders:
+        raise ValueError(f"--{flag}: {folders[0]} is a folder (give its files, e.g. "
+                         f"'{os.path.join(folders[0], 'part-*')}')")
+    return files
 
 
 def parse_spec(record_format: RecordFormat) -> dict[str, tf.io.FixedLenFeature]:
@@ -59,10 +67,11 @@ def _describe_bad_record(path, index, serialized, spec) -> str:
     return f"{path}: record {index} cannot be parsed"
 
 
-def _first_line(message: str) -> str:
+def first_line(message: str) -> str:
     """The useful part of a TensorFlow error message."""
     line = message.splitlines()[0] if message else ""
-    return line.split("}} ", 1)[-1].split(" [Op:")[0]
+    # "truncated record at 38769' failed with Read less bytes ..." (sic)
+    return line.split("}} ", 1)[-1].split(" [Op:")[0].replace("' failed with ", ": ")
 
 
 def _first_unreadable_record(path: str) -> int:
@@ -109,7 +118,7 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
             return
         except tf.errors.DataLossError as error:
             raise RecordError(f"{path}: record {_first_unreadable_record(path)} is "
-                              f"corrupt ({_first_line(error.message)})") from None
+                              f"corrupt ({first_line(error.message)})") from None
         except tf.errors.NotFoundError:
             raise RecordError(f"{path}: no such file") from None
         except tf.errors.InvalidArgumentError:

@@ -26,11 +26,20 @@ class VerificationError(ValueError):
 
 def infer_record_format(path: str) -> RecordFormat:
     """The format of a TFRecord file, read off its first record."""
-    for serialized in tf.data.TFRecordDataset(path).take(1):
-        features = tf.train.Example.FromString(serialized.numpy()).features.feature
-        break
-    else:
+    try:
+        first = [serialized.numpy() for serialized in tf.data.TFRecordDataset(path).take(1)]
+    except tf.errors.DataLossError:
+        raise tfrecords.RecordError(f"{path}: not a TFRecord file (or record 0 is "
+                                    f"corrupt)") from None
+    except tf.errors.OpError as error:
+        raise tfrecords.RecordError(f"{path}: cannot read it "
+                                    f"({tfrecords.first_line(error.message)})") from None
+    if not first:
         raise tfrecords.RecordError(f"{path}: the file holds no records")
+    try:
+        features = tf.train.Example.FromString(first[0]).features.feature
+    except Exception:  # noqa: BLE001 - any decode failure is "not an Example"
+        raise tfrecords.RecordError(f"{path}: record 0 is not a tf.train.Example") from None
 
     def length(name):
         if name not in features:

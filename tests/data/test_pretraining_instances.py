@@ -2,6 +2,7 @@
 
 import doctest
 import random
+import time
 
 import numpy as np
 import pytest
@@ -263,6 +264,53 @@ def test_truncate_seq_pair_cuts_the_longer_segment_at_both_ends():
     a, b = [1, 2], [3, 4]
     pretraining_instances.truncate_seq_pair(a, b, 3, random.Random(0))
     assert a == [1, 2] and len(b) == 1   # B on ties
+
+
+def _reference_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
+    """google-research/bert's truncate_seq_pair, verbatim but for names."""
+    while True:
+        total_length = len(tokens_a) + len(tokens_b)
+        if total_length <= max_num_tokens:
+            break
+        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        assert len(trunc_tokens) >= 1
+        if rng.random() < 0.5:
+            del trunc_tokens[0]
+        else:
+            trunc_tokens.pop()
+
+
+def test_truncate_seq_pair_is_the_reference_draw_for_draw():
+    sizes = random.Random(1)
+    for trial in range(300):
+        a = list(range(sizes.randint(1, 300)))
+        b = list(range(1000, 1000 + sizes.randint(1, 300)))
+        limit = sizes.randint(2, 400)
+        ours, ours_rng = (a.copy(), b.copy()), random.Random(trial)
+        theirs, their_rng = (a.copy(), b.copy()), random.Random(trial)
+        pretraining_instances.truncate_seq_pair(*ours, limit, ours_rng)
+        _reference_truncate_seq_pair(*theirs, limit, their_rng)
+        assert ours == theirs, trial
+        assert ours_rng.random() == their_rng.random()  # as many draws
+
+
+def test_a_long_one_line_document_takes_linear_time():
+    # One sentence of 400,000 tokens, paired with itself: the reference's
+    # truncation (deleting from the front of a list) takes minutes here.
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])}
+    line = list(range(1000, 401_000))  # ids need not be in the vocabulary
+    start = time.perf_counter()
+    arrays = create_training_instances(
+        [[line]], vocab, max_seq_length=128, max_predictions_per_seq=20,
+        masked_lm_prob=0.15, short_seq_prob=0.0, dupe_factor=2, random_seed=7)
+    assert time.perf_counter() - start < 10
+    assert arrays["input_ids"].shape == (2, 128)
+    assert (arrays["input_mask"].sum(axis=1) == 128).all()
+    for tokens in unmasked(arrays):  # A and B: each a run of the line
+        first_b = list(tokens).index(vocab["[SEP]"]) + 1
+        for segment in (tokens[1:first_b - 1], tokens[first_b:-1]):
+            assert (np.diff(segment) == 1).all() and segment[0] >= 1000
+        assert (first_b - 2, 128 - first_b - 1) == (63, 62)  # B cut first on ties
 
 
 @pytest.mark.parametrize("options, message", [

@@ -87,3 +87,25 @@ def test_file_patterns(tmp_path):
         tfrecords.expand_file_patterns(f"{tmp_path}/nothing*")
     with pytest.raises(ValueError, match="--packed is empty"):
         tfrecords.expand_file_patterns("", flag="packed")
+
+
+def test_wildcards_skip_side_files_and_folders_are_named(tmp_path):
+    names = ("part-0.tfrecord", "part-1.tfrecord", "packing_stats.json", "vocab.txt",
+             "part-2.tfrecord.tmp-0a1b2c3d")
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    skipped = []
+    files = tfrecords.expand_file_patterns(f"{tmp_path}/*", flag="packed", skipped=skipped)
+    assert [f.rsplit("/", 1)[1] for f in files] == ["part-0.tfrecord", "part-1.tfrecord"]
+    assert sorted(s.rsplit("/", 1)[1] for s in skipped) == sorted(names[2:])
+    # Named outright, a side file is kept (and fails later as what it is);
+    # without a list for them, a wildcard keeps them too (the old behaviour).
+    assert tfrecords.expand_file_patterns(f"{tmp_path}/vocab.txt", skipped=[]) == [
+        f"{tmp_path}/vocab.txt"]
+    assert len(tfrecords.expand_file_patterns(f"{tmp_path}/*")) == len(names)
+    with pytest.raises(ValueError, match=r"^--packed: '.*/\*.json' matches no record files "
+                                         r"\(only packing_stats.json\)$"):
+        tfrecords.expand_file_patterns(f"{tmp_path}/*.json", flag="packed", skipped=[])
+    with pytest.raises(ValueError, match=f"^--packed: {tmp_path} is a folder \\(give its "
+                                         f"files, e.g. '{tmp_path}/part-\\*'\\)$"):
+        tfrecords.expand_file_patterns(str(tmp_path), flag="packed")

@@ -74,7 +74,8 @@ def runs(tmp_path_factory):
 
     commands = {
         "seed_1": _command(inputs, f"--output_file={outputs('seed_1')}",
-                           f"--vocab_file={vocab}", "--random_seed=1", *common),
+                           f"--vocab_file={vocab}", "--random_seed=1", "--verbosity=0",
+                           *common),
         "trained_vocab": _command(inputs, f"--output_file={outputs('trained', 1)}",
                                   "--vocab_size=150", *common),
         "no_such_input": _command(f"--input_file={root / 'nothing' / '*.txt'}",
@@ -130,8 +131,13 @@ def test_records_read_back_and_equal_the_library_output(runs, tmp_path):
     assert f"{len(documents):,} documents" in stdout
     assert f"{instances:,} instances, {tokens:,} tokens" in stdout
     assert f"mean length {tokens / instances:.1f} of 64" in stdout
-    # The first instances are logged with their tokens, as BERT's tool does.
+    # The first instances are logged with their tokens, as BERT's tool does
+    # (--verbosity=0; by default the tool prints only its own lines).
     assert "tokens: [CLS] " in stderr
+    returncode, stdout, stderr = results["trained_vocab"]
+    assert returncode == 0 and stderr == "", stderr
+    assert stdout.splitlines()[0] == "reading 2 input files (0.0 MB) ..."
+    assert len(stdout.splitlines()) == 5 and stdout.splitlines()[-1].startswith("wrote ")
 
 
 def test_records_parse_with_the_mlperf_feature_spec(runs):

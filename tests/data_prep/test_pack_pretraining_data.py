@@ -2,6 +2,10 @@
 
 import json
 import os
+import re
+import signal
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -10,8 +14,8 @@ from apache_beam.testing.util import assert_that
 
 from packed_bert_tf.data import pack_pipeline, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_tool,
-                            write_unpacked_dataset)
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, run_tool,
+                            tool_command, tool_environment, write_unpacked_dataset)
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
@@ -23,29 +27,74 @@ def _run(module, *args, tmp_path, python_options=()):
                     python_options=python_options)
 
 
-def _pack(unpacked, output_dir, tmp_path, *extra, python_options=()):
-    return _run("pack_pretraining_data", f"--input_file={','.join(unpacked)}",
-                f"--output_dir={output_dir}", "--num_output_shards=2",
-                f"--max_sequence_length={SMALL_SEQ_LENGTH}",
-                f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *extra,
-                tmp_path=tmp_path, python_options=python_options)
+def _pack(unpacked, output_dir, tmp_path, *extra):
+    return _run("pack_pretraining_data", *_pack_arguments(unpacked, output_dir, *extra),
+                tmp_path=tmp_path)
+
+
+def _pack_arguments(unpacked, output_dir, *extra):
+    return [f"--input_file={','.join(unpacked)}", f"--output_dir={output_dir}",
+            "--num_output_shards=2", f"--max_seq_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *extra]
+
+
+def readme_environment(tmp_path):
+    """A user's environment: TF_CPP_MIN_LOG_LEVEL unset."""
+    environment = tool_environment(tmp_path)
+    del environment["TF_CPP_MIN_LOG_LEVEL"]
+    return environment
 
 
 @pytest.fixture(scope="module")
-def packed_dir(tmp_path_factory, unpacked_files):
+def packed_runs(tmp_path_factory, unpacked_files):
+    """Two default (multi-process) runs at once: with default flags as a user
+    runs the tool, and with --verbosity=1 and -X importtime."""
     tmp_path = tmp_path_factory.mktemp("packed")
+    quiet = subprocess.Popen(
+        tool_command("data_prep.pack_pretraining_data",
+                     *_pack_arguments(unpacked_files, tmp_path / "out")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=readme_environment(tmp_path))
     # -X importtime lists the launching process's imports (not the workers').
-    result = _pack(unpacked_files, tmp_path / "out", tmp_path,
-                   python_options=("-X", "importtime"))
+    verbose = run_tool("data_prep.pack_pretraining_data",
+                       *_pack_arguments(unpacked_files, tmp_path / "verbose"),
+                       "--verbosity=1", tmp_path=tmp_path,
+                       python_options=("-X", "importtime"))
+    stdout, stderr = quiet.communicate(timeout=300)
+    return tmp_path, ToolResult(quiet.returncode, stdout, stderr), verbose
+
+
+@pytest.fixture(scope="module")
+def packed_dir(packed_runs):
+    tmp_path, result, _ = packed_runs
     assert result.returncode == 0, result.stderr[-3000:]
-    (tmp_path / "stderr.txt").write_text(result.stderr)
     return tmp_path / "out", result.stdout
 
 
-def test_the_launching_process_never_imports_tensorflow(packed_dir):
+def test_a_default_run_prints_a_few_lines_of_its_own(packed_runs):
+    _, result, _ = packed_runs
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert len(lines) == 3, result.stdout
+    assert lines[0].startswith("packing 3 files (") and lines[1].startswith("packed 900 ")
+
+
+def test_verbosity_brings_back_beam_and_tensorflow_detail(packed_runs):
+    tmp_path, _, verbose = packed_runs
+    assert verbose.returncode == 0, verbose.stderr[-3000:]
+    assert len(verbose.stderr.splitlines()) > 50
+    assert "sdk_worker" in verbose.stderr  # Beam's workers' logging
+    assert "Packing 3 files into 2 shards" in verbose.stderr  # the tool's own log
+    for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
+        assert (tmp_path / "verbose" / shard).read_bytes() == \
+            (tmp_path / "out" / shard).read_bytes()
+
+
+def test_the_launching_process_never_imports_tensorflow(packed_runs):
     # Seconds of start-up saved: only the workers read and write records.
-    stderr = (packed_dir[0].parent / "stderr.txt").read_text()
-    imports = [line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines()
+    _, _, verbose = packed_runs
+    imports = [line.rsplit("|", 1)[-1].strip() for line in verbose.stderr.splitlines()
                if line.startswith("import time:")]
     assert "apache_beam" in imports  # the listing is there
     assert not [name for name in imports if name.split(".")[0] == "tensorflow"]
@@ -134,7 +183,7 @@ def _bad_file(tmp_path, kind):
     ("ok", ["--input_file=/nonexistent/*"], "--input_file: '/nonexistent/*' matches no files"),
     ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
     ("corrupt", [], "unpacked-001.tfrecord: record "),
-    ("ok", [f"--max_sequence_length={SMALL_SEQ_LENGTH // 2}"],
+    ("ok", [f"--max_seq_length={SMALL_SEQ_LENGTH // 2}"],
      f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
     ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
     ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
@@ -143,8 +192,8 @@ def test_bad_input_fails_cleanly_and_leaves_no_output(tmp_path, kind, flags, mes
     paths = _bad_file(tmp_path, kind)
     output_dir = tmp_path / "out"
     args = [f"--input_file={','.join(paths)}", f"--output_dir={output_dir}",
-            f"--max_sequence_length={SMALL_SEQ_LENGTH}",
-            f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY]
+            f"--max_seq_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *IN_MEMORY]
     args = [a for a in args if not any(a.split("=")[0] == f.split("=")[0] for f in flags)]
     result = _run("pack_pretraining_data", *args, *flags, tmp_path=tmp_path)
     assert result.returncode != 0
@@ -196,11 +245,20 @@ def test_match_files(tmp_path):
         pack_pipeline.match_files(" , ")
 
 
+def test_more_groups_than_shards_is_refused_before_any_work(unpacked_files):
+    with pytest.raises(ValueError, match=r"--packing_scope=groups writes each group of "
+                                         r"input files to shards of its own: 3 groups "
+                                         r"for --num_output_shards=2"):
+        pack_pipeline.PackingJob(
+            input_files=tuple(unpacked_files), output_dir="out", num_output_shards=2,
+            max_seq_length=SMALL_SEQ_LENGTH, max_predictions_per_seq=SMALL_PREDICTIONS)
+
+
 def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
     job = pack_pipeline.PackingJob(
         input_files=tuple(unpacked_files), output_dir=str(tmp_path),
-        num_output_shards=4, max_sequence_length=SMALL_SEQ_LENGTH,
-        max_predictions_per_sequence=SMALL_PREDICTIONS, algorithm="spfhp", seed=1)
+        num_output_shards=4, max_seq_length=SMALL_SEQ_LENGTH,
+        max_predictions_per_seq=SMALL_PREDICTIONS, algorithm="spfhp", seed=1)
 
     def check(stats_list):
         (stats,) = stats_list
@@ -233,3 +291,146 @@ def test_global_scope_plans_the_whole_dataset_at_once(packed_dir, unpacked_files
     check = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
                  f"--packed={tmp_path / 'global'}/part-*", tmp_path=tmp_path)
     assert check.returncode == 0, check.stderr[-2000:]
+
+
+@pytest.mark.parametrize("scope", ["groups", "global"])
+def test_sequences_replanned_for_masked_overflow_are_counted(tmp_path, unpacked_files,
+                                                             scope):
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from packed_bert_tf.data import synthetic
+
+    # 30 % masked: three sequences of a pack need more than the 10 slots.
+    lengths = np.random.default_rng(0).integers(5, SMALL_SEQ_LENGTH // 2, 300)
+    path = str(tmp_path / "masked.tfrecord")
+    tfrecords.write_arrays(path, synthetic.unpacked_arrays(
+        lengths, max_seq_length=SMALL_SEQ_LENGTH, max_predictions_per_seq=SMALL_PREDICTIONS,
+        masked_lm_prob=0.3, vocab_size=5000))
+    (tmp_path / "out").mkdir()
+    job = pack_pipeline.PackingJob(
+        input_files=(path,), output_dir=str(tmp_path / "out"),
+        num_output_shards=2, max_seq_length=SMALL_SEQ_LENGTH,
+        max_predictions_per_seq=SMALL_PREDICTIONS, max_masked_tokens=SMALL_PREDICTIONS,
+        scope=scope)
+    pipeline = BeamTestPipeline(runner="FnApiRunner")
+    _ = pipeline | pack_pipeline.PackPretrainingData(job)
+    result = pipeline.run()
+    result.wait_until_finish()
+    (counter,) = result.metrics().query(MetricsFilter().with_name(
+        "replanned_for_masked_overflow"))["counters"]
+    stats = json.loads((tmp_path / "out" / "packing_stats.json").read_text())
+    assert stats["replanned_for_masked_overflow"] > 0
+    assert counter.committed == stats["replanned_for_masked_overflow"]
+
+
+def test_verify_skips_the_stats_beside_the_shards(packed_dir, unpacked_files, tmp_path):
+    output_dir, _ = packed_dir
+    result = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
+                  f"--packed={output_dir}/*", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines()[0] == "skipped packing_stats.json (not records)"
+    assert "OK: 900 sequences" in result.stdout and "(2 files)" in result.stdout
+
+
+def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing(unpacked_files,
+                                                                   tmp_path):
+    runs = {}
+    for signal_number in (signal.SIGINT, signal.SIGTERM):
+        output_dir = tmp_path / signal.Signals(signal_number).name
+        runs[signal_number] = output_dir, subprocess.Popen(
+            tool_command("data_prep.pack_pretraining_data",
+                         *_pack_arguments(unpacked_files, output_dir)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=readme_environment(tmp_path))
+    for signal_number, (output_dir, process) in runs.items():
+        assert process.stdout.readline().startswith("packing 3 files")  # Beam starts
+    time.sleep(4)  # the workers are up and reading (a run takes 10 s or more)
+    for signal_number, (output_dir, process) in runs.items():
+        process.send_signal(signal_number)
+    for signal_number, (output_dir, process) in runs.items():
+        stdout, stderr = process.communicate(timeout=60)
+        name = signal.Signals(signal_number).name
+        assert process.returncode == 128 + signal_number, stderr
+        assert stdout == ""
+        assert stderr.splitlines() == [stderr.strip()]  # one line
+        assert stderr.startswith(f"pack_pretraining_data: interrupted by {name}; ")
+        assert not [p for p in output_dir.rglob("*") if p.is_file()]
+
+
+def test_a_killed_runs_leftovers_go_and_the_old_flag_names_still_work(
+        packed_dir, unpacked_files, tmp_path):
+    output_dir = tmp_path / "out"
+    output_dir.mkdir()
+    leftovers = ["part-00000-of-00002.tfrecord.tmp-0a1b2c3d",
+                 "part-00001-of-00002.tfrecord.tmp-0a1b2c3d.tmp-4e5f6a7b",
+                 "packing_stats.json.tmp-1234"]
+    for name in leftovers:
+        (output_dir / name).write_bytes(b"half")
+    result = _run("pack_pretraining_data", f"--input_file={','.join(unpacked_files)}",
+                  f"--output_dir={output_dir}", "--num_output_shards=2",
+                  f"--max_sequence_length={SMALL_SEQ_LENGTH}",
+                  f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY,
+                  tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[0] == (
+        f"removed 3 unfinished files of an interrupted run in {output_dir}")
+    assert sorted(os.listdir(output_dir)) == sorted(os.listdir(packed_dir[0]))
+    for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
+        assert (output_dir / shard).read_bytes() == (packed_dir[0] / shard).read_bytes()
+
+
+def test_overwrite_keeps_the_earlier_run_when_the_new_one_fails(packed_dir, tmp_path):
+    output_dir, _ = packed_dir
+    again = tmp_path / "again"
+    again.mkdir()
+    before = {}
+    for name in os.listdir(output_dir):
+        before[name] = (output_dir / name).read_bytes()
+        (again / name).write_bytes(before[name])
+    corrupt = _bad_file(tmp_path, "corrupt")
+    result = _pack(corrupt, again, tmp_path, "--overwrite", *IN_MEMORY)
+    assert result.returncode != 0
+    assert "unpacked-001.tfrecord: record " in result.last_line
+    assert {name: (again / name).read_bytes() for name in os.listdir(again)} == before
+
+
+def _tmpfs(folder, size):
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode()[:200]}")
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(unpacked_files, tmp_path):
+    full = tmp_path / "full"
+    _tmpfs(full, "64k")  # the shards need about 400 kB
+    try:
+        result = _pack(unpacked_files, full / "out", tmp_path, *IN_MEMORY)
+        leftovers = [p for p in full.rglob("*") if p.is_file()]
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert re.fullmatch(f"pack_pretraining_data: --output_dir: cannot write {full}/out/"
+                        r"part-0000[01]-of-00002\.tfrecord\.tmp-[0-9a-f]{8}: No space "
+                        r"left on device", result.last_line), result.last_line
+    assert leftovers == []
+
+
+def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch):
+    import tensorflow as tf
+
+    def full_disk(self, buffer, offsets):
+        raise tf.errors.ResourceExhaustedError(None, None, f"{self._temporary}; No "
+                                                           f"space left on device")
+
+    monkeypatch.setattr(tfrecords.RecordWriter, "write_serialized", full_disk)
+    job = pack_pipeline.PackingJob(
+        input_files=tuple(unpacked_files[:1]), output_dir=str(tmp_path),
+        num_output_shards=1, max_seq_length=SMALL_SEQ_LENGTH,
+        max_predictions_per_seq=SMALL_PREDICTIONS)
+    with pytest.raises(OSError, match=f"^--output_dir: cannot write {tmp_path}/part-00000-"
+                                      f"of-00001.tfrecord.tmp-x: No space left on device$"):
+        pack_pipeline.pack_group_locally(job, 0, job.input_files, 1, ".tmp-x")
+    assert os.listdir(tmp_path) == []

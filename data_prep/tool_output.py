@@ -1,0 +1,110 @@
+"""What the data-prep tools print: their own lines, not Beam's or TensorFlow's.
+
+By default a tool prints what it read, a progress line on long work, a summary
+or one error line, and nothing else:
+
+- absl's ``--verbosity`` defaults to -1 (warnings) instead of ``app.run``'s 0
+  (info), and Python log records from other packages (Apache Beam, TensorFlow,
+  gRPC) are dropped below ERROR, their warnings ignored;
+- file descriptor 2 goes to ``/dev/null`` for the rest of the process, while
+  Python's ``sys.stderr`` (the tool's own error line and log) keeps the
+  original stream. That silences what no Python setting reaches: TensorFlow's
+  C++ start-up lines (printed before ``TF_CPP_MIN_LOG_LEVEL`` is read), gRPC,
+  and Beam's worker subprocesses, which inherit the descriptor (their log
+  level option never reaches FnApiRunner's multi-process workers).
+
+``--verbosity=0`` (``-v 0``) or more brings all of it back, unchanged.
+
+`one_line_on_interrupt` makes Ctrl-C and SIGTERM one line too; the tools
+write their outputs under temporary names, so an interrupted run leaves none.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging as logging_module
+import os
+import signal
+import sys
+import warnings
+
+from absl import flags, logging
+
+#: Where the project's own code lives: its log records always pass.
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_OWN_MODULES = r"(?!packed_bert_tf|data_prep|__main__)"
+
+
+class _OwnRecordsOnly(logging_module.Filter):
+    """Passes the project's records, and errors from anywhere else."""
+
+    def filter(self, record: logging_module.LogRecord) -> bool:
+        own = os.path.abspath(record.pathname).startswith(_PROJECT_ROOT + os.sep) \
+            and "site-packages" not in record.pathname
+        return own or record.levelno >= logging_module.ERROR
+
+
+def quiet_unless_verbose() -> bool:
+    """Call first in a tool's ``main``: returns True when quiet (the default).
+
+    Quiet unless ``--verbosity``/``-v`` was given at 0 or more (see the module
+    docstring). Idempotent.
+    """
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)
+    if flags.FLAGS.verbosity >= 0:
+        return False
+    for handler in logging_module.getLogger().handlers:
+        if not any(isinstance(f, _OwnRecordsOnly) for f in handler.filters):
+            handler.addFilter(_OwnRecordsOnly())
+    warnings.filterwarnings("ignore", module=_OWN_MODULES)
+    _native_stderr_to_devnull()
+    return True
+
+
+def _native_stderr_to_devnull() -> None:
+    """fd 2 -> /dev/null; ``sys.stderr`` -> a copy of the original fd 2."""
+    if getattr(sys.stderr, "_packed_bert_tf_original", False):
+        return  # already done
+    sys.stderr.flush()
+    try:
+        original = os.dup(2)
+    except OSError:  # no stderr at all: nothing to keep quiet
+        return
+    stream = os.fdopen(original, "w", buffering=1, encoding=sys.stderr.encoding,
+                       errors="backslashreplace")
+    stream._packed_bert_tf_original = True  # type: ignore[attr-defined]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    sys.stderr = stream
+
+
+def one_line_on_interrupt(tool: str):
+    """Decorates a tool's ``main``: SIGINT (Ctrl-C) and SIGTERM end it with
+    ``TOOL: interrupted by SIG...`` and exit status 128 + the signal, no traceback.
+
+    The exception unwinds the stack first, so context managers remove their
+    temporary files.
+    """
+    def decorate(main):
+        @functools.wraps(main)
+        def wrapped(argv):
+            received = []
+
+            def interrupt(signum, frame):
+                received.append(signum)
+                raise KeyboardInterrupt
+
+            signal.signal(signal.SIGINT, interrupt)
+            signal.signal(signal.SIGTERM, interrupt)
+            try:
+                return main(argv)
+            except KeyboardInterrupt:
+                signum = received[-1] if received else signal.SIGINT
+                sys.stdout.flush()
+                sys.stderr.write(f"{tool}: interrupted by "
+                                 f"{signal.Signals(signum).name}; nothing written\n")
+                sys.exit(128 + signum)
+        return wrapped
+    return decorate

@@ -1,0 +1,185 @@
+"""Every data-prep tool on bad input, run as the README shows (default flags,
+TF_CPP_MIN_LOG_LEVEL unset): one line naming the file, flag or record, a
+non-zero exit, no traceback, no Beam or TensorFlow output, no output file.
+
+The cases run as subprocesses, a few at a time."""
+
+import concurrent.futures
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, tool_command,
+                            tool_environment, write_unpacked_dataset)
+
+#: At most this many lines of stdout and stderr together for a bad input.
+MAX_LINES = 10
+
+
+def _corpus(root):
+    path = root / "corpus.txt"
+    path.write_text("A first sentence here.\nAnd a second one.\n\n"
+                    "Another document starts.\nIt ends here.\n", encoding="utf-8")
+    (root / "binary.txt").write_bytes(b"Text.\n\x80\x81\n")
+    return path
+
+
+def _histogram(root):
+    path = root / "histogram.json"
+    path.write_text(json.dumps({"name": "small", "max_sequence_length": 64,
+                                "counts": [3] * 64}))
+    return path
+
+
+def _cases(root):
+    """(tool, arguments, what the error line says, a file that must not exist).
+
+    ``{out}`` in an argument is the case's own output folder."""
+    corpus, histogram = _corpus(root), _histogram(root)
+    unpacked = write_unpacked_dataset(root / "unpacked", num_files=2, per_file=30)
+    truncated = root / "truncated"
+    truncated.mkdir()
+    data = open(unpacked[1], "rb").read()
+    (truncated / "part-1.tfrecord").write_bytes(data[:len(data) - 100])
+    (root / "packed").mkdir()
+    (root / "packed" / "packing_stats.json").write_text(json.dumps(
+        {"sequences_in": 900, "packs": 617, "packing_factor": 1.4587}, indent=2))
+    (root / "a_file").write_text("")
+    out = "{out}"
+    pack = [f"--input_file={','.join(unpacked)}", f"--output_dir={out}/packed",
+            f"--max_seq_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_seq={SMALL_PREDICTIONS}"]
+    create = [f"--input_file={corpus}", f"--output_file={out}/a.tfrecord",
+              "--vocab_size=50", "--max_seq_length=16", "--max_predictions_per_seq=2"]
+    verify = [f"--unpacked={','.join(unpacked)}"]
+    report = [f"--histogram={histogram}"]
+    return [
+        ("builtin_corpus", [f"--output_file={root}"], f"--output_file={root}: is a folder",
+         None),
+        ("builtin_corpus", [f"--output_file={out}/c.txt", "--max_documents=0"],
+         "--max_documents must be >= 1, got 0", None),
+        ("create_pretraining_data", [*create, f"--input_file={root}/none/*.txt"],
+         f"--input_file: '{root}/none/*.txt' matches no files", None),
+        ("create_pretraining_data", [*create, f"--input_file={root}/binary.txt"],
+         "binary.txt:2: not UTF-8 text", None),
+        ("create_pretraining_data",
+         [*create, f"--output_file={out}/a.tfrecord,{out}/./a.tfrecord"],
+         "/a.tfrecord as '{out}/a.tfrecord' and '{out}/./a.tfrecord'", None),
+        ("create_pretraining_data", [*create, "--max_seq_length=4"],
+         "max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP]", None),
+        ("pack_pretraining_data", [*pack, "--max_seq_length=0"],
+         "--max_seq_length must be >= 1, got 0", None),
+        ("pack_pretraining_data", [*pack, "--max_predictions_per_seq=0"],
+         "--max_predictions_per_seq must be >= 1, got 0", None),
+        ("pack_pretraining_data", [*pack, "--max_sequences_per_pack=0"],
+         "--max_sequences_per_pack must be >= 1, got 0", None),
+        ("pack_pretraining_data", [*pack, "--seed=-1"], "--seed must be >= 0, got -1",
+         None),
+        ("pack_pretraining_data", [*pack, "--max_sequence_lenght=64"],
+         "unknown flag --max_sequence_lenght", None),
+        ("pack_pretraining_data", [*pack, f"--input_file={root}/unpacked"],
+         f"--input_file: {root}/unpacked is a folder", None),
+        ("pack_pretraining_data", [*pack, f"--output_dir={root}/a_file"],
+         f"--output_dir {root}/a_file is a file", None),
+        # A worker's error, through Beam's multi-process runner.
+        ("pack_pretraining_data", [*pack, f"--input_file={truncated}/*"],
+         f"{truncated}/part-1.tfrecord: record 29 is corrupt", None),
+        ("verify_packing", [*verify, f"--packed={root}/packed"],
+         f"--packed: {root}/packed is a folder", None),
+        ("verify_packing", [*verify, f"--packed={root}/packed/packing_stats.json"],
+         f"{root}/packed/packing_stats.json: not a TFRecord file", None),
+        ("verify_packing", [*verify, f"--packed={root}/packed/*"],
+         f"--packed: '{root}/packed/*' matches no record files (only packing_stats.json)",
+         None),
+        ("packing_report", [*report, f"--output_json={out}/report.json"],
+         f"--output_json={out}/report.json: the folder {out} does not exist", None),
+        ("packing_report", [*report, f"--plot={root}/report.pgn"],
+         f"--plot={root}/report.pgn: unknown image format 'pgn'", root / "report.pgn"),
+        ("packing_report", [*report, f"--plot={root}"], f"--plot={root}: is a folder",
+         None),
+    ]
+
+
+def _output_folder(root, index):
+    return root / f"out{index}"
+
+
+def _run_all(root, cases, environment):
+    def run(index):
+        tool, arguments, _, _ = cases[index]
+        arguments = [a.replace("{out}", str(_output_folder(root, index)))
+                     for a in arguments]
+        process = subprocess.run(tool_command(f"data_prep.{tool}", *arguments),
+                                 capture_output=True, text=True, timeout=300, cwd=root,
+                                 env=environment)
+        return ToolResult(process.returncode, process.stdout, process.stderr)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(run, range(len(cases))))
+
+
+@pytest.fixture(scope="module")
+def bad_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad")
+    cases = _cases(root)
+    environment = tool_environment(root)
+    del environment["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs the tools
+    return root, cases, _run_all(root, cases, environment)
+
+
+def _problems(result, tool, message, out, absent):
+    """What is wrong with one bad-input run (empty: nothing)."""
+    output = result.stdout + result.stderr
+    problems = [
+        result.returncode == 0 and "exit code 0",
+        "Traceback" in output and "a traceback",
+        len(output.splitlines()) > MAX_LINES and f"{len(output.splitlines())} lines",
+        not result.last_line.startswith(f"{tool}: ") and "no error line",
+        message not in result.last_line and f"not {message!r}",
+        [p for p in out.rglob("*") if p.is_file()] and "output files",
+        absent is not None and absent.exists() and f"{absent} written"]
+    return [problem for problem in problems if problem]
+
+
+def test_every_tool_fails_on_bad_input_with_one_line(bad_runs):
+    root, cases, results = bad_runs
+    failures = []
+    for index, ((tool, arguments, message, absent), result) in enumerate(
+            zip(cases, results)):
+        out = _output_folder(root, index)
+        problems = _problems(result, tool, message.replace("{out}", str(out)), out,
+                             absent)
+        if problems:
+            failures.append(f"{tool} {arguments[-1]}: {', '.join(problems)}\n"
+                            f"{(result.stdout + result.stderr)[-2000:]}")
+    assert not failures, "\n".join(failures)
+
+
+def test_packing_report_checks_its_outputs_before_packing(tmp_path):
+    histogram = _histogram(tmp_path)
+    (result,) = _run_all(tmp_path, [("packing_report", [
+        f"--histogram={histogram}", f"--plot={tmp_path}/report.pgn", "--verbosity=0"],
+        None, None)], tool_environment(tmp_path))
+    assert result.returncode != 0
+    assert "unknown image format 'pgn'" in result.last_line
+    assert "Packing small with" not in result.stderr
+
+
+@pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_tool_says_so_in_one_line(tmp_path, signal_number):
+    # The whole corpus takes seconds (it imports the standard library).
+    process = subprocess.Popen(
+        tool_command("data_prep.builtin_corpus", f"--output_file={tmp_path}/c.txt"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=tool_environment(tmp_path))
+    time.sleep(1.0)
+    process.send_signal(signal_number)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal_number
+    assert (stdout, stderr) == ("", f"builtin_corpus: interrupted by "
+                                    f"{signal.Signals(signal_number).name}; nothing "
+                                    f"written\n")
+    assert list(tmp_path.iterdir()) == []
