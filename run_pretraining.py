@@ -116,5 +116,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    from packed_bert_tf.command_line import parse_flags, quiet_native_logs
+
+    quiet_native_logs()
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -78,7 +78,7 @@ def main(argv):
         command = [sys.executable, "-m", "data_prep.pack_pretraining_data",
                    f"--input_file={unpacked}/part-*", f"--output_dir={packed}",
                    f"--num_output_shards={FLAGS.num_output_shards}",
-                   "--max_sequence_length=512", "--max_predictions_per_sequence=76",
+                   "--max_seq_length=512", "--max_predictions_per_seq=76",
                    *extra]
         start = time.perf_counter()
         result = subprocess.run(command, env=ENVIRONMENT, capture_output=True, text=True)

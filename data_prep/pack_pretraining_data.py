@@ -80,11 +80,6 @@ def define_flags():
                       "(once the new ones are complete).")
 
 
-def _parse_flags(argv):
-    # Our flags are absl's; everything else is a Beam pipeline option.
-    return FLAGS(argv, known_only=True)
-
-
 def _beam_options(pipeline_args, quiet: bool):
     """Beam's options: the local runner in multi-process mode unless told otherwise.
 
@@ -306,5 +301,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    import functools
+
+    from packed_bert_tf.command_line import parse_flags
+
     define_flags()
-    app.run(main, flags_parser=_parse_flags)
+    # Our flags are absl's; everything else is a Beam pipeline option.
+    app.run(main, flags_parser=functools.partial(parse_flags, known_only=True))

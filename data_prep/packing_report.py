@@ -122,5 +122,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    from packed_bert_tf.command_line import parse_flags
+
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

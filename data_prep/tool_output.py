@@ -8,10 +8,9 @@ or one error line, and nothing else:
   gRPC) are dropped below ERROR, their warnings ignored;
 - file descriptor 2 goes to ``/dev/null`` for the rest of the process, while
   Python's ``sys.stderr`` (the tool's own error line and log) keeps the
-  original stream. That silences what no Python setting reaches: TensorFlow's
-  C++ start-up lines (printed before ``TF_CPP_MIN_LOG_LEVEL`` is read), gRPC,
-  and Beam's worker subprocesses, which inherit the descriptor (their log
-  level option never reaches FnApiRunner's multi-process workers).
+  original stream (`packed_bert_tf.command_line.discard_native_output`). That
+  silences what no Python setting reaches: TensorFlow's C++ start-up lines,
+  gRPC, and Beam's worker subprocesses.
 
 ``--verbosity=0`` (``-v 0``) or more brings all of it back, unchanged.
 
@@ -29,6 +28,8 @@ import sys
 import warnings
 
 from absl import flags, logging
+
+from packed_bert_tf import command_line
 
 #: Where the project's own code lives: its log records always pass.
 _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,26 +59,8 @@ def quiet_unless_verbose() -> bool:
         if not any(isinstance(f, _OwnRecordsOnly) for f in handler.filters):
             handler.addFilter(_OwnRecordsOnly())
     warnings.filterwarnings("ignore", module=_OWN_MODULES)
-    _native_stderr_to_devnull()
+    command_line.discard_native_output()
     return True
-
-
-def _native_stderr_to_devnull() -> None:
-    """fd 2 -> /dev/null; ``sys.stderr`` -> a copy of the original fd 2."""
-    if getattr(sys.stderr, "_packed_bert_tf_original", False):
-        return  # already done
-    sys.stderr.flush()
-    try:
-        original = os.dup(2)
-    except OSError:  # no stderr at all: nothing to keep quiet
-        return
-    stream = os.fdopen(original, "w", buffering=1, encoding=sys.stderr.encoding,
-                       errors="backslashreplace")
-    stream._packed_bert_tf_original = True  # type: ignore[attr-defined]
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
-    sys.stderr = stream
 
 
 def one_line_on_interrupt(tool: str):

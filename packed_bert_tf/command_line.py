@@ -6,8 +6,17 @@ and a second line about ``--helpshort``; the project's tools end every error
 with one line ``PROGRAM: why`` instead (a user, or a script, reads the last
 line), so `parse_flags` is given to ``absl.app.run`` as ``flags_parser``.
 TensorFlow's C++ log lines (oneDNN, CUDA probing, CPU features, input
-pipeline notices) say nothing a user of these tools acts on: `quiet_native_logs`
-drops them unless the user asks for detail.
+pipeline notices) say nothing a user of these tools acts on. Two ways to keep
+them off stderr, unless the user asks for detail (`wants_detail`: an explicit
+``--verbosity``/``-v`` of 0 or more):
+
+- `quiet_native_logs` (the training front ends): every line written to file
+  descriptor 2 goes through a filter that drops native log lines only, so
+  anything else, a C++ crash message included, still comes out;
+- `discard_native_output` (the Beam data-prep tools): descriptor 2 goes to
+  ``/dev/null`` for good and Python's ``sys.stderr`` keeps the terminal, which
+  also silences Beam's worker processes (they inherit the descriptor, and
+  their log-level option does not reach FnApiRunner's workers).
 """
 
 from __future__ import annotations
@@ -44,12 +53,15 @@ for line in sys.stdin.buffer:
 
 
 def wants_detail(argv: list[str]) -> bool:
-    """Whether the command line asks for detail: ``-v``/``--verbosity`` >= 1."""
-    for arg in argv[1:]:
-        name, _, value = arg.partition("=")
+    """Whether the command line asks for detail: ``--verbosity``/``-v`` given, >= 0
+    (absl's levels: 0 info, 1 debug; -1 warnings only)."""
+    for index, arg in enumerate(argv[1:], start=1):
+        name, equals, value = arg.partition("=")
         if name in ("-v", "--v", "--verbosity"):
+            if not equals:  # "-v 1"
+                value = argv[index + 1] if index + 1 < len(argv) else ""
             try:
-                return int(value or 1) >= 1
+                return int(value) >= 0
             except ValueError:
                 return False
     return False
@@ -88,6 +100,28 @@ def quiet_native_logs(argv: list[str] | None = None) -> None:
             pass
 
     atexit.register(drain)
+
+
+def discard_native_output() -> None:
+    """File descriptor 2 -> ``/dev/null`` (native code, child processes);
+    ``sys.stderr`` -> a copy of the original descriptor (the tool's own lines).
+
+    Idempotent. See the module docstring for when to prefer `quiet_native_logs`.
+    """
+    if getattr(sys.stderr, "_packed_bert_tf_original", False):
+        return  # already done
+    sys.stderr.flush()
+    try:
+        original = os.dup(2)
+    except OSError:  # no stderr at all: nothing to keep quiet
+        return
+    stream = os.fdopen(original, "w", buffering=1, encoding=sys.stderr.encoding,
+                       errors="backslashreplace")
+    stream._packed_bert_tf_original = True  # type: ignore[attr-defined]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    sys.stderr = stream
 
 
 #: TensorFlow's C++ log threshold (0 all, 1 no INFO, 2 no WARNING, 3 no ERROR).

@@ -92,6 +92,7 @@ def tool_environment(tmp_path=None, **extra) -> dict:
     logging themselves), with this checkout first on the path and ``TMPDIR`` in
     ``tmp_path`` (Beam leaves beam-temp* folders there)."""
     environment = dict(os.environ, PYTHONPATH=str(REPOSITORY))
+    environment.pop("TF_CPP_MIN_LOG_LEVEL", None)
     if tmp_path is not None:
         environment["TMPDIR"] = str(tmp_path)
     environment.update({name: str(value) for name, value in extra.items()})

@@ -50,9 +50,9 @@ def test_native_log_lines_are_dropped_and_the_rest_kept_in_order(tmp_path):
         "a line of the tool", "tool: done, size 3"]
 
 
-@pytest.mark.parametrize("detail", ["--verbosity=1", "-v=2"])
+@pytest.mark.parametrize("detail", ["--verbosity=0", "-v=2", "-v 1"])
 def test_verbosity_brings_them_back(tmp_path, detail):
-    lines = _run(tmp_path, detail).stderr.splitlines()
+    lines = _run(tmp_path, *detail.split()).stderr.splitlines()
     assert len(lines) == 8 and lines[1].startswith("I0000 00:00:")
 
 
@@ -67,9 +67,10 @@ def test_a_bad_flag_is_one_line_and_exit_status_2(tmp_path, argument, message):
 
 
 @pytest.mark.parametrize("argv, detail", [
-    (["tool"], False), (["tool", "-v"], True), (["tool", "--verbosity=1"], True),
-    (["tool", "--verbosity=0"], False), (["tool", "--verbosity=-1"], False),
-    (["tool", "--v=3"], True), (["tool", "--verbose_name=1"], False)])
+    (["tool"], False), (["tool", "-v", "0"], True), (["tool", "--verbosity=1"], True),
+    (["tool", "--verbosity=0"], True), (["tool", "--verbosity=-1"], False),
+    (["tool", "--v=3"], True), (["tool", "--verbose_name=1"], False),
+    (["tool", "-v"], False)])
 def test_wants_detail(argv, detail):
     assert command_line.wants_detail(argv) is detail
 

@@ -126,7 +126,6 @@ def bad_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
     cases = _cases(root)
     environment = tool_environment(root)
-    del environment["TF_CPP_MIN_LOG_LEVEL"]  # as a user runs the tools
     return root, cases, _run_all(root, cases, environment)
 
 

@@ -38,13 +38,6 @@ def _pack_arguments(unpacked, output_dir, *extra):
             f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *extra]
 
 
-def readme_environment(tmp_path):
-    """A user's environment: TF_CPP_MIN_LOG_LEVEL unset."""
-    environment = tool_environment(tmp_path)
-    del environment["TF_CPP_MIN_LOG_LEVEL"]
-    return environment
-
-
 @pytest.fixture(scope="module")
 def packed_runs(tmp_path_factory, unpacked_files):
     """Two default (multi-process) runs at once: with default flags as a user
@@ -54,7 +47,7 @@ def packed_runs(tmp_path_factory, unpacked_files):
         tool_command("data_prep.pack_pretraining_data",
                      *_pack_arguments(unpacked_files, tmp_path / "out")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=readme_environment(tmp_path))
+        env=tool_environment(tmp_path))
     # -X importtime lists the launching process's imports (not the workers').
     verbose = run_tool("data_prep.pack_pretraining_data",
                        *_pack_arguments(unpacked_files, tmp_path / "verbose"),
@@ -341,7 +334,7 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing(unpacked_file
             tool_command("data_prep.pack_pretraining_data",
                          *_pack_arguments(unpacked_files, output_dir)),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=readme_environment(tmp_path))
+            env=tool_environment(tmp_path))
     for signal_number, (output_dir, process) in runs.items():
         assert process.stdout.readline().startswith("packing 3 files")  # Beam starts
     time.sleep(4)  # the workers are up and reading (a run takes 10 s or more)
