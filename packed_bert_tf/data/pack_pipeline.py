@@ -239,7 +239,7 @@ def plan_packs(job: PackingJob, lengths: np.ndarray, masked: np.ndarray):
     if replanned:
         # Re-planned packs were appended: mix them in again.
         order = np.random.default_rng(job.seed + 1).permutation(len(packs))
-        packs = _reorder(packs, order)
+        packs = packs.take(order)
     num_packs = len(packs)
     real_tokens = int(lengths.sum())
     summary = {
@@ -268,28 +268,18 @@ def plan_routing(job: PackingJob, group_lengths) -> Routing:
     lengths = np.concatenate([lengths for _, lengths, _ in group_lengths])
     masked = np.concatenate([m for _, _, m in group_lengths])
     packs, summary = plan_packs(job, lengths, masked)
-    depths = np.diff(packs.row_splits)
-    pack_index = np.repeat(np.arange(len(packs)), depths)
+    pack_index = packs.pack_of_entries
     slot_of = np.empty(lengths.size, dtype=np.int8)
     shard_of = np.empty(lengths.size, dtype=np.int32)
     pack_of = np.empty(lengths.size, dtype=np.int64)
     shard_of[packs.sequence_indices] = pack_index % job.num_output_shards
     pack_of[packs.sequence_indices] = pack_index // job.num_output_shards
-    slot_of[packs.sequence_indices] = (np.arange(packs.sequence_indices.size)
-                                       - np.repeat(packs.row_splits[:-1], depths))
+    slot_of[packs.sequence_indices] = packs.slot_of_entries
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     split = lambda values: {g: values[bounds[i]:bounds[i + 1]]  # noqa: E731
                             for i, g in enumerate(groups)}
     return Routing(shard=split(shard_of), pack=split(pack_of), slot=split(slot_of),
                    summary=summary)
-
-
-def _reorder(packs: PackAssignment, order: np.ndarray) -> PackAssignment:
-    depths = np.diff(packs.row_splits)[order]
-    splits = np.concatenate([[0], np.cumsum(depths)])
-    starts = packs.row_splits[:-1][order]
-    index = np.repeat(starts - splits[:-1], depths) + np.arange(splits[-1])
-    return PackAssignment(splits, packs.sequence_indices[index])
 
 
 def route_group(group: int, batch: SequenceBatch, routing: Routing):
@@ -317,8 +307,7 @@ def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> d
     if pack_ids.size and not np.array_equal(pack_ids, np.arange(pack_ids.size)):
         raise RuntimeError(f"shard {shard}: packs are missing sequences")
     path = job.shard_path(shard) + temporary_suffix
-    _write_packs(job, path, batch, PackAssignment(
-        np.concatenate([[0], np.cumsum(depths)]), order))
+    _write_packs(job, path, batch, PackAssignment.from_sequences_per_pack(depths, order))
     return {"shard": shard, "path": path, "records": int(pack_ids.size),
             "sequences": len(batch), "tokens": batch.num_tokens}
 
@@ -334,10 +323,9 @@ def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
         with tfrecords.RecordWriter(path) as writer:
             # A few thousand packs at a time: small temporaries, fast.
             for first in range(0, len(packs), WRITE_CHUNK_PACKS):
-                chunk = packs.row_splits[first:first + WRITE_CHUNK_PACKS + 1]
-                writer.write_arrays(pack_sequences(batch, PackAssignment(
-                    chunk - chunk[0], packs.sequence_indices[chunk[0]:chunk[-1]]),
-                    job.packed_format))
+                chunk = packs.take(np.arange(first, min(first + WRITE_CHUNK_PACKS,
+                                                        len(packs))))
+                writer.write_arrays(pack_sequences(batch, chunk, job.packed_format))
     except tf.errors.OpError as error:  # a full disk, a folder gone, ...
         # TensorFlow's message names the file it wrote: "PATH.tmp-X; No space ..."
         reason = tfrecords.first_line(error.message)
@@ -356,15 +344,13 @@ def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
     batch = read_group(job, files, lengths_only=False)
     packs, summary = plan_packs(job, batch.lengths, batch.masked_counts)
     owned = list(range(group, job.num_output_shards, num_groups))
-    depths = np.diff(packs.row_splits)
     results = []
     for turn, shard in enumerate(owned):
-        chosen = np.arange(turn, len(packs), len(owned))
-        shard_packs = _reorder(packs, chosen)
+        shard_packs = packs.take(np.arange(turn, len(packs), len(owned)))
         path = job.shard_path(shard) + temporary_suffix
         _write_packs(job, path, batch, shard_packs)
-        results.append({"shard": shard, "path": path, "records": int(chosen.size),
-                        "sequences": int(depths[chosen].sum())})
+        results.append({"shard": shard, "path": path, "records": len(shard_packs),
+                        "sequences": shard_packs.sequence_indices.size})
     return {"shards": results, "summary": summary}
 
 
