@@ -270,7 +270,7 @@ def write_records(folder, counts, max_len, max_predictions):
     D = FLAGS.max_sequences_per_pack
     packs = assign_sequences(sequences.lengths, pack_lengths(sequences.lengths, max_len, D),
                              seed=FLAGS.seed)
-    packed_format = RecordFormat.packed_format(
+    packed_format = RecordFormat.packed(
         max_len, default_max_masked_tokens(max_predictions, D), D)
     packed = os.path.join(folder, "packed.tfrecord")
     tfrecords.write_arrays(packed, pack_sequences(sequences, packs, packed_format))

@@ -91,7 +91,7 @@ def generate_speed_data(folder):
     batch = SequenceBatch.from_unpacked_arrays(arrays)
     plan = pack_lengths(batch.lengths, S, D)
     packs = assign_sequences(batch.lengths, plan, seed=0)
-    packed = pack_sequences(batch, packs, RecordFormat.packed_format(S, P + D - 1, D))
+    packed = pack_sequences(batch, packs, RecordFormat.packed(S, P + D - 1, D))
     for shard, rows in enumerate(np.array_split(np.arange(len(packs)), num_shards)):
         tfrecords.write_arrays(os.path.join(folder, "packed", f"part-{shard}.tfrecord"),
                                {name: value[rows] for name, value in packed.items()})
@@ -201,7 +201,7 @@ def convergence_part():
              "--dupe_factor=4", "--random_seed=12345"], f"{data}/create.log")
         run([sys.executable, "-m", "data_prep.pack_pretraining_data",
              f"--input_file={data}/unpacked/train.tfrecord", f"--output_dir={data}/packed",
-             f"--max_sequence_length={S}", f"--max_predictions_per_sequence={P}",
+             f"--max_seq_length={S}", f"--max_predictions_per_seq={P}",
              "--num_output_shards=2"], f"{data}/pack.log")
     config = os.path.join(REPOSITORY, "configs", "demo_bert_config.json")
     common = [f"--bert_config_file={config}",

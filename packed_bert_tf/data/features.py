@@ -52,7 +52,7 @@ PACKING_STATS_FILE = "packing_stats.json"
 FLOAT_FEATURE_NAMES = frozenset({"masked_lm_weights"})
 
 
-def default_max_masked_tokens(max_predictions_per_sequence: int,
+def default_max_masked_tokens(max_predictions_per_seq: int,
                               max_sequences_per_pack: int) -> int:
     """M = P + D - 1: enough when each sequence masks at most round(0.15 x length).
 
@@ -60,49 +60,52 @@ def default_max_masked_tokens(max_predictions_per_sequence: int,
     rounding, so D sequences of S tokens in all hold at most 0.15 S + D / 2
     masked tokens; with P = round(0.15 S) that is below P + D - 1 for D >= 1.
     """
-    return max_predictions_per_sequence + max_sequences_per_pack - 1
+    return max_predictions_per_seq + max_sequences_per_pack - 1
 
 
 @dataclasses.dataclass(frozen=True)
 class RecordFormat:
     """The shape of every feature of one record format (all fixed length)."""
 
-    packed: bool
-    max_sequence_length: int
+    is_packed: bool
+    max_seq_length: int  # S
     max_masked_tokens: int  # P unpacked, M packed
     max_sequences_per_pack: int = 1  # D; 1 for the unpacked format
 
     def __post_init__(self):
-        for name in ("max_sequence_length", "max_masked_tokens",
+        for name in ("max_seq_length", "max_masked_tokens",
                      "max_sequences_per_pack"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not self.packed and self.max_sequences_per_pack != 1:
+        if not self.is_packed and self.max_sequences_per_pack != 1:
             raise ValueError("the unpacked format has one sequence per record")
 
     @classmethod
-    def unpacked(cls, max_seq_length: int, max_predictions_per_seq: int):
+    def unpacked(cls, max_seq_length: int, max_predictions_per_seq: int) -> "RecordFormat":
+        """The MLPerf / google-research BERT format: S tokens, P masked-LM slots."""
         return cls(False, max_seq_length, max_predictions_per_seq, 1)
 
     @classmethod
-    def packed_format(cls, max_sequence_length: int, max_masked_tokens: int,
-                      max_sequences_per_pack: int):
-        return cls(True, max_sequence_length, max_masked_tokens, max_sequences_per_pack)
+    def packed(cls, max_seq_length: int, max_masked_tokens: int,
+               max_sequences_per_pack: int) -> "RecordFormat":
+        """The packed format: S tokens, M masked-LM slots (see
+        `default_max_masked_tokens`), up to D sequences per record."""
+        return cls(True, max_seq_length, max_masked_tokens, max_sequences_per_pack)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
-        return PACKED_FEATURE_NAMES if self.packed else UNPACKED_FEATURE_NAMES
+        return PACKED_FEATURE_NAMES if self.is_packed else UNPACKED_FEATURE_NAMES
 
     def feature_lengths(self) -> dict[str, int]:
         """Feature name -> number of values per record."""
-        lengths = {"input_ids": self.max_sequence_length,
-                   "input_mask": self.max_sequence_length,
-                   "segment_ids": self.max_sequence_length,
+        lengths = {"input_ids": self.max_seq_length,
+                   "input_mask": self.max_seq_length,
+                   "segment_ids": self.max_seq_length,
                    "masked_lm_positions": self.max_masked_tokens,
                    "masked_lm_ids": self.max_masked_tokens,
                    "masked_lm_weights": self.max_masked_tokens}
-        if self.packed:
-            lengths["positions"] = self.max_sequence_length
+        if self.is_packed:
+            lengths["positions"] = self.max_seq_length
             for name in ("next_sentence_positions", "next_sentence_labels",
                          "next_sentence_weights"):
                 lengths[name] = self.max_sequences_per_pack

@@ -137,7 +137,7 @@ class PackingJob:
     def packed_format(self) -> RecordFormat:
         masked = self.max_masked_tokens or default_max_masked_tokens(
             self.max_predictions_per_seq, self.max_sequences_per_pack)
-        return RecordFormat.packed_format(self.max_seq_length, masked,
+        return RecordFormat.packed(self.max_seq_length, masked,
                                           self.max_sequences_per_pack)
 
     def groups(self) -> list[tuple[int, tuple[str, ...]]]:
@@ -412,8 +412,8 @@ def finalize(job: PackingJob, shard_results, summary: dict,
         **summary,
         "num_output_shards": job.num_output_shards,
         "records_per_shard": [r["records"] for r in shard_results],
-        "max_sequence_length": job.max_seq_length,
-        "max_predictions_per_sequence": job.max_predictions_per_seq,
+        "max_seq_length": job.max_seq_length,
+        "max_predictions_per_seq": job.max_predictions_per_seq,
         "max_masked_tokens": packed_format.max_masked_tokens,
         "max_sequences_per_pack": job.max_sequences_per_pack,
         "algorithm": job.algorithm,

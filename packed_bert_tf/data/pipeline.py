@@ -185,7 +185,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
 
     def parse(serialized):
         features = parse_records(serialized, record_format, vocab_size=vocab_size)
-        return features if record_format.packed else to_packed_layout(features)
+        return features if record_format.is_packed else to_packed_layout(features)
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)

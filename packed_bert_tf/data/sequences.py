@@ -215,7 +215,7 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
     cells left of each pack's token count (one boolean-mask assignment);
     input_mask and positions follow from each pack's sequence offsets.
     """
-    max_len = record_format.max_sequence_length
+    max_len = record_format.max_seq_length
     max_depth = record_format.max_sequences_per_pack
     max_masked = record_format.max_masked_tokens
     num_packs = len(packs)

@@ -51,7 +51,7 @@ def infer_record_format(path: str) -> RecordFormat:
         missing = [n for n in PACKED_FEATURE_NAMES if n not in features]
         if missing:
             raise tfrecords.RecordError(f"{path}: record 0 has no feature {missing[0]!r}")
-        return RecordFormat.packed_format(length("input_ids"), length("masked_lm_ids"),
+        return RecordFormat.packed(length("input_ids"), length("masked_lm_ids"),
                                           length("next_sentence_positions"))
     return RecordFormat.unpacked(length("input_ids"), length("masked_lm_ids"))
 
@@ -78,7 +78,7 @@ def _fingerprints(files, packed: bool):
     records = tokens = padding = 0
     for number, path in enumerate(files):
         record_format = infer_record_format(path)
-        if record_format.packed != packed:
+        if record_format.is_packed != packed:
             kind = "packed" if packed else "unpacked"
             raise tfrecords.RecordError(f"{path}: not in the {kind} format")
         arrays = tfrecords.read_arrays(path, record_format)

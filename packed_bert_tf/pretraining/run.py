@@ -178,14 +178,14 @@ def _check_batching(options, files, record_format) -> None:
     """``--batching``: packed needs packed records (one pack per row); padded and
     bucketed need unpacked records (one sequence per row)."""
     if options.batching == "packed":
-        if not record_format.packed:
+        if not record_format.is_packed:
             raise ValueError(
                 f"--batching=packed needs packed records, but {files[0]} is unpacked: "
                 f"pack them first (python -m data_prep.pack_pretraining_data "
                 f"--input_file=... --output_dir=...) or train on them padded "
                 f"(--batching=padded)")
         return
-    if record_format.packed:
+    if record_format.is_packed:
         raise ValueError(f"--batching={options.batching} needs unpacked records, but "
                          f"{files[0]} is packed")
     if options.batching == "bucketed":
@@ -199,7 +199,7 @@ def _check_batching(options, files, record_format) -> None:
 
 def _packing_factor(options, files, record_format) -> float | None:
     """The packing factor: the option, else the dataset's packing_stats.json."""
-    if not record_format.packed:
+    if not record_format.is_packed:
         return 1.0
     if options.packing_factor is not None:
         return options.packing_factor
@@ -250,7 +250,7 @@ def _run_in(output_dir: str, options: PretrainingOptions, config,
     with mixed_precision_policy(options.mixed_precision):
         if options.seed is not None:
             tf.keras.utils.set_random_seed(options.seed)
-        packed_model = any(f is not None and f.packed
+        packed_model = any(f is not None and f.is_packed
                            for f in (inputs.train_format, inputs.eval_format))
         schedule = PolynomialDecayWithWarmup(
             options.learning_rate, options.num_train_steps, options.num_warmup_steps,

@@ -86,28 +86,28 @@ def expected_record_format(files: Sequence[str], *, max_seq_length: int,
     from packed_bert_tf.data.verify import infer_record_format
 
     found = infer_record_format(files[0])
-    if packed_input is not None and found.packed != packed_input:
-        raise ValueError(f"{files[0]} holds {'packed' if found.packed else 'unpacked'} "
+    if packed_input is not None and found.is_packed != packed_input:
+        raise ValueError(f"{files[0]} holds {'packed' if found.is_packed else 'unpacked'} "
                          f"records but --packed_input={packed_input}")
-    if found.packed:
-        expected = RecordFormat.packed_format(
+    if found.is_packed:
+        expected = RecordFormat.packed(
             max_seq_length, default_max_masked_tokens(max_predictions_per_seq,
                                                       max_sequences_per_pack),
             max_sequences_per_pack)
-        sizes = ("max_sequence_length", "max_sequences_per_pack", "max_masked_tokens")
-        flags_of = {"max_sequence_length": "--max_seq_length",
+        sizes = ("max_seq_length", "max_sequences_per_pack", "max_masked_tokens")
+        flags_of = {"max_seq_length": "--max_seq_length",
                     "max_masked_tokens": "--max_predictions_per_seq + "
                                          "--max_sequences_per_pack - 1",
                     "max_sequences_per_pack": "--max_sequences_per_pack"}
     else:
         expected = RecordFormat.unpacked(max_seq_length, max_predictions_per_seq)
-        sizes = ("max_sequence_length", "max_masked_tokens")
-        flags_of = {"max_sequence_length": "--max_seq_length",
+        sizes = ("max_seq_length", "max_masked_tokens")
+        flags_of = {"max_seq_length": "--max_seq_length",
                     "max_masked_tokens": "--max_predictions_per_seq"}
     for size in sizes:
         if getattr(found, size) != getattr(expected, size):
             raise ValueError(
-                f"{files[0]}: {'packed' if found.packed else 'unpacked'} records have "
+                f"{files[0]}: {'packed' if found.is_packed else 'unpacked'} records have "
                 f"{size} {getattr(found, size)} but the flags give "
                 f"{getattr(expected, size)} ({flags_of[size]})")
     return found

@@ -101,7 +101,7 @@ def test_packed_records_equal_the_protobuf_library():
                                        max_predictions_per_seq=20, seed=0)
     batch = SequenceBatch.from_unpacked_arrays(arrays)
     packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, 128, 3), seed=0)
-    features = pack_sequences(batch, packs, RecordFormat.packed_format(128, 22, 3))
+    features = pack_sequences(batch, packs, RecordFormat.packed(128, 22, 3))
     buffer, offsets = encode_examples(features, float_features=FLOAT_FEATURE_NAMES)
     assert offsets.size == len(packs) + 1 and offsets[-1] == buffer.size
     for row in range(0, len(packs), 7):

@@ -38,7 +38,7 @@ def test_unpacked_records_come_out_in_the_packed_layout(unpacked_files):
 def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files):
     raw = tfrecords.read_arrays(unpacked_files[1], RecordFormat.unpacked(S, P))
     batch = SequenceBatch.from_unpacked_arrays(raw)
-    packed_format = RecordFormat.packed_format(S, P + 2, 3)
+    packed_format = RecordFormat.packed(S, P + 2, 3)
     packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, 3), seed=0)
     written = pack_sequences(batch, packs, packed_format)
     path = str(tmp_path / "packed.tfrecord")

@@ -10,7 +10,7 @@ from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
 
 S, P, D = 32, 6, 3
-PACKED = RecordFormat.packed_format(S, P + D - 1, D)
+PACKED = RecordFormat.packed(S, P + D - 1, D)
 
 
 def _batch(lengths, seed=0):
@@ -94,7 +94,7 @@ def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
     _, batch = _batch(lengths, seed=2)
     packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, max_depth),
                              seed=4)
-    record_format = RecordFormat.packed_format(S, P + max_depth - 1, max_depth)
+    record_format = RecordFormat.packed(S, P + max_depth - 1, max_depth)
     packs, _ = masked_overflow_fix(batch.lengths, batch.masked_counts, packs,
                                    max_masked_tokens=record_format.max_masked_tokens,
                                    max_sequence_length=S, max_sequences_per_pack=max_depth)

@@ -65,7 +65,7 @@ def runs(tmp_path_factory):
     (first, second), vocab = _write_corpus(root)
     no_specials = root / "no_specials.txt"
     no_specials.write_text("[PAD]\n[UNK]\n[SEP]\nthe\n", encoding="utf-8")
-    common = [f"--max_seq_length={FORMAT.max_sequence_length}",
+    common = [f"--max_seq_length={FORMAT.max_seq_length}",
               f"--max_predictions_per_seq={FORMAT.max_masked_tokens}", "--dupe_factor=3"]
     inputs = f"--input_file={root / 'part-0*.txt'},{root / 'part-1.t?t'}"
 

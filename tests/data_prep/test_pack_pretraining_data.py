@@ -108,7 +108,7 @@ def test_pack_writes_shards_and_stats(packed_dir, unpacked_files):
     assert stats["efficiency"] > 0.98
     assert f"packed 900 sequences into {stats['packs']:,} packs" in stdout
     record_format = infer_record_format(str(output_dir / "part-00000-of-00002.tfrecord"))
-    assert record_format.packed and record_format.max_masked_tokens == 12
+    assert record_format.is_packed and record_format.max_masked_tokens == 12
     assert record_format.max_sequences_per_pack == 3
 
 

@@ -127,7 +127,7 @@ def test_a_nan_loss_stops_the_run_keeping_the_last_good_checkpoint(
     (dict(input_file="/nonexistent/*.tfrecord"), "--input_file: '/nonexistent/"),
     (dict(max_sequences_per_pack=2), "max_sequences_per_pack 3 but the flags give 2"),
     (dict(max_predictions_per_seq=20), "max_masked_tokens 12 but the flags give 22"),
-    (dict(max_seq_length=32), "max_sequence_length 64 but the flags give 32"),
+    (dict(max_seq_length=32), "max_seq_length 64 but the flags give 32"),
     (dict(packed_input=False), "holds packed records but --packed_input=False"),
     (dict(do_train=False), "nothing to do"),
     (dict(train_batch_size=3), "--train_batch_size=3 is not a positive multiple of the "

@@ -21,7 +21,7 @@ CONFIG = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=2,
 def pack_files(unpacked_files, folder: pathlib.Path) -> list:
     """Packs each unpacked file into one packed file, with packing_stats.json."""
     folder.mkdir(parents=True, exist_ok=True)
-    packed_format = RecordFormat.packed_format(S, P + D - 1, D)
+    packed_format = RecordFormat.packed(S, P + D - 1, D)
     paths, sequences, packs = [], 0, 0
     for index, path in enumerate(unpacked_files):
         batch = SequenceBatch.from_unpacked_arrays(
