@@ -180,6 +180,17 @@ def test_every_token_id_is_checked_against_the_vocabulary(unpacked_files, raw):
                       vocab_size=largest).as_numpy_iterator())
 
 
+def test_negative_token_ids_fail_the_batch_too(unpacked_files, tmp_path):
+    arrays = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
+    arrays = {name: value[:20].copy() for name, value in arrays.items()}
+    arrays["masked_lm_ids"][7, 0] = -3
+    path = str(tmp_path / "negative.tfrecord")
+    tfrecords.write_arrays(path, arrays)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="token id out of range"):
+        list(_dataset(path, batch_size=16, is_training=False,
+                      vocab_size=5000).as_numpy_iterator())
+
+
 def test_empty_rows_leave_the_model_losses_unchanged(unpacked_files):
     from packed_bert_tf.layers import pretraining_losses
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
