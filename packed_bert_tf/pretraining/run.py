@@ -343,7 +343,11 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
             shuffle_buffer_size=options.shuffle_buffer_size, vocab_size=vocab_size)
     return train_and_export(trainer, dataset_fn, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=schedule,
-                            checkpoints=checkpoints, options=options)
+                            checkpoints=checkpoints,
+                            iterations_per_loop=options.iterations_per_loop,
+                            log_every_n_steps=options.log_every_n_steps,
+                            save_checkpoints_steps=options.save_checkpoints_steps,
+                            progress_bar=options.progress_bar)
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,

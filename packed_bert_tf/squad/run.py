@@ -239,7 +239,11 @@ def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_st
         bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
     train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
                              num_train_steps=total_steps, schedule=schedule,
-                             checkpoints=checkpoints, options=options)
+                             checkpoints=checkpoints,
+                             iterations_per_loop=options.iterations_per_loop,
+                             log_every_n_steps=options.log_every_n_steps,
+                             save_checkpoints_steps=options.save_checkpoints_steps,
+                             progress_bar=options.progress_bar)
     train.update(num_train_steps=total_steps, epochs=options.num_train_epochs)
     return train
 

@@ -8,20 +8,7 @@ import sys
 from absl import flags
 
 
-# The shared flags' defaults for a front end that passes no options class
-# (``defaults``); a front end that passes its own takes them from its fields.
-_SHARED_DEFAULTS = dict(distribution_strategy="default", tpu=None, jit_compile=True,
-                        mixed_precision="none", save_checkpoints_steps=1000,
-                        keep_checkpoint_max=3, iterations_per_loop=100,
-                        log_every_n_steps=100, pool_size=8192)
-
-
-def _default(defaults, name: str):
-    """The default of flag `name`: the field of the options class `defaults`."""
-    return _SHARED_DEFAULTS[name] if defaults is None else getattr(defaults, name)
-
-
-def define_hardware_flags(defaults=None) -> None:
+def define_hardware_flags(defaults) -> None:
     """--distribution_strategy, --tpu, --jit_compile, --mixed_precision.
 
     ``defaults``: the front end's options dataclass, whose field defaults are
@@ -29,38 +16,38 @@ def define_hardware_flags(defaults=None) -> None:
     """
     from packed_bert_tf.training.distribution import MIXED_PRECISION, STRATEGIES
 
-    flags.DEFINE_enum("distribution_strategy", _default(defaults, "distribution_strategy"),
+    flags.DEFINE_enum("distribution_strategy", defaults.distribution_strategy,
                       list(STRATEGIES), "tf.distribute strategy.")
-    flags.DEFINE_string("tpu", _default(defaults, "tpu"),
+    flags.DEFINE_string("tpu", defaults.tpu,
                         "TPU name or address (--distribution_strategy=tpu).")
-    flags.DEFINE_bool("jit_compile", _default(defaults, "jit_compile"),
+    flags.DEFINE_bool("jit_compile", defaults.jit_compile,
                       "XLA-compile the per-replica step.")
-    flags.DEFINE_enum("mixed_precision", _default(defaults, "mixed_precision"),
+    flags.DEFINE_enum("mixed_precision", defaults.mixed_precision,
                       list(MIXED_PRECISION), "bf16 or fp16 compute with float32 variables.")
 
 
-def define_loop_flags(defaults=None) -> None:
+def define_loop_flags(defaults) -> None:
     """--save_checkpoints_steps, --keep_checkpoint_max, --iterations_per_loop,
     --log_every_n_steps (the shared training loop's); ``defaults`` as for
     `define_hardware_flags`."""
-    flags.DEFINE_integer("save_checkpoints_steps", _default(defaults, "save_checkpoints_steps"),
+    flags.DEFINE_integer("save_checkpoints_steps", defaults.save_checkpoints_steps,
                          "Checkpoint every this many updates (and at the end).")
-    flags.DEFINE_integer("keep_checkpoint_max", _default(defaults, "keep_checkpoint_max"),
+    flags.DEFINE_integer("keep_checkpoint_max", defaults.keep_checkpoint_max,
                          "Checkpoints kept.")
-    flags.DEFINE_integer("iterations_per_loop", _default(defaults, "iterations_per_loop"),
+    flags.DEFINE_integer("iterations_per_loop", defaults.iterations_per_loop,
                          "Updates per call of the compiled training loop.")
-    flags.DEFINE_integer("log_every_n_steps", _default(defaults, "log_every_n_steps"),
+    flags.DEFINE_integer("log_every_n_steps", defaults.log_every_n_steps,
                          "Updates between log lines.")
 
 
-def define_bucketing_flags(examples: str, defaults=None) -> None:
+def define_bucketing_flags(examples: str, defaults) -> None:
     """--bucket_boundaries and --pool_size of --batching=bucketed; ``defaults`` as
     for `define_hardware_flags` (the boundaries' default is always None: four
     equal buckets)."""
     flags.DEFINE_list("bucket_boundaries", None,
                       "--batching=bucketed: bucket upper edges, e.g. 128,256,384,512 "
                       "(default: four equal buckets).")
-    flags.DEFINE_integer("pool_size", _default(defaults, "pool_size"),
+    flags.DEFINE_integer("pool_size", defaults.pool_size,
                          f"--batching=bucketed: {examples} sorted into buckets together.")
 
 

@@ -170,25 +170,25 @@ def google_checkpoint_path(output_dir: str, step: int) -> str:
 
 
 def train_and_export(trainer, dataset_fn, *, output_dir: str, num_train_steps: int,
-                     schedule, checkpoints: TrainingCheckpoints, options) -> dict:
+                     schedule, checkpoints: TrainingCheckpoints, iterations_per_loop: int,
+                     log_every_n_steps: int, save_checkpoints_steps: int,
+                     progress_bar: bool | None = None) -> dict:
     """Trains to ``num_train_steps`` and writes the final weights in the BERT format.
 
     ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
-    ``options`` supplies ``iterations_per_loop``, ``log_every_n_steps``,
-    ``save_checkpoints_steps`` and ``progress_bar`` (both scripts' options).
+    the loop's arguments are `run_training`'s, ``progress_bar`` the logger's.
 
     Returns:
       The `TrainingSummary` as a dict, plus ``google_checkpoint`` (the path
       written) and ``train_steps_function_traces`` (1 when no step retraced).
     """
     iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
-    logger = TrainingLogger(output_dir, num_train_steps, progress_bar=options.progress_bar)
+    logger = TrainingLogger(output_dir, num_train_steps, progress_bar=progress_bar)
     try:
         result = run_training(
             trainer, iterator, num_train_steps=num_train_steps,
-            iterations_per_loop=options.iterations_per_loop,
-            log_every_n_steps=options.log_every_n_steps,
-            save_checkpoints_steps=options.save_checkpoints_steps,
+            iterations_per_loop=iterations_per_loop, log_every_n_steps=log_every_n_steps,
+            save_checkpoints_steps=save_checkpoints_steps,
             checkpoints=checkpoints, logger=logger,
             learning_rate_at=lambda step: float(schedule(step)))
     finally:
