@@ -29,13 +29,18 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     import os
 
-    from packed_bert_tf.plots import plot_loss_curves
-    from packed_bert_tf.training.comparison import comparison_table, load_summary
+    from packed_bert_tf.plots import check_figure_path, plot_loss_curves
+    from packed_bert_tf.pretraining.comparison import comparison_table, load_summary
 
     labels = FLAGS.labels or [os.path.basename(os.path.normpath(r)) for r in FLAGS.runs]
-    if len(labels) != len(FLAGS.runs):
-        sys.exit(f"compare_runs: {len(labels)} --labels for {len(FLAGS.runs)} --runs")
     try:
+        if len(labels) != len(FLAGS.runs):
+            raise ValueError(f"{len(labels)} --labels for {len(FLAGS.runs)} --runs")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"--labels (or the run folders' names) repeat: "
+                             f"{','.join(labels)}; give --labels")
+        if FLAGS.plot:
+            check_figure_path(FLAGS.plot)
         summaries = {label: load_summary(run) for label, run in zip(labels, FLAGS.runs)}
     except ValueError as error:
         sys.exit(f"compare_runs: {error}")

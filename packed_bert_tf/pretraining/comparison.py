@@ -10,15 +10,34 @@ import tensorflow as tf
 from packed_bert_tf.pretraining.run import TRAIN_SUMMARY_FILE
 
 
+#: What `comparison_table` reads of each run's ``train`` section.
+TRAIN_FIELDS = ("final_step", "sequences", "sequences_per_second", "tokens_per_second",
+                "occupancy", "final_metrics", "history")
+
+
 def load_summary(output_dir: str) -> dict:
-    """A run's ``train_summary.json``; a clear error when the run did not finish."""
+    """A run's ``train_summary.json``.
+
+    Raises:
+      ValueError: naming the folder or file, when the run did not finish, did
+        not train, or its summary is not one run_pretraining.py writes.
+    """
+    if not tf.io.gfile.isdir(output_dir):
+        raise ValueError(f"{output_dir}: no such run folder")
     path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
     if not tf.io.gfile.exists(path):
         raise ValueError(f"{output_dir}: no {TRAIN_SUMMARY_FILE} (did the run finish?)")
-    with tf.io.gfile.GFile(path) as handle:
-        summary = json.load(handle)
-    if "train" not in summary:
+    try:
+        with tf.io.gfile.GFile(path) as handle:
+            summary = json.load(handle)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not a JSON summary ({error})") from None
+    if not isinstance(summary, dict) or "train" not in summary:
         raise ValueError(f"{path}: the run did not train (no 'train' section)")
+    missing = [name for name in TRAIN_FIELDS if name not in summary["train"]]
+    if missing:
+        raise ValueError(f"{path}: the 'train' section lacks {', '.join(missing)} (not a "
+                         f"summary of run_pretraining.py)")
     return summary
 
 
