@@ -33,9 +33,10 @@ def define_flags():
 
     # Other.
     flags.DEFINE_integer(
-        "max_sequence_length", None,
+        "max_seq_length", None,
         "Tokens per pack. Default: the histogram file's max_sequence_length (or its "
         "number of bins).")
+    flags.DEFINE_alias("max_sequence_length", "max_seq_length")  # the earlier name
     flags.DEFINE_integer("max_sequences_per_pack", 3,
                          "Cap on sequences per pack (the paper's packing depth).")
     flags.DEFINE_list(
@@ -94,7 +95,7 @@ def main(argv):
             from packed_bert_tf.plots import check_figure_path
             check_figure_path(FLAGS.plot, flag="plot")
         histogram, plans, lp_bound = run_report(
-            FLAGS.histogram, FLAGS.max_sequence_length, FLAGS.max_sequences_per_pack,
+            FLAGS.histogram, FLAGS.max_seq_length, FLAGS.max_sequences_per_pack,
             FLAGS.algorithms, seed=FLAGS.seed)
     except FileNotFoundError as error:
         sys.exit(f"packing_report: --histogram: {error}")

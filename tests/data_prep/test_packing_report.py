@@ -59,6 +59,7 @@ def test_a_subset_of_algorithms_still_reports_the_lp_gap(tmp_path, histogram_fil
     (["--histogram=/nonexistent/h.json"], "--histogram: histogram '/nonexistent/h.json'"),
     (["--algorithms=spfhp,magic"], "--algorithms: unknown magic"),
     (["--max_sequences_per_pack=0"], "max_sequences_per_pack must be an integer >= 1"),
+    (["--max_seq_length=10"], "sequences longer than max_sequence_length=10"),
     (["--max_sequence_length=10"], "sequences longer than max_sequence_length=10"),
 ])
 def test_bad_flags_fail_cleanly_without_output(tmp_path, histogram_file, flags, message):
