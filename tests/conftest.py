@@ -99,6 +99,27 @@ def tool_environment(tmp_path=None, **extra) -> dict:
     return environment
 
 
+def start_tool(tool: str, *args, cwd=None, tmp_path=None, python_options=(),
+               env=None) -> subprocess.Popen:
+    """Starts a command-line tool as a user would, in a subprocess (see `run_tool`;
+    `finish_tool` collects it). Tests start several at once: each imports
+    TensorFlow, seconds of CPU."""
+    return subprocess.Popen(tool_command(tool, *args, python_options=python_options),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=str(cwd or REPOSITORY),
+                            env=tool_environment(tmp_path, **(env or {})))
+
+
+def finish_tool(process: subprocess.Popen, timeout: float = 300) -> ToolResult:
+    """Waits for a tool `start_tool` started; what it did."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return ToolResult(process.returncode, stdout, stderr)
+
+
 def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
              python_options=(), env=None) -> ToolResult:
     """Runs a command-line tool as a user would, in a subprocess.
@@ -110,11 +131,23 @@ def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
       tmp_path: ``TMPDIR`` of the run.
       env: more environment variables.
     """
-    result = subprocess.run(tool_command(tool, *args, python_options=python_options),
-                            capture_output=True, text=True, timeout=timeout,
-                            cwd=str(cwd or REPOSITORY),
-                            env=tool_environment(tmp_path, **(env or {})))
-    return ToolResult(result.returncode, result.stdout, result.stderr)
+    return finish_tool(start_tool(tool, *args, cwd=cwd, tmp_path=tmp_path,
+                                  python_options=python_options, env=env), timeout)
+
+
+def one_line_error_problems(result: ToolResult, program: str, expected: str, *,
+                            max_lines: int = 10) -> list:
+    """What is wrong with a tool's run on bad input (empty: nothing): it must exit
+    non-zero with no traceback, print at most ``max_lines`` lines in all, and end
+    with one line ``PROGRAM: ...`` that contains ``expected``."""
+    output = result.stdout + result.stderr
+    lines = output.strip().splitlines()
+    problems = [result.returncode == 0 and "exit code 0",
+                "Traceback" in output and "a traceback",
+                len(lines) > max_lines and f"{len(lines)} lines",
+                not result.last_line.startswith(f"{program}: ") and "no error line",
+                expected not in result.last_line and f"not {expected!r}"]
+    return [problem for problem in problems if problem]
 
 
 def run_json_check(*python_args, timeout: float = 300) -> dict:

@@ -16,6 +16,8 @@ def _tracked_text_files():
     names = subprocess.run(["git", "ls-files"], cwd=REPOSITORY, capture_output=True,
                            text=True, check=True).stdout.split()
     for name in names:
+        if name == "tests/test_repository.py":  # its pattern names what it looks for
+            continue
         path = REPOSITORY / name
         if path.suffix in {".py", ".md", ".json", ".toml", ".ini", ".cfg", ".txt"} \
                 or path.name in {"Makefile", "run"}:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import time
@@ -32,9 +31,7 @@ from absl import logging
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
-from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
 from packed_bert_tf.pretraining import task
-from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
@@ -42,7 +39,7 @@ from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.progress import format_values
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
                                           output_dir_lock, read_bert_config,
-                                          restore_or_initialize, train_and_export)
+                                          start_training, train_and_export)
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 from packed_bert_tf.training.trainer import Trainer
 
@@ -263,15 +260,12 @@ def _run_in(output_dir: str, options: PretrainingOptions, config,
                 beta_2=adjustment.beta_2, epsilon=options.lamb_epsilon,
                 weight_decay_rate=options.lamb_weight_decay_rate,
                 loss_scaling=options.mixed_precision == "fp16")
-        trainer = Trainer(model, optimizer, task=task.PRETRAINING_TASK, strategy=strategy,
-                          steps_per_update=adjustment.steps_per_update,
-                          jit_compile=options.jit_compile)
-        checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
-                                          step=trainer.step,
-                                          max_to_keep=options.keep_checkpoint_max)
-        start_step = restore_or_initialize(
-            checkpoints, functools.partial(load_google_checkpoint, model),
-            options.init_checkpoint)
+        trainer, checkpoints, start_step = start_training(
+            model, optimizer, task.PRETRAINING_TASK, strategy=strategy,
+            output_dir=output_dir, steps_per_update=adjustment.steps_per_update,
+            jit_compile=options.jit_compile,
+            keep_checkpoint_max=options.keep_checkpoint_max,
+            init_checkpoint=options.init_checkpoint)
 
         if options.do_train:
             with _naming_the_bad_record(inputs.train_files, inputs.train_format,

@@ -13,7 +13,6 @@ official SQuAD 1.1 rules into ``eval_results.json``.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 
 import tensorflow as tf
@@ -22,7 +21,6 @@ from absl import logging
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_squad import BertSquadModel
-from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.squad import task
 from packed_bert_tf.squad.dataset import predict_logits
@@ -34,9 +32,8 @@ from packed_bert_tf.training.distribution import check_global_batch_size, create
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
                                           output_dir_lock, read_bert_config,
-                                          restore_or_initialize, train_and_export)
+                                          start_training, train_and_export)
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
-from packed_bert_tf.training.trainer import Trainer
 
 SUMMARY_FILE = "squad_summary.json"
 
@@ -203,15 +200,11 @@ def _run_squad_in(output_dir, options, config, strategy) -> dict:
             model.build()
             optimizer = create_optimizer(options.optimizer, schedule,
                                          loss_scaling=options.mixed_precision == "fp16")
-        trainer = Trainer(model, optimizer, task=task.SQUAD_TASK, strategy=strategy,
-                          steps_per_update=options.steps_per_update,
-                          jit_compile=options.jit_compile)
-        checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
-                                          step=trainer.step,
-                                          max_to_keep=options.keep_checkpoint_max)
-        start_step = restore_or_initialize(
-            checkpoints, functools.partial(load_google_checkpoint, model),
-            options.init_checkpoint)
+        trainer, checkpoints, start_step = start_training(
+            model, optimizer, task.SQUAD_TASK, strategy=strategy, output_dir=output_dir,
+            steps_per_update=options.steps_per_update, jit_compile=options.jit_compile,
+            keep_checkpoint_max=options.keep_checkpoint_max,
+            init_checkpoint=options.init_checkpoint)
 
         if options.do_train:
             summary["train"] = _train(options, trainer, checkpoints, schedule, train_packs,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -13,11 +14,13 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.models.config import BertConfig
-from packed_bert_tf.models.google_checkpoint import save_google_checkpoint
+from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
+                                                     save_google_checkpoint)
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision
 from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.progress import TrainingLogger, format_values
+from packed_bert_tf.training.trainer import Trainer, TrainingTask
 
 
 def read_bert_config(path: str | None, flag: str = "--bert_config_file") -> BertConfig:
@@ -38,6 +41,26 @@ def mixed_precision_policy(mode: str):
         yield
     finally:
         keras.mixed_precision.set_global_policy(previous)
+
+
+def start_training(model, optimizer, task: TrainingTask, *, strategy, output_dir: str,
+                   steps_per_update: int, jit_compile: bool, keep_checkpoint_max: int,
+                   init_checkpoint: str | None = None
+                   ) -> tuple[Trainer, TrainingCheckpoints, int]:
+    """The `Trainer` of a run and its checkpoints in ``output_dir``, resumed from the
+    latest of them, else initialised from ``init_checkpoint`` (original BERT
+    format); ``model`` and ``optimizer`` were made under ``strategy``'s scope.
+
+    Returns:
+      (trainer, checkpoints, the step training starts from).
+    """
+    trainer = Trainer(model, optimizer, task=task, strategy=strategy,
+                      steps_per_update=steps_per_update, jit_compile=jit_compile)
+    checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
+                                      step=trainer.step, max_to_keep=keep_checkpoint_max)
+    start_step = restore_or_initialize(
+        checkpoints, functools.partial(load_google_checkpoint, model), init_checkpoint)
+    return trainer, checkpoints, start_step
 
 
 def restore_or_initialize(checkpoints: TrainingCheckpoints, init_fn=None,

@@ -7,13 +7,13 @@ The cases run as subprocesses, a few at a time."""
 import concurrent.futures
 import json
 import signal
-import subprocess
 import time
 
 import pytest
 
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, tool_command,
-                            tool_environment, write_unpacked_dataset)
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool,
+                            one_line_error_problems, run_tool, start_tool,
+                            write_unpacked_dataset)
 
 #: At most this many lines of stdout and stderr together for a bad input.
 MAX_LINES = 10
@@ -107,15 +107,12 @@ def _output_folder(root, index):
     return root / f"out{index}"
 
 
-def _run_all(root, cases, environment):
+def _run_all(root, cases):
     def run(index):
         tool, arguments, _, _ = cases[index]
         arguments = [a.replace("{out}", str(_output_folder(root, index)))
                      for a in arguments]
-        process = subprocess.run(tool_command(f"data_prep.{tool}", *arguments),
-                                 capture_output=True, text=True, timeout=300, cwd=root,
-                                 env=environment)
-        return ToolResult(process.returncode, process.stdout, process.stderr)
+        return run_tool(f"data_prep.{tool}", *arguments, cwd=root, tmp_path=root)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
         return list(pool.map(run, range(len(cases))))
@@ -125,22 +122,15 @@ def _run_all(root, cases, environment):
 def bad_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bad")
     cases = _cases(root)
-    environment = tool_environment(root)
-    return root, cases, _run_all(root, cases, environment)
+    return root, cases, _run_all(root, cases)
 
 
 def _problems(result, tool, message, out, absent):
     """What is wrong with one bad-input run (empty: nothing)."""
-    output = result.stdout + result.stderr
-    problems = [
-        result.returncode == 0 and "exit code 0",
-        "Traceback" in output and "a traceback",
-        len(output.splitlines()) > MAX_LINES and f"{len(output.splitlines())} lines",
-        not result.last_line.startswith(f"{tool}: ") and "no error line",
-        message not in result.last_line and f"not {message!r}",
-        [p for p in out.rglob("*") if p.is_file()] and "output files",
-        absent is not None and absent.exists() and f"{absent} written"]
-    return [problem for problem in problems if problem]
+    problems = [[p for p in out.rglob("*") if p.is_file()] and "output files",
+                absent is not None and absent.exists() and f"{absent} written"]
+    return one_line_error_problems(result, tool, message, max_lines=MAX_LINES) + [
+        problem for problem in problems if problem]
 
 
 def test_every_tool_fails_on_bad_input_with_one_line(bad_runs):
@@ -161,7 +151,7 @@ def test_packing_report_checks_its_outputs_before_packing(tmp_path):
     histogram = _histogram(tmp_path)
     (result,) = _run_all(tmp_path, [("packing_report", [
         f"--histogram={histogram}", f"--plot={tmp_path}/report.pgn", "--verbosity=0"],
-        None, None)], tool_environment(tmp_path))
+        None, None)])
     assert result.returncode != 0
     assert "unknown image format 'pgn'" in result.last_line
     assert "Packing small with" not in result.stderr
@@ -170,15 +160,13 @@ def test_packing_report_checks_its_outputs_before_packing(tmp_path):
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_tool_says_so_in_one_line(tmp_path, signal_number):
     # The whole corpus takes seconds (it imports the standard library).
-    process = subprocess.Popen(
-        tool_command("data_prep.builtin_corpus", f"--output_file={tmp_path}/c.txt"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=tool_environment(tmp_path))
+    process = start_tool("data_prep.builtin_corpus", f"--output_file={tmp_path}/c.txt",
+                         tmp_path=tmp_path)
     time.sleep(1.0)
     process.send_signal(signal_number)
-    stdout, stderr = process.communicate(timeout=60)
-    assert process.returncode == 128 + signal_number
-    assert (stdout, stderr) == ("", f"builtin_corpus: interrupted by "
+    result = finish_tool(process, timeout=60)
+    assert result.returncode == 128 + signal_number
+    assert (result.stdout, result.stderr) == ("", f"builtin_corpus: interrupted by "
                                     f"{signal.Signals(signal_number).name}; nothing "
                                     f"written\n")
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import socket
-import subprocess
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ import tensorflow as tf
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.pretraining.run import run_pretraining
-from tests.conftest import ToolResult, tool_command, tool_environment, write_unpacked_dataset
+from tests.conftest import ToolResult, finish_tool, start_tool, write_unpacked_dataset
 from tests.pretraining.tiny_runs import CONFIG, P, S, options
 
 UNPACKED = RecordFormat.unpacked(S, P)
@@ -60,14 +59,7 @@ def _trained_twice(config_file, packed_file, output_dir):
 
 
 def _start(*args):
-    return subprocess.Popen(tool_command("run_pretraining.py", *args),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=tool_environment())
-
-
-def _finish(process) -> ToolResult:
-    stdout, stderr = process.communicate(timeout=300)
-    return ToolResult(process.returncode, stdout, stderr)
+    return start_tool("run_pretraining.py", *args)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +104,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
         f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
         "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
         "--nojit_compile")
-    results = {name: _finish(process) for name, process in processes.items()}
+    results = {name: finish_tool(process) for name, process in processes.items()}
     return root, files, lock, results
 
 

@@ -1,10 +1,9 @@
 import json
-import subprocess
 
 import pytest
 
 from packed_bert_tf.pretraining.comparison import comparison_table, load_summary
-from tests.conftest import run_tool, tool_command, tool_environment
+from tests.conftest import finish_tool, one_line_error_problems, run_tool, start_tool
 
 
 def _summary(sequences_per_second, packing_factor, loss):
@@ -63,16 +62,12 @@ def test_the_tool_ends_each_bad_input_with_one_line(tmp_path):
                              f"--plot={a_file.parent}"),
         "bad_flag": ([f"--runs={run}", "--plots=x.png"], "Unknown command line flag"),
     }
-    processes = {name: subprocess.Popen(tool_command("compare_runs.py", *arguments),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=tool_environment(tmp_path))
+    processes = {name: start_tool("compare_runs.py", *arguments, tmp_path=tmp_path)
                  for name, (arguments, _) in cases.items()}
     for name, process in processes.items():
-        stdout, stderr = process.communicate(timeout=240)
-        assert process.returncode != 0, name
-        assert "Traceback" not in stderr, (name, stderr[-2000:])
-        assert cases[name][1] in stderr.strip().splitlines()[-1], (name, stderr)
-        assert len((stdout + stderr).strip().splitlines()) == 1, (name, stdout, stderr)
+        result = finish_tool(process, timeout=240)
+        assert not one_line_error_problems(result, "compare_runs", cases[name][1],
+                                           max_lines=1), (name, result.stderr)
     assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.pgn"))
 
 

@@ -1,13 +1,11 @@
 """run_squad end to end on a small learnable SQuAD-format set (tiny model)."""
 
 import json
-import re
-import subprocess
 
 import pytest
 
 from packed_bert_tf.squad.run import SquadOptions, run_squad
-from tests.conftest import tool_command, tool_environment
+from tests.conftest import finish_tool, one_line_error_problems, start_tool
 from tests.squad import squad_data
 from tests.squad.test_end_to_end import _config
 
@@ -126,17 +124,12 @@ def _bad_inputs(files, folder):
 def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
     cases = _bad_inputs(files, tmp_path)
     # Concurrent: each process imports TensorFlow (seconds of CPU).
-    processes = {name: subprocess.Popen(tool_command("run_squad.py", *arguments),
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True, env=tool_environment(tmp_path))
+    processes = {name: start_tool("run_squad.py", *arguments, tmp_path=tmp_path)
                  for name, (arguments, _) in cases.items()}
     for name, process in processes.items():
-        stdout, stderr = process.communicate(timeout=240)
-        assert process.returncode != 0, name
-        assert "Traceback" not in stderr, (name, stderr[-2000:])
-        last = stderr.strip().splitlines()[-1]
-        assert re.search(cases[name][1], last), (name, last)
-        assert len((stdout + stderr).strip().splitlines()) <= 10, (name, stderr)
+        result = finish_tool(process, timeout=240)
+        assert not one_line_error_problems(result, "run_squad", cases[name][1]), \
+            (name, result.stderr[-2000:])
     assert not (tmp_path / "out_3").exists() or not any(
         (tmp_path / "out_3").glob("*.json"))
 
