@@ -1,13 +1,26 @@
-"""Side-by-side summary of training runs (their ``train_summary.json``)."""
+"""Side-by-side summary of training runs (their ``train_summary.json``).
+
+No TensorFlow here unless a run lives on a remote file system (``gs://``...):
+``compare_runs.py`` answers in a second.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 
-import tensorflow as tf
+#: What every run_pretraining.py run writes into its output folder.
+TRAIN_SUMMARY_FILE = "train_summary.json"
 
-from packed_bert_tf.pretraining.run import TRAIN_SUMMARY_FILE
+
+def _file_system(path: str):
+    """``(isdir, exists, open)`` for ``path``: the local ones, or TensorFlow's
+    ``tf.io.gfile`` for a URL (imported only then)."""
+    if "://" not in path:
+        return os.path.isdir, os.path.exists, open
+    import tensorflow as tf
+
+    return tf.io.gfile.isdir, tf.io.gfile.exists, tf.io.gfile.GFile
 
 
 #: What `comparison_table` reads of each run's ``train`` section.
@@ -22,13 +35,14 @@ def load_summary(output_dir: str) -> dict:
       ValueError: naming the folder or file, when the run did not finish, did
         not train, or its summary is not one run_pretraining.py writes.
     """
-    if not tf.io.gfile.isdir(output_dir):
+    isdir, exists, open_file = _file_system(output_dir)
+    if not isdir(output_dir):
         raise ValueError(f"{output_dir}: no such run folder")
     path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
-    if not tf.io.gfile.exists(path):
+    if not exists(path):
         raise ValueError(f"{output_dir}: no {TRAIN_SUMMARY_FILE} (did the run finish?)")
     try:
-        with tf.io.gfile.GFile(path) as handle:
+        with open_file(path) as handle:
             summary = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not a JSON summary ({error})") from None

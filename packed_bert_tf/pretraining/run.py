@@ -32,6 +32,7 @@ from packed_bert_tf.data import tfrecords
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
+from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
 from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
@@ -43,7 +44,6 @@ from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_polic
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 from packed_bert_tf.training.trainer import Trainer
 
-TRAIN_SUMMARY_FILE = "train_summary.json"
 EVAL_RESULTS_FILE = "eval_results.json"
 
 
