@@ -44,7 +44,7 @@ demo: $(VENV)/.installed
 	$(BIN)/python -m data_prep.create_pretraining_data --input_file=$(DEMO)/corpus.txt \
 	  --output_file=$(DEMO)/unpacked/train.tfrecord --vocab_size=8000 $(DEMO_DATA) \
 	  --dupe_factor=4 --random_seed=12345
-	$(BIN)/python -m data_prep.pack_pretraining_data --logtostderr=false \
+	$(BIN)/python -m data_prep.pack_pretraining_data \
 	  --input_file=$(DEMO)/unpacked/train.tfrecord --output_dir=$(DEMO)/packed \
 	  $(DEMO_DATA) --num_output_shards=2
 	$(BIN)/python -m data_prep.verify_packing --unpacked=$(DEMO)/unpacked/train.tfrecord \
