@@ -30,5 +30,5 @@ setup(
         "apache-beam[tfrecord]",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"]},
 )
