@@ -103,7 +103,10 @@ def main(argv):
         sys.exit(f"packing_report: {error}")
 
     first = plans[0]
-    print(f"{histogram.name} ({histogram.source}): {first.num_sequences:,} sequences, "
+    source = ("the paper's, installed with packed_bert_tf"
+              if histogram.source.startswith(str(packing.histograms.PACKAGED_HISTOGRAM_DIR))
+              else histogram.source)
+    print(f"{histogram.name} ({source}): {first.num_sequences:,} sequences, "
           f"{first.real_tokens:,} tokens; max {first.max_sequence_length} tokens and "
           f"{first.max_sequences_per_pack} sequences per pack")
     print(f"theoretical speed-up {first.theoretical_speedup:.4f}, token lower bound "

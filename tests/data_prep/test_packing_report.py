@@ -78,3 +78,12 @@ def test_the_histogram_flag_is_required(tmp_path):
     result = _run(cwd=tmp_path)
     assert result.returncode != 0
     assert "--histogram" in result.stderr
+
+
+def test_the_papers_histograms_are_found_by_name(tmp_path):
+    result = _run("--histogram=squad_1_1_384", "--algorithms=optimal", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == (
+        "squad_1_1_384 (the paper's, installed with packed_bert_tf): 88,641 sequences, "
+        "15,249,479 tokens; max 384 tokens and 3 sequences per pack")
+    assert "optimal    40,195" in result.stdout
