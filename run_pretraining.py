@@ -24,7 +24,8 @@ def define_flags():
     `PretrainingOptions`'s."""
     from packed_bert_tf.pretraining.run import BATCHING, PretrainingOptions as defaults
     from packed_bert_tf.training.flags import (define_bucketing_flags,
-                                               define_hardware_flags, define_loop_flags)
+                                               define_hardware_flags, define_loop_flags,
+                                               define_step_flags)
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
@@ -69,19 +70,22 @@ def define_flags():
 
     # Optimisation.
     flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
-                         "Rows (packs, for packed input) per step, over all replicas.")
+                         "Rows (packs, for packed input) per micro-batch, over all "
+                         "replicas.")
     flags.DEFINE_integer("eval_batch_size", defaults.eval_batch_size,
                          "Rows per evaluation batch.")
     flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
     flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
     flags.DEFINE_integer("num_train_steps", defaults.num_train_steps,
-                         "Optimizer updates to train for.")
+                         "Steps to train for (micro-batches, see --step_unit); a "
+                         "multiple of --steps_per_update.")
     flags.DEFINE_integer("num_warmup_steps", defaults.num_warmup_steps,
-                         "Linear warm-up updates.")
+                         "Linear warm-up steps.")
     flags.DEFINE_integer("start_warmup_step", defaults.start_warmup_step,
-                         "The update the warm-up starts at.")
+                         "The step the warm-up starts at.")
     flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
                          "Gradient-accumulation steps (micro-batches) per update.")
+    define_step_flags(defaults)
     flags.DEFINE_float("lamb_beta_1", defaults.lamb_beta_1, "LAMB/Adam beta_1.")
     flags.DEFINE_float("lamb_beta_2", defaults.lamb_beta_2, "LAMB/Adam beta_2.")
     flags.DEFINE_float("lamb_weight_decay_rate", defaults.lamb_weight_decay_rate,

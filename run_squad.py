@@ -20,7 +20,8 @@ def define_flags():
     `SquadOptions`'."""
     from packed_bert_tf.squad.run import BATCHING, SquadOptions
     from packed_bert_tf.training.flags import (define_bucketing_flags,
-                                               define_hardware_flags, define_loop_flags)
+                                               define_hardware_flags, define_loop_flags,
+                                               define_step_flags)
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
     defaults = SquadOptions
@@ -64,6 +65,7 @@ def define_flags():
     flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
     flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
                          "Micro-batches per update.")
+    define_step_flags(defaults)
     flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
                          "--batching=packed: cap on features per row.")
     flags.DEFINE_string("algorithm", defaults.algorithm,

@@ -55,20 +55,33 @@ def load_summary(output_dir: str) -> dict:
     return summary
 
 
+def updates(summary: dict) -> int:
+    """The optimizer updates a run made: its final step over the steps of an
+    update (``steps`` of the summary; a summary without it counted updates)."""
+    steps = summary.get("steps") or {}
+    per_update = steps.get("steps_per_update", 1) if steps.get("unit") == "micro_batch" \
+        else 1
+    return summary["train"]["final_step"] // per_update
+
+
 def comparison_table(summaries: dict) -> str:
-    """A text table: sequences/s, tokens/s, occupancy, final loss, packing factor.
+    """A text table: steps, updates, sequences (in all and per update), sequences/s,
+    tokens/s, occupancy, packing factor, final loss.
 
     The last column gives each run's sequences per second relative to the
     first run's.
     """
-    header = ("run", "steps", "sequences", "seq/s", "tokens/s", "occupancy",
-              "packing factor", "final loss", "speed-up")
+    header = ("run", "steps", "updates", "sequences", "seq/update", "seq/s", "tokens/s",
+              "occupancy", "packing factor", "final loss", "speed-up")
     rows = []
     first = None
     for label, summary in summaries.items():
         train = summary["train"]
         first = first or train["sequences_per_second"]
-        rows.append((label, f"{train['final_step']:,}", f"{train['sequences']:,.0f}",
+        done = updates(summary)
+        rows.append((label, f"{train['final_step']:,}", f"{done:,}",
+                     f"{train['sequences']:,.0f}",
+                     f"{train['sequences'] / done:.1f}" if done else "",
                      f"{train['sequences_per_second']:.1f}",
                      f"{train['tokens_per_second']:,.0f}", f"{train['occupancy']:.4f}",
                      f"{summary.get('packing_factor') or 1.0:.4f}",

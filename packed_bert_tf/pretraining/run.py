@@ -41,7 +41,8 @@ from packed_bert_tf.training.progress import format_values
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
                                           output_dir_lock, read_bert_config,
                                           start_training, train_and_export)
-from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
+from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
+from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer
 
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -67,6 +68,8 @@ class PretrainingOptions:
     num_warmup_steps: int = 10_000
     start_warmup_step: int = 0
     steps_per_update: int = 1
+    step_unit: str = "micro_batch"
+    clip_by_global_norm_after_gradient_allreduce: bool = False
     lamb_beta_1: float = 0.9
     lamb_beta_2: float = 0.999
     lamb_weight_decay_rate: float = 0.01
@@ -121,6 +124,9 @@ def _check_positive(options: PretrainingOptions) -> None:
     if options.batching not in BATCHING:
         raise ValueError(f"--batching={options.batching!r} is not one of "
                          f"{', '.join(BATCHING)}")
+    if options.do_train:  # whole updates (and a valid --step_unit)
+        StepCounting(options.step_unit, options.steps_per_update,
+                     options.steps_per_update).updates(options.num_train_steps)
     if options.packing_hyperparameter_adjustment not in PACKING_MODES:
         raise ValueError(f"--packing_hyperparameter_adjustment="
                          f"{options.packing_hyperparameter_adjustment!r} is not one of "
@@ -241,8 +247,20 @@ def _run_in(output_dir: str, options: PretrainingOptions, config,
         inputs.packing_factor or 1.0, beta_1=options.lamb_beta_1,
         beta_2=options.lamb_beta_2, steps_per_update=options.steps_per_update)
     logging.info("packing hyper-parameter adjustment: %s", adjustment.description)
+    steps = StepCounting(options.step_unit, options.steps_per_update,
+                         adjustment.steps_per_update)
+    clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
+                    micro_batches_per_update=steps.micro_batches_per_update)
+    if options.do_train:
+        logging.info("steps: %s; gradients clipped to global norm 1.0 %s",
+                     steps.describe(num_train_steps=options.num_train_steps,
+                                    train_batch_size=options.train_batch_size,
+                                    sequences_per_row=inputs.packing_factor),
+                     "per micro-batch, before accumulating" if clip.micro_batch_clipnorm
+                     else "once per update")
     summary.update(packing_factor=inputs.packing_factor,
-                   adjustment=dataclasses.asdict(adjustment))
+                   adjustment=dataclasses.asdict(adjustment),
+                   steps={**dataclasses.asdict(steps), **dataclasses.asdict(clip)})
 
     with mixed_precision_policy(options.mixed_precision):
         if options.seed is not None:
@@ -256,13 +274,15 @@ def _run_in(output_dir: str, options: PretrainingOptions, config,
             model = BertPretrainingModel(config, packed=packed_model)
             model.build()
             optimizer = create_optimizer(
-                options.optimizer, schedule, beta_1=adjustment.beta_1,
-                beta_2=adjustment.beta_2, epsilon=options.lamb_epsilon,
+                options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
+                beta_1=adjustment.beta_1, beta_2=adjustment.beta_2,
+                epsilon=options.lamb_epsilon,
                 weight_decay_rate=options.lamb_weight_decay_rate,
+                global_clipnorm=clip.optimizer_clipnorm,
                 loss_scaling=options.mixed_precision == "fp16")
         trainer, checkpoints, start_step = start_training(
             model, optimizer, task.PRETRAINING_TASK, strategy=strategy,
-            output_dir=output_dir, steps_per_update=adjustment.steps_per_update,
+            output_dir=output_dir, steps=steps, clip=clip,
             jit_compile=options.jit_compile,
             keep_checkpoint_max=options.keep_checkpoint_max,
             init_checkpoint=options.init_checkpoint)
@@ -328,12 +348,13 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
             global_batch_size=options.train_batch_size, token_budget=options.token_budget,
             bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size,
             seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size,
-            skip_steps=start_step, vocab_size=vocab_size)
+            skip_steps=start_step // trainer.global_steps_per_update,
+            vocab_size=vocab_size)
     else:
         dataset_fn = task.train_dataset_fn(
             inputs.train_files, global_batch_size=options.train_batch_size,
             steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
-            seed=options.seed, skip_steps=start_step,
+            seed=options.seed, skip_steps=start_step // trainer.global_steps_per_update,
             shuffle_buffer_size=options.shuffle_buffer_size, vocab_size=vocab_size)
     return train_and_export(trainer, dataset_fn, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=schedule,

@@ -33,7 +33,8 @@ from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
                                           output_dir_lock, read_bert_config,
                                           start_training, train_and_export)
-from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
+from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
+from packed_bert_tf.training.steps import StepCounting, clipping
 
 SUMMARY_FILE = "squad_summary.json"
 
@@ -67,6 +68,8 @@ class SquadOptions:
     log_every_n_steps: int = 100
     optimizer: str = "adamw"
     steps_per_update: int = 1
+    step_unit: str = "micro_batch"
+    clip_by_global_norm_after_gradient_allreduce: bool = False
     max_sequences_per_pack: int = 3
     algorithm: str = "optimal"
     distribution_strategy: str = "default"
@@ -104,6 +107,7 @@ def check_options(options: SquadOptions, config, strategy) -> None:
     if options.batching == "bucketed" and options.steps_per_update != 1:
         raise ValueError("--batching=bucketed gives batches of different shapes, which "
                          "cannot be stacked for accumulation: use --steps_per_update=1")
+    _step_counting(options)  # a valid --step_unit
     check_feature_arguments(options.max_seq_length, options.doc_stride,
                             options.max_query_length)
     if options.max_seq_length > config.max_position_embeddings:
@@ -139,9 +143,17 @@ def make_tokenizer(options: SquadOptions, config) -> WordPieceTokenizer:
 
 
 def num_train_steps(num_rows: int, options: SquadOptions) -> int:
-    """Updates for ``num_train_epochs`` passes over the rows (packs or features)."""
+    """Global steps for ``num_train_epochs`` passes over the rows (packs or
+    features): whole updates of ``--steps_per_update`` micro-batches, counted
+    in ``--step_unit`` (micro-batches by default)."""
     rows_per_update = options.train_batch_size * options.steps_per_update
-    return max(1, int(num_rows / rows_per_update * options.num_train_epochs))
+    updates = max(1, int(num_rows / rows_per_update * options.num_train_epochs))
+    return updates * _step_counting(options).global_steps_per_update
+
+
+def _step_counting(options: SquadOptions) -> StepCounting:
+    return StepCounting(options.step_unit, options.steps_per_update,
+                        options.steps_per_update)
 
 
 def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = None) -> dict:
@@ -187,8 +199,15 @@ def _run_squad_in(output_dir, options, config, strategy) -> dict:
                                                cache_dir=output_dir, is_training=False,
                                                **feature_args)
 
+    steps = _step_counting(options)
+    clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
+                    micro_batches_per_update=steps.micro_batches_per_update)
     total_steps = (num_train_steps(train_packs.num_packs, options) if train_packs
-                   else 1)
+                   else steps.global_steps_per_update)
+    if options.do_train:
+        logging.info("steps: %s", steps.describe(
+            num_train_steps=total_steps, train_batch_size=options.train_batch_size,
+            sequences_per_row=train_packs.packing_factor))
     with mixed_precision_policy(options.mixed_precision):
         if options.seed is not None:
             tf.keras.utils.set_random_seed(options.seed)
@@ -198,11 +217,13 @@ def _run_squad_in(output_dir, options, config, strategy) -> dict:
         with strategy.scope():
             model = BertSquadModel(config, packed=packed)
             model.build()
-            optimizer = create_optimizer(options.optimizer, schedule,
-                                         loss_scaling=options.mixed_precision == "fp16")
+            optimizer = create_optimizer(
+                options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
+                global_clipnorm=clip.optimizer_clipnorm,
+                loss_scaling=options.mixed_precision == "fp16")
         trainer, checkpoints, start_step = start_training(
             model, optimizer, task.SQUAD_TASK, strategy=strategy, output_dir=output_dir,
-            steps_per_update=options.steps_per_update, jit_compile=options.jit_compile,
+            steps=steps, clip=clip, jit_compile=options.jit_compile,
             keep_checkpoint_max=options.keep_checkpoint_max,
             init_checkpoint=options.init_checkpoint)
 
@@ -228,7 +249,7 @@ def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_st
     dataset_fn = task.train_dataset_fn(
         packs, global_batch_size=options.train_batch_size,
         steps_per_update=trainer.steps_per_update, seed=options.seed,
-        skip_steps=start_step, bucketed=options.batching == "bucketed",
+        skip_steps=start_step // trainer.global_steps_per_update, bucketed=options.batching == "bucketed",
         bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
     train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
                              num_train_steps=total_steps, schedule=schedule,

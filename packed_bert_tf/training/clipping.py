@@ -12,7 +12,14 @@ class ClipAfterCrossReplicaSum:
     from the single-device step on the whole batch whenever clipping is
     active. With this mixin first in the bases, clipping happens on the sum:
     both steps are the same. Without a strategy the result is Keras' own.
+
+    ``sum_over_replicas = False`` (set by a trainer that has already summed
+    the gradients over the replicas, micro-batch by micro-batch) skips the
+    sum: every replica then holds the same, complete gradient.
     """
+
+    #: Sum the gradients over the replicas before clipping and applying them.
+    sum_over_replicas = True
 
     def _clip_gradients(self, grads):
         # Clipping happens in _backend_update_step, after the cross-replica sum.
@@ -22,7 +29,9 @@ class ClipAfterCrossReplicaSum:
         """``TFOptimizer._backend_update_step`` with the clipping after the all-reduce."""
         trainable_variables = [v.value if isinstance(v, keras.Variable) else v
                                for v in trainable_variables]
-        grads_and_vars = self._all_reduce_sum_gradients(list(zip(grads, trainable_variables)))
+        grads_and_vars = list(zip(grads, trainable_variables))
+        if self.sum_over_replicas:
+            grads_and_vars = self._all_reduce_sum_gradients(grads_and_vars)
         if self.global_clipnorm:
             clipped, _ = tf.clip_by_global_norm([g for g, _ in grads_and_vars],
                                                 self.global_clipnorm)

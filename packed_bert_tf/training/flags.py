@@ -31,13 +31,35 @@ def define_loop_flags(defaults) -> None:
     --log_every_n_steps (the shared training loop's); ``defaults`` as for
     `define_hardware_flags`."""
     flags.DEFINE_integer("save_checkpoints_steps", defaults.save_checkpoints_steps,
-                         "Checkpoint every this many updates (and at the end).")
+                         "Checkpoint every this many steps (and at the end).")
     flags.DEFINE_integer("keep_checkpoint_max", defaults.keep_checkpoint_max,
                          "Checkpoints kept.")
     flags.DEFINE_integer("iterations_per_loop", defaults.iterations_per_loop,
-                         "Updates per call of the compiled training loop.")
+                         "Steps per call of the compiled training loop.")
     flags.DEFINE_integer("log_every_n_steps", defaults.log_every_n_steps,
-                         "Updates between log lines.")
+                         "Steps between log lines.")
+
+
+def define_step_flags(defaults) -> None:
+    """--step_unit and --clip_by_global_norm_after_gradient_allreduce: what the
+    step flags count and where the gradient is clipped under accumulation
+    (`packed_bert_tf.training.steps`); ``defaults`` as for
+    `define_hardware_flags`."""
+    from packed_bert_tf.training.steps import STEP_UNITS
+
+    flags.DEFINE_enum(
+        "step_unit", defaults.step_unit, list(STEP_UNITS),
+        "What --num_train_steps, --num_warmup_steps, --start_warmup_step, "
+        "--save_checkpoints_steps, --iterations_per_loop and --log_every_n_steps count: "
+        "micro_batch (the MLPerf reference's global step: one per micro-batch of "
+        "--train_batch_size rows, --steps_per_update per update) or update (one per "
+        "optimizer update).")
+    flags.DEFINE_bool(
+        "clip_by_global_norm_after_gradient_allreduce",
+        defaults.clip_by_global_norm_after_gradient_allreduce,
+        "Clip the accumulated gradient to global norm 1.0 once per update, after the "
+        "sum over micro-batches and replicas; by default (as in the MLPerf reference) "
+        "each micro-batch's gradient is clipped before it is accumulated.")
 
 
 def define_bucketing_flags(examples: str, defaults) -> None:

@@ -10,6 +10,7 @@ from absl import logging
 
 from packed_bert_tf.training.checkpoints import RunTotals, TrainingCheckpoints
 from packed_bert_tf.training.progress import TrainingLogger
+from packed_bert_tf.training.steps import crossed, updates_to_boundary
 from packed_bert_tf.training.trainer import STATISTICS, Trainer
 
 
@@ -93,18 +94,33 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                  learning_rate_at: Callable[[int], float] | None = None) -> TrainingSummary:
     """Trains from the trainer's current step to `num_train_steps`.
 
-    Each call of the compiled loop runs up to `iterations_per_loop` steps,
-    never past the next log point, checkpoint or the end. A log point every
-    `log_every_n_steps` (and at the end) carries the task's metrics averaged
-    over the steps since the last point, the learning rate, sequences and real
-    tokens per second and the occupancy (real / padded tokens). A checkpoint
-    every `save_checkpoints_steps` (0: none) and at the end.
+    Steps are the trainer's global steps: an update advances them by
+    ``trainer.global_steps_per_update`` (K), so every count here is in those
+    steps and every event happens at an update boundary. Each call of the
+    compiled loop runs at least `iterations_per_loop` steps' worth of updates
+    (rounded up to whole updates), never past the update that reaches the next
+    log point, checkpoint or the end. A log point at the first update boundary
+    at or after each multiple of `log_every_n_steps` (and at the end) carries
+    the task's metrics averaged over the updates since the last point, the
+    learning rate of the last update, sequences and real tokens per second
+    and the occupancy (real / padded tokens). A checkpoint likewise every
+    `save_checkpoints_steps` (0: none) and at the end.
 
     Raises:
-      NonFiniteLossError: a step's loss was NaN or infinite (naming the step);
-        nothing is saved after it.
+      ValueError: `num_train_steps` or the trainer's step is not a multiple of
+        K (a checkpoint written with another ``--steps_per_update``).
+      NonFiniteLossError: an update's loss was NaN or infinite (naming the
+        step it ended at); nothing is saved after it.
     """
+    per_update = trainer.global_steps_per_update
     start_step = int(trainer.step.numpy())
+    if num_train_steps % per_update:
+        raise ValueError(f"--num_train_steps={num_train_steps} is not a multiple of the "
+                         f"{per_update} steps of an update")
+    if start_step % per_update:
+        raise ValueError(f"the run resumes at step {start_step}, which is not a multiple "
+                         f"of the {per_update} steps of an update: its checkpoints were "
+                         f"written with another --steps_per_update or --step_unit")
     step = start_step
     # The run's totals so far: those of the checkpoint resumed, else zeros.
     if checkpoints is not None:
@@ -113,19 +129,20 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         totals, history = dict.fromkeys(RunTotals.NAMES, 0.0), []
     interval = _Interval(trainer.metric_names)
     first_chunk = True
+    updates_per_loop = max(1, -(-iterations_per_loop // per_update))
     while step < num_train_steps:
-        chunk = min(iterations_per_loop, num_train_steps - step)
+        updates = min(updates_per_loop, (num_train_steps - step) // per_update)
         for every in (log_every_n_steps, save_checkpoints_steps):
             if every:
-                chunk = min(chunk, every - step % every)
+                updates = min(updates, updates_to_boundary(step, every, per_update))
         started, cpu_started = time.perf_counter(), time.process_time()
-        result = trainer.train_steps(iterator, chunk)
+        result = trainer.train_steps(iterator, updates)
         elapsed = time.perf_counter() - started
         cpu_elapsed = time.process_time() - cpu_started
         if result.first_nonfinite_step >= 0:
-            raise NonFiniteLossError(step + result.first_nonfinite_step + 1,
+            raise NonFiniteLossError(step + (result.first_nonfinite_step + 1) * per_update,
                                      checkpoints.latest if checkpoints else None)
-        step += chunk
+        previous_step, step = step, step + updates * per_update
         totals["seconds"] += elapsed
         for name in STATISTICS:
             totals[name] += result.statistics[name]
@@ -136,7 +153,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
             totals["steady_tokens"] += result.statistics["tokens"]
         first_chunk = False
         interval.add(result, elapsed)
-        if step % log_every_n_steps == 0 or step == num_train_steps:
+        if crossed(previous_step, step, log_every_n_steps) or step == num_train_steps:
             values = interval.values()
             if learning_rate_at is not None:
                 values["learning_rate"] = learning_rate_at(step - 1)
@@ -147,7 +164,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                 logger.log(step, values)
             interval = _Interval(trainer.metric_names)
         if checkpoints is not None and (
-                (save_checkpoints_steps and step % save_checkpoints_steps == 0)
+                crossed(previous_step, step, save_checkpoints_steps)
                 or (step == num_train_steps and checkpoints.saved_step != step)):
             checkpoints.totals.write(totals, history)
             checkpoints.save()

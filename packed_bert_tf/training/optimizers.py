@@ -39,7 +39,7 @@ class AdamW(ClipAfterCrossReplicaSum, keras.optimizers.AdamW):
 
 def create_optimizer(name: str, learning_rate, *, beta_1: float = 0.9,
                      beta_2: float = 0.999, epsilon: float = 1e-6,
-                     weight_decay_rate: float = 0.01, global_clipnorm: float = 1.0,
+                     weight_decay_rate: float = 0.01, global_clipnorm: float | None = 1.0,
                      loss_scaling: bool = False) -> keras.optimizers.Optimizer:
     """The optimizer for ``--optimizer``, with MLPerf's defaults.
 

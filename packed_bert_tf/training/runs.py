@@ -20,6 +20,7 @@ from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision
 from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.progress import TrainingLogger, format_values
+from packed_bert_tf.training.steps import Clipping, StepCounting
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 
 
@@ -44,18 +45,22 @@ def mixed_precision_policy(mode: str):
 
 
 def start_training(model, optimizer, task: TrainingTask, *, strategy, output_dir: str,
-                   steps_per_update: int, jit_compile: bool, keep_checkpoint_max: int,
-                   init_checkpoint: str | None = None
+                   steps: StepCounting, clip: Clipping, jit_compile: bool,
+                   keep_checkpoint_max: int, init_checkpoint: str | None = None
                    ) -> tuple[Trainer, TrainingCheckpoints, int]:
     """The `Trainer` of a run and its checkpoints in ``output_dir``, resumed from the
     latest of them, else initialised from ``init_checkpoint`` (original BERT
-    format); ``model`` and ``optimizer`` were made under ``strategy``'s scope.
+    format); ``model`` and ``optimizer`` (made with ``clip.optimizer_clipnorm``)
+    were made under ``strategy``'s scope.
 
     Returns:
-      (trainer, checkpoints, the step training starts from).
+      (trainer, checkpoints, the global step training starts from).
     """
     trainer = Trainer(model, optimizer, task=task, strategy=strategy,
-                      steps_per_update=steps_per_update, jit_compile=jit_compile)
+                      steps_per_update=steps.micro_batches_per_update,
+                      global_steps_per_update=steps.global_steps_per_update,
+                      micro_batch_clipnorm=clip.micro_batch_clipnorm,
+                      jit_compile=jit_compile)
     checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
                                       step=trainer.step, max_to_keep=keep_checkpoint_max)
     start_step = restore_or_initialize(
@@ -199,7 +204,8 @@ def train_and_export(trainer, dataset_fn, *, output_dir: str, num_train_steps: i
     """Trains to ``num_train_steps`` and writes the final weights in the BERT format.
 
     ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
-    the loop's arguments are `run_training`'s, ``progress_bar`` the logger's.
+    the loop's arguments are `run_training`'s (in global steps), ``schedule``
+    the learning rate of the global step, ``progress_bar`` the logger's.
 
     Returns:
       The `TrainingSummary` as a dict, plus ``google_checkpoint`` (the path

@@ -84,3 +84,44 @@ class PolynomialDecayWithWarmup(keras.optimizers.schedules.LearningRateSchedule)
             "end_learning_rate": self.end_learning_rate,
             "power": self.power,
         }
+
+
+@keras.saving.register_keras_serializable(package="packed_bert_tf")
+class AtUpdateSteps(keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule of the global step, given to an optimizer that counts updates.
+
+    Update ``u`` (0-based, the optimizer's ``iterations``) is applied at global
+    step ``u K + K - 1``, K being ``global_steps_per_update``: so the MLPerf
+    reference's ``GradientAggregationOptimizer`` applies it, after the
+    ``K``-th micro-batch, with the learning rate of that step. With K = 1 this
+    is ``schedule`` itself.
+
+    Example (`PolynomialDecayWithWarmup` of 100 steps, K = 4): updates 0, 1, 2
+    get the rates of steps 3, 7, 11.
+
+    Args:
+      schedule: a `keras.optimizers.schedules.LearningRateSchedule` of the
+        global step.
+      global_steps_per_update: K (`StepCounting.global_steps_per_update`).
+    """
+
+    def __init__(self, schedule, global_steps_per_update: int):
+        if global_steps_per_update < 1:
+            raise ValueError(f"global_steps_per_update must be >= 1, got "
+                             f"{global_steps_per_update}")
+        self.schedule = schedule
+        self.global_steps_per_update = global_steps_per_update
+
+    def __call__(self, step):
+        per_update = self.global_steps_per_update
+        return self.schedule(ops.cast(step, "int64") * per_update + (per_update - 1))
+
+    def get_config(self):
+        return {"schedule": keras.saving.serialize_keras_object(self.schedule),
+                "global_steps_per_update": self.global_steps_per_update}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)

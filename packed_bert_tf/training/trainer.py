@@ -17,6 +17,18 @@ Within a step, on each replica:
    updates the variables (under the strategy: the MLPerf LAMB clips after the
    sum).
 
+With ``micro_batch_clipnorm`` (the MLPerf reference's default clipping, see
+`packed_bert_tf.training.steps`), steps 1 and 2 go micro-batch by micro-batch
+instead: each micro-batch's loss is its own global mean (normalisers of that
+micro-batch, summed over the replicas), its gradient (XLA-compiled) is summed
+over the replicas, clipped to that global norm and added to the update's
+gradient with weight 1 / K; the optimizer then applies it without summing or
+clipping again. That costs one all-reduce per micro-batch, as in the
+reference.
+
+The global step (`Trainer.step`) advances by ``global_steps_per_update`` per
+update: K for the reference's micro-batch steps, 1 for update steps.
+
 `Trainer.train_steps` runs n such steps in one ``tf.function`` call (the TPU
 "iterations per loop"); n is a tensor, so the function is traced once for the
 whole run, and it returns the metrics summed over the n steps plus the index
@@ -131,18 +143,48 @@ class Trainer:
       steps_per_update: K, micro-batches per update per replica.
       jit_compile: XLA-compile the per-replica forward/backward (ignored on
         TPU, which compiles the whole step).
+      global_steps_per_update: how far `step` advances per update (default:
+        `steps_per_update`, the MLPerf reference's global step, one per
+        micro-batch; 1: one per update).
+      micro_batch_clipnorm: clip each micro-batch's gradient, summed over the
+        replicas, to this global norm before accumulating (the optimizer's
+        ``global_clipnorm`` must then be None); None: the optimizer alone
+        clips, once per update.
     """
 
     def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, *,
                  task: TrainingTask, strategy: tf.distribute.Strategy | None = None,
-                 steps_per_update: int = 1, jit_compile: bool = True):
+                 steps_per_update: int = 1, jit_compile: bool = True,
+                 global_steps_per_update: int | None = None,
+                 micro_batch_clipnorm: float | None = None):
         if steps_per_update < 1:
             raise ValueError(f"steps_per_update must be >= 1, got {steps_per_update}")
+        if global_steps_per_update is None:
+            global_steps_per_update = steps_per_update
+        if global_steps_per_update < 1:
+            raise ValueError(f"global_steps_per_update must be >= 1, got "
+                             f"{global_steps_per_update}")
+        inner_optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+        if micro_batch_clipnorm is not None:
+            if micro_batch_clipnorm <= 0:
+                raise ValueError(f"micro_batch_clipnorm must be > 0, got "
+                                 f"{micro_batch_clipnorm}")
+            if inner_optimizer.global_clipnorm:
+                raise ValueError("clip once: the optimizer's global_clipnorm must be None "
+                                 "when the trainer clips each micro-batch")
+            if not hasattr(inner_optimizer, "sum_over_replicas"):
+                raise ValueError(f"{type(inner_optimizer).__name__} always sums the "
+                                 f"gradients over the replicas; micro_batch_clipnorm "
+                                 f"needs an optimizer with ClipAfterCrossReplicaSum")
+            # The trainer sums each micro-batch over the replicas itself.
+            inner_optimizer.sum_over_replicas = False
         self.model = model
         self.optimizer = optimizer
         self.task = task
         self.strategy = strategy or tf.distribute.get_strategy()
         self.steps_per_update = steps_per_update
+        self.global_steps_per_update = global_steps_per_update
+        self.micro_batch_clipnorm = micro_batch_clipnorm
         self.jit_compile = jit_compile and not is_tpu_strategy(self.strategy)
         with self.strategy.scope():
             # Inside the scope, or the optimizer's slots are not mirrored.
@@ -151,6 +193,8 @@ class Trainer:
                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
         self._accumulate = tf.function(self._accumulate_gradients,
                                        jit_compile=self.jit_compile)
+        self._micro_batch_gradients = tf.function(self._micro_step,
+                                                  jit_compile=self.jit_compile)
         self._evaluate_batch = tf.function(self._evaluate_batch_fn,
                                            jit_compile=self.jit_compile)
         self.train_steps_function = tf.function(self._train_steps)
@@ -187,13 +231,43 @@ class Trainer:
             gradients = [g + m for g, m in zip(gradients, micro_gradients)]
         return results, gradients
 
+    def _clipped_micro_batches(self, features):
+        """Sum over the K micro-batches of (each one's gradient, summed over the
+        replicas and clipped) / K; the metrics likewise averaged."""
+        steps = self.steps_per_update
+        replica_context = tf.distribute.get_replica_context()
+        loss_scale = getattr(self.optimizer, "dynamic_scale", None)
+        results = gradients = None
+        for index in range(steps):  # unrolled: an all-reduce per micro-batch
+            micro_batch = {name: value[index] for name, value in features.items()}
+            micro_results, micro_gradients = self._micro_batch_gradients(
+                micro_batch, self.task.normalisers(micro_batch))
+            micro_gradients = replica_context.all_reduce(tf.distribute.ReduceOp.SUM,
+                                                         micro_gradients)
+            if loss_scale is not None:  # clip the true gradient (scales are powers of 2)
+                micro_gradients = [g / loss_scale for g in micro_gradients]
+            micro_gradients, _ = tf.clip_by_global_norm(micro_gradients,
+                                                        self.micro_batch_clipnorm)
+            micro_gradients = [g / steps for g in micro_gradients]
+            micro_results = {name: value / steps for name, value in micro_results.items()}
+            if gradients is None:
+                results, gradients = micro_results, micro_gradients
+            else:
+                results = {name: results[name] + micro_results[name] for name in results}
+                gradients = [g + m for g, m in zip(gradients, micro_gradients)]
+        if loss_scale is not None:
+            gradients = [g * loss_scale for g in gradients]
+        return results, gradients
+
     def _replica_step(self, features):
         merged = merge_micro_batches(features)
-        normalisers = self.task.normalisers(merged)
         statistics = self.task.statistics(merged)
-        results, gradients = self._accumulate(features, normalisers)
+        if self.micro_batch_clipnorm is None:
+            results, gradients = self._accumulate(features, self.task.normalisers(merged))
+        else:
+            results, gradients = self._clipped_micro_batches(features)
         self.optimizer.apply_gradients(zip(gradients, self.model.trainable_variables))
-        self.step.assign_add(1)
+        self.step.assign_add(self.global_steps_per_update)
         return results, statistics
 
     def _train_steps(self, iterator, num_steps):
@@ -225,7 +299,8 @@ class Trainer:
           iterator: ``iter(strategy.distribute_datasets_from_function(...))``
             over per-replica elements shaped [K, b, ...].
           num_steps: updates to run in this call (a tensor inside: changing
-            it does not retrace).
+            it does not retrace); `step` advances by ``num_steps *
+            global_steps_per_update``.
         """
         totals, statistics, first_nonfinite = self.train_steps_function(
             iterator, tf.constant(num_steps, tf.int32))

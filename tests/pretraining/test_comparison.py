@@ -19,6 +19,26 @@ def test_the_table_gives_the_speed_up_over_the_first_run():
     assert lines[0].split()[0] == "run" and lines[0].split()[-1] == "speed-up"
     assert lines[2].split()[-1] == "1.000" and lines[3].split()[-1] == "1.950"
     assert "1.9900" in lines[3] and "7.4000" in lines[3]
+    # A summary without "steps" counted one step per update: 1600 / 100.
+    assert lines[2].split()[1:5] == ["100", "100", "1,600", "16.0"]
+
+
+def test_updates_and_sequences_per_update_follow_the_step_unit():
+    unpacked = _summary(10.0, None, 7.5)
+    unpacked["steps"] = {"unit": "micro_batch", "steps_per_update": 4,
+                         "micro_batches_per_update": 4}
+    packed = _summary(19.5, 2.0, 7.4)  # half the micro-batches, twice the sequences each
+    packed["steps"] = {"unit": "micro_batch", "steps_per_update": 4,
+                       "micro_batches_per_update": 2}
+    in_updates = _summary(10.0, None, 7.5)
+    in_updates["steps"] = {"unit": "update", "steps_per_update": 4,
+                           "micro_batches_per_update": 4}
+    lines = comparison_table({"unpacked": unpacked, "packed": packed,
+                              "updates": in_updates}).splitlines()
+    assert lines[0].split()[1:5] == ["steps", "updates", "sequences", "seq/update"]
+    assert lines[2].split()[1:5] == ["100", "25", "1,600", "64.0"]
+    assert lines[3].split()[1:5] == ["100", "25", "1,600", "64.0"]
+    assert lines[4].split()[1:5] == ["100", "100", "1,600", "16.0"]
 
 
 def test_an_unfinished_run_is_named(tmp_path):

@@ -133,6 +133,9 @@ def test_a_nan_loss_stops_the_run_keeping_the_last_good_checkpoint(
     (dict(train_batch_size=3), "--train_batch_size=3 is not a positive multiple of the "
                                "2 replicas"),
     (dict(packing_hyperparameter_adjustment="betas"), "is not one of none"),
+    (dict(steps_per_update=4), "--num_train_steps=6 is not a multiple of "
+                               "--steps_per_update=4: steps count micro-batches"),
+    (dict(step_unit="epoch"), "--step_unit='epoch' is not one of micro_batch, update"),
 ])
 def test_bad_input_is_rejected_before_training(config_file, packed_files, tmp_path,
                                                overrides, message):
@@ -194,3 +197,35 @@ def test_packed_batching_refuses_unpacked_records_saying_how_to_pack_them(
         f"pack them first (python -m data_prep.pack_pretraining_data --input_file=... "
         f"--output_dir=...) or train on them padded (--batching=padded)")
     assert not (tmp_path / "checkpoints").exists()
+
+
+def test_steps_count_micro_batches_as_in_the_mlperf_reference(config_file, unpacked_files,
+                                                             tmp_path):
+    # 6 steps of 2 micro-batches of 4 rows: 3 updates, 24 sequences; log points
+    # and checkpoints every 3 steps fall at the ends of updates (steps 4 and 6).
+    flags = dict(do_train=True, input_file=",".join(unpacked_files), batching="padded",
+                 steps_per_update=2)
+    summary = run_pretraining(options(config_file, tmp_path / "micro", **flags))
+    train = summary["train"]
+    assert (train["final_step"], train["sequences"]) == (6, 24)
+    assert [point["step"] for point in train["history"]] == [4, 6]
+    # The rate of each logged update is the schedule's at the step it ends
+    # (warm-up 2 steps, then linear decay to 0 at step 6: steps 3 and 5).
+    assert [point["learning_rate"] for point in train["history"]] == pytest.approx(
+        [1e-3 * 3 / 6, 1e-3 * 1 / 6])
+    assert (tmp_path / "micro" / "checkpoints" / "ckpt-4.index").exists()
+    assert (tmp_path / "micro" / "model.ckpt-6.index").exists()
+    assert summary["steps"] == {"unit": "micro_batch", "steps_per_update": 2,
+                                "micro_batches_per_update": 2, "optimizer_clipnorm": None,
+                                "micro_batch_clipnorm": 1.0}
+
+    # The former meaning, one step per update and clipping once per update:
+    # 3 steps of 2 micro-batches are the same 24 sequences.
+    summary = run_pretraining(options(
+        config_file, tmp_path / "updates", num_train_steps=3, step_unit="update",
+        clip_by_global_norm_after_gradient_allreduce=True, **flags))
+    train = summary["train"]
+    assert (train["final_step"], train["sequences"]) == (3, 24)
+    assert [point["step"] for point in train["history"]] == [3]
+    assert summary["steps"]["optimizer_clipnorm"] == 1.0
+    assert summary["steps"]["micro_batch_clipnorm"] is None

@@ -42,20 +42,22 @@ def main():
         return {name: np.stack([e[name] for e in elements]) for name in elements[0]}
 
     results = {}
-    for optimizer in ("lamb",):
+    # Clipping once per update (the optimizer's, after the replica sum), and
+    # per micro-batch (the trainer's, each micro-batch summed over the replicas).
+    for name, clipnorm in (("lamb", None), ("lamb_clip_per_micro_batch", 1.0)):
         # A large learning rate so that clipping to norm 1 is active.
-        single = make_trainer(steps_per_update=STEPS_PER_UPDATE, optimizer=optimizer,
-                              learning_rate=0.05)
+        single = make_trainer(steps_per_update=STEPS_PER_UPDATE, learning_rate=0.05,
+                              micro_batch_clipnorm=clipnorm)
         single.train_steps(iter(tf.data.Dataset.from_tensor_slices(
             stacked(single_elements))), 2)
-        mirrored = make_trainer(steps_per_update=STEPS_PER_UPDATE, optimizer=optimizer,
-                                strategy=strategy, learning_rate=0.05)
+        mirrored = make_trainer(steps_per_update=STEPS_PER_UPDATE, strategy=strategy,
+                                learning_rate=0.05, micro_batch_clipnorm=clipnorm)
         # One input pipeline: consecutive elements go to replicas 0 and 1.
         dataset = strategy.distribute_datasets_from_function(
             lambda context: tf.data.Dataset.from_tensor_slices(
                 stacked(per_replica_elements)))
         result = mirrored.train_steps(iter(dataset), 2)
-        results[optimizer] = {
+        results[name] = {
             "weights": max_relative_difference(weights(mirrored), weights(single)),
             "traces": mirrored.train_steps_function.experimental_get_tracing_count(),
             "sequences": result.statistics["sequences"],

@@ -16,10 +16,12 @@ def results():
     return _check()
 
 
-def test_mirrored_updates_equal_single_device_updates(results):
+@pytest.mark.parametrize("case", ["lamb", "lamb_clip_per_micro_batch"])
+def test_mirrored_updates_equal_single_device_updates(results, case):
     # Two LAMB updates of 2 accumulated micro-batches per replica, clipping
-    # active: clipping after the replica sum makes them equal.
-    result = results["lamb"]
+    # active: clipping after the replica sum (of the update, or of each
+    # micro-batch) makes them equal.
+    result = results[case]
     assert result["replicas"] == 2
     assert result["weights"] < 1e-4
     assert result["sequences"] == result["want_sequences"]
@@ -27,6 +29,7 @@ def test_mirrored_updates_equal_single_device_updates(results):
 
 def test_the_distributed_step_is_traced_once(results):
     assert results["lamb"]["traces"] == 1
+    assert results["lamb_clip_per_micro_batch"]["traces"] == 1
 
 
 def test_a_whole_run_under_the_mirrored_strategy_reads_every_eval_record_once():

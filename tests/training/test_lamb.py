@@ -11,48 +11,10 @@ import tensorflow as tf
 
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
 from tests.conftest import run_json_check
+from tests.training.numpy_lamb import numpy_lamb
 
 
 # ------------------------------------------------------------ numpy reference
-def numpy_lamb(weights, gradients_per_step, *, learning_rate, beta_1, beta_2, epsilon,
-               weight_decay_rate, decayed, adapted, bias_correction, global_clipnorm):
-    """MLPerf's LAMB, step by step, in float64.
-
-    weights: {path: array}; gradients_per_step: list of {path: array};
-    learning_rate(step) with step 0 at the first update; decayed / adapted:
-    the paths that get weight decay / the trust ratio.
-    Returns the weights and the moments after the last step.
-    """
-    weights = {path: np.array(w, np.float64) for path, w in weights.items()}
-    m = {path: np.zeros_like(w) for path, w in weights.items()}
-    v = {path: np.zeros_like(w) for path, w in weights.items()}
-    for t, gradients in enumerate(gradients_per_step, start=1):
-        gradients = {path: np.array(g, np.float64) for path, g in gradients.items()}
-        if global_clipnorm:
-            global_norm = np.sqrt(sum(np.sum(g ** 2) for g in gradients.values()))
-            scale = global_clipnorm / max(global_norm, global_clipnorm)
-            gradients = {path: g * scale for path, g in gradients.items()}
-        lr = learning_rate(t - 1)
-        for path, g in gradients.items():
-            w = weights[path]
-            m[path] = beta_1 * m[path] + (1 - beta_1) * g
-            v[path] = beta_2 * v[path] + (1 - beta_2) * g ** 2
-            m_hat, v_hat = m[path], v[path]
-            if bias_correction:
-                m_hat = m_hat / (1 - beta_1 ** t)
-                v_hat = v_hat / (1 - beta_2 ** t)
-            update = m_hat / (np.sqrt(v_hat) + epsilon)
-            if path in decayed:
-                update = update + weight_decay_rate * w
-            ratio = 1.0
-            if path in adapted:
-                w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
-                if w_norm > 0 and u_norm > 0:
-                    ratio = w_norm / u_norm
-            weights[path] = w - lr * ratio * update
-    return weights, m, v
-
-
 def reference_learning_rate(peak, num_train_steps, num_warmup_steps):
     def learning_rate(step):
         if step < num_warmup_steps:

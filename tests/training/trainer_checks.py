@@ -29,15 +29,20 @@ def micro_batches(features: dict, steps_per_update: int) -> dict:
 
 
 def make_trainer(*, steps_per_update=1, strategy=None, optimizer="lamb", jit_compile=True,
-                 learning_rate=0.01, config=TINY_CONFIG, seed=0):
+                 learning_rate=0.01, config=TINY_CONFIG, seed=0, micro_batch_clipnorm=None):
+    """A trainer of the tiny model; clipping once per update (the optimizer's)
+    unless ``micro_batch_clipnorm``."""
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         tf.keras.utils.set_random_seed(seed)
         model = BertPretrainingModel(config)
         model.build()
-        optimizer = create_optimizer(optimizer, learning_rate)
+        optimizer = create_optimizer(
+            optimizer, learning_rate,
+            global_clipnorm=None if micro_batch_clipnorm else 1.0)
     return Trainer(model, optimizer, task=PRETRAINING_TASK, strategy=strategy,
-                   steps_per_update=steps_per_update, jit_compile=jit_compile)
+                   steps_per_update=steps_per_update, jit_compile=jit_compile,
+                   micro_batch_clipnorm=micro_batch_clipnorm)
 
 
 def weights(trainer) -> list:
