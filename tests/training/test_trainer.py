@@ -92,21 +92,25 @@ def test_bad_arguments_are_rejected():
                      statistics=PRETRAINING_TASK.statistics)
 
 
+@pytest.mark.parametrize("micro_batch_clipnorm", [None, 1.0])
 @pytest.mark.parametrize("mode, compute_dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
-def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype):
+def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype,
+                                                    micro_batch_clipnorm):
     from packed_bert_tf.training.runs import mixed_precision_policy
 
     elements = [micro_batches(random_features(seed, 4), 2) for seed in range(2)]
     with mixed_precision_policy(mode):
-        trainer = make_trainer(steps_per_update=2)
+        trainer = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm)
         if mode == "fp16":
             import keras
 
             from packed_bert_tf.training.optimizers import create_optimizer
             from packed_bert_tf.training.trainer import Trainer
-            trainer = Trainer(trainer.model, create_optimizer("lamb", 0.01,
-                                                              loss_scaling=True),
-                              task=trainer.task, steps_per_update=2)
+            optimizer = create_optimizer(
+                "lamb", 0.01, loss_scaling=True,
+                global_clipnorm=None if micro_batch_clipnorm else 1.0)
+            trainer = Trainer(trainer.model, optimizer, task=trainer.task,
+                              steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm)
             assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
         before = weights(trainer)
         result = trainer.train_steps(_iterator(elements), 2)
