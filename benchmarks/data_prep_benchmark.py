@@ -9,8 +9,16 @@ Generates (once, cached in --work_dir) an unpacked dataset in the MLPerf format
 (process start, reading, planning, writing; Beam's default local runner
 unless --beam_args say otherwise), then checks the result with
 ``python -m data_prep.verify_packing`` (not timed).
+
+``--beam_args=portable`` runs the tool through Beam's portability framework,
+as a cluster does: a job service and an SDK worker pool in processes of their
+own (`data_prep.local_portable_runner`), started before the timed command and
+stopped after it. The shards of every run are compared with the first run's
+(byte-identical when the plan is the same: same --files_per_group).
 """
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -33,8 +41,9 @@ flags.DEFINE_string("work_dir", "/tmp/packed_bert_tf_data_prep_benchmark",
 flags.DEFINE_multi_string(
     "beam_args", ["default"],
     "One run per occurrence: space-separated Beam options for the packing tool, or "
-    "'default' for none (e.g. --beam_args=default "
-    "--beam_args=--direct_running_mode=in_memory).")
+    "'default' for none, 'portable' for a local job service and SDK worker pool "
+    "(e.g. --beam_args=default --beam_args=--direct_running_mode=in_memory "
+    "--beam_args=portable).")
 flags.DEFINE_bool("verify", True, "Run verify_packing on the result.")
 define_write_markdown()
 flags.DEFINE_string("markdown_section", "data_prep_benchmark",
@@ -64,6 +73,16 @@ def generate(folder, num_sequences, num_shards):
     json.dump(spec, open(marker, "w"))
 
 
+def shard_digests(folder) -> dict:
+    """SHA-256 of every packed shard in a folder, by name."""
+    digests = {}
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("part-"):
+            with open(os.path.join(folder, name), "rb") as f:
+                digests[name] = hashlib.file_digest(f, "sha256").hexdigest()
+    return digests
+
+
 def main(argv):
     del argv
     unpacked = os.path.join(FLAGS.work_dir, "unpacked")
@@ -71,29 +90,42 @@ def main(argv):
     start = time.perf_counter()
     generate(unpacked, FLAGS.num_sequences, FLAGS.num_input_shards)
     print(f"dataset ready in {time.perf_counter() - start:.1f} s", flush=True)
-    rows, verified = [], "not run"
+    rows, verified, first_digests = [], "not run", None
     for beam_args in FLAGS.beam_args:
         extra = [] if beam_args == "default" else beam_args.split()
         shutil.rmtree(packed, ignore_errors=True)
-        command = [sys.executable, "-m", "data_prep.pack_pretraining_data",
-                   f"--input_file={unpacked}/part-*", f"--output_dir={packed}",
-                   f"--num_output_shards={FLAGS.num_output_shards}",
-                   "--max_seq_length=512", "--max_predictions_per_seq=76",
-                   *extra]
-        start = time.perf_counter()
-        result = subprocess.run(command, env=ENVIRONMENT, capture_output=True, text=True)
-        seconds = time.perf_counter() - start
+        with contextlib.ExitStack() as stack:
+            if "portable" in extra:  # services up before the clock starts
+                from data_prep.local_portable_runner import local_portable_runner
+
+                services = stack.enter_context(local_portable_runner(
+                    environment=ENVIRONMENT))
+                at = extra.index("portable")
+                extra[at:at + 1] = services.pipeline_args
+            command = [sys.executable, "-m", "data_prep.pack_pretraining_data",
+                       f"--input_file={unpacked}/part-*", f"--output_dir={packed}",
+                       f"--num_output_shards={FLAGS.num_output_shards}",
+                       "--max_seq_length=512", "--max_predictions_per_seq=76",
+                       *extra]
+            start = time.perf_counter()
+            result = subprocess.run(command, env=ENVIRONMENT, capture_output=True,
+                                    text=True)
+            seconds = time.perf_counter() - start
         if result.returncode:
             sys.exit(f"packing failed:\n{result.stderr[-3000:]}")
         stats = json.load(open(os.path.join(packed, "packing_stats.json")))
+        digests = shard_digests(packed)
+        first_digests = first_digests or digests
+        same = "yes" if digests == first_digests else "no"
         rate = FLAGS.num_sequences / seconds
         print(result.stdout.strip())
         print(f"[{beam_args}] {FLAGS.num_sequences:,} sequences in {seconds:.1f} s: "
-              f"{rate:,.0f} sequences/s", flush=True)
+              f"{rate:,.0f} sequences/s; shards identical to the first run's: {same}",
+              flush=True)
         rows.append(f"| {FLAGS.num_sequences:,} | {FLAGS.num_input_shards} | "
                     f"{FLAGS.num_output_shards} | {beam_args} | {seconds:.1f} | "
                     f"{rate:,.0f} | {stats['packs']:,} | {100 * stats['efficiency']:.3f} | "
-                    f"{stats['plan']['solve_time_seconds']:.2f} |")
+                    f"{stats['plan']['solve_time_seconds']:.2f} | {same} |")
         if FLAGS.verify:  # the last run's output
             check = subprocess.run([sys.executable, "-m", "data_prep.verify_packing",
                                     f"--unpacked={unpacked}/part-*",
@@ -108,8 +140,8 @@ def main(argv):
         "`--algorithm=optimal`; wall time of the whole command (process start, "
         "reading, planning, writing), runs one after the other.", "",
         "| sequences | input shards | output shards | beam args | wall s | sequences/s "
-        "| packs | efficiency % | plan s |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| packs | efficiency % | plan s | shards = first run's |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
         *rows, "", f"verify_packing: {verified}"]))
 
 

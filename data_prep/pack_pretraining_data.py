@@ -7,7 +7,11 @@ r"""Packs unpacked pre-training TFRecords into packed TFRecords (Apache Beam).
 
 Every other flag goes to Beam: by default Beam's local runner (FnApiRunner) in
 multi-process mode on all cores; the same pipeline runs unchanged on Dataflow, Flink or
-Spark with the standard Beam options (--runner, --project, ...). Writes the
+Spark with the standard Beam options (--runner, --project, ...), and through Beam's
+portability framework (``--runner=PortableRunner --job_endpoint=HOST:PORT``; tested
+with Beam's local job service and an SDK worker pool,
+`data_prep.local_portable_runner`). Local paths are made absolute before the
+pipeline is submitted: the workers run in folders of their own. Writes the
 shards, then packing_stats.json (what training reads for the packing factor),
 and prints a short report. Check the result with
 ``python -m data_prep.verify_packing``.
@@ -16,8 +20,8 @@ Every flag is checked before Beam starts. By default the tool prints what it
 reads, a summary or one error line, none of Beam's or TensorFlow's logging
 (``--verbosity=0`` brings it back; see `data_prep.tool_output`). Files are
 written under temporary names (``*.tmp-*``) and get their final names only when
-all are complete; SIGINT or SIGTERM stops the workers and removes them, and a
-run removes those a killed run left. With ``--overwrite`` an earlier run's
+all are complete; SIGINT or SIGTERM stops the workers (or asks the job service
+to cancel the job) and removes them, and a run removes those a killed run left. With ``--overwrite`` an earlier run's
 output is replaced only once the new one is complete.
 """
 
@@ -81,12 +85,18 @@ def define_flags():
 
 
 def _beam_options(pipeline_args, quiet: bool):
-    """Beam's options: the local runner in multi-process mode unless told otherwise.
+    """Beam's options: the local runner in multi-process mode on every core
+    unless told otherwise.
 
     Raises ValueError for a flag that is neither the tool's nor Beam's (Beam
-    would drop it with a warning).
+    would drop it with a warning), and for a PortableRunner whose job service
+    does not answer (`_check_job_endpoint`).
     """
-    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.options.pipeline_options import (
+        PipelineOptions,
+        PortableOptions,
+        StandardOptions,
+    )
 
     args = list(pipeline_args)
     known = PipelineOptions([]).get_all_options()
@@ -102,19 +112,67 @@ def _beam_options(pipeline_args, quiet: bool):
         # The local runner itself (DirectRunner would first try to download
         # the Prism runner binary from the internet).
         args.append("--runner=FnApiRunner")
-    if not any(a.startswith("--direct_running_mode") for a in args):
-        args.append("--direct_running_mode=multi_processing")
-    if not any(a.startswith("--direct_num_workers") for a in args):
-        args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+    options = PipelineOptions(args)
+    runner = options.view_as(StandardOptions).runner or ""
+    if runner in LOCAL_RUNNERS:  # all cores of this machine
+        if not any(a.startswith("--direct_running_mode") for a in args):
+            args.append("--direct_running_mode=multi_processing")
+        if not any(a.startswith("--direct_num_workers") for a in args):
+            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+    elif runner.split(".")[-1] == "PortableRunner":
+        _check_job_endpoint(options.view_as(PortableOptions))
     if quiet and not any(a.startswith("--default_sdk_harness_log_level") for a in args):
         args.append("--default_sdk_harness_log_level=CRITICAL")
     return PipelineOptions(args)
 
 
-def _beam_error_message(error: Exception) -> str:
+#: Beam's runners in this process (the rest submit the pipeline elsewhere).
+LOCAL_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner")
+
+
+def _check_job_endpoint(options) -> None:
+    """--runner=PortableRunner: the job service at --job_endpoint answers within
+    --job_server_timeout seconds (Beam's option), else ValueError naming the flag.
+
+    Without the check an address nobody serves fails after that timeout with
+    gRPC's ``FutureTimeoutError``, and no --job_endpoint at all makes Beam
+    start a Java job server in Docker.
+    """
+    import grpc
+
+    endpoint = options.job_endpoint
+    if not endpoint:
+        raise ValueError("--runner=PortableRunner needs --job_endpoint=HOST:PORT, a "
+                         "running Beam job service (see the README: running the "
+                         "Beam tools on a cluster)")
+    if endpoint == "embed":  # Beam's Python job service, in this process
+        return
+    timeout = options.job_server_timeout
+    channel = grpc.insecure_channel(endpoint)
+    try:
+        grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+        raise ValueError(f"--job_endpoint={endpoint}: no job service answered within "
+                         f"{timeout} s (--job_server_timeout)") from None
+    finally:
+        channel.close()
+
+
+def _beam_error_message(error: Exception, pipeline_args=()) -> str:
     """The worker's one-line error out of a Beam failure (which quotes the
-    worker's traceback), else the failure's first line."""
+    worker's traceback), else the failure's first line; a service the runner
+    could not reach is named with its flag among ``pipeline_args``
+    (``--environment_config=HOST:PORT``, ...)."""
     text = str(error)
+    unreachable = re.search(r'details = "(?:failed to connect to all addresses; )?(?:'
+                            r'last error: )?(?:\w+: )?(?:ipv[46]:)?([^"]*)"', text)
+    if unreachable and "StatusCode.UNAVAILABLE" in text:
+        # gRPC: a service the runner needs (an SDK worker pool, ...) is not there.
+        port = re.search(r":(\d+):", unreachable[1])
+        named = [arg.split("=", 1)[0] for arg in pipeline_args
+                 if port and "=" in arg and arg.endswith(f":{port[1]}")]
+        return (f"{named[0] + ': ' if named else ''}the runner could not reach a service "
+                f"it needs at {unreachable[1]}")
     found = re.findall(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception)): (.+)$", text, re.MULTILINE)
     if found:
         line = found[-1][1]
@@ -178,7 +236,7 @@ def _job_from_flags(skipped: list[str]):
         raise ValueError(f"--files_per_group must be >= 0, got {FLAGS.files_per_group}")
     workers = os.cpu_count() or 1
     return pack_pipeline.PackingJob(
-        input_files=tuple(files), output_dir=FLAGS.output_dir,
+        input_files=tuple(files), output_dir=pack_pipeline.absolute_path(FLAGS.output_dir),
         num_output_shards=FLAGS.num_output_shards,
         max_seq_length=FLAGS.max_seq_length,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
@@ -209,9 +267,14 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _stop_on_signals(output_dir: str, temporary_suffix: str) -> None:
+def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) -> None:
     """SIGINT and SIGTERM: stop the workers, remove this run's unfinished
     files, one line, exit 128 + signal.
+
+    The workers are this process's children with the local runner; with a
+    runner that submits the job to a service (``submitted`` then holds its
+    `PipelineResult`), the service is asked to cancel the job, waiting at most
+    `CANCEL_TIMEOUT_S` for its answer.
 
     Exits with ``os._exit``: Beam's gRPC threads are still running, and a
     normal interpreter exit under them aborts (``terminate called ...``).
@@ -221,6 +284,18 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str) -> None:
         # Beam's threads report the workers' end as exceptions: not to the user.
         stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
         threading.excepthook = lambda args: None
+        cancelled = ""
+        for result in submitted:  # a job a service runs: cancel it there
+            canceller = threading.Thread(target=result.cancel, daemon=True)
+            canceller.start()
+            canceller.join(CANCEL_TIMEOUT_S)
+            # Cancelling is the service's to do: Beam's Python job service
+            # acknowledges it without stopping the job (files it writes later
+            # stay unfinished until the next run into the folder removes them).
+            cancelled = ("asked the job service to cancel the job; "
+                         if not canceller.is_alive() else
+                         f"the job service did not answer the cancel within "
+                         f"{CANCEL_TIMEOUT_S} s; ")
         for pid in _descendants(os.getpid()):  # Beam's worker processes
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -235,12 +310,17 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str) -> None:
         except Exception as error:  # noqa: BLE001 - still exit with one line
             outcome = f"could not remove its unfinished files ({error})"
         sys.stdout.flush()
-        stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; {outcome}\n")
+        stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; "
+                     f"{cancelled}{outcome}\n")
         stderr.flush()
         os._exit(128 + signum)
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
+
+
+#: How long an interrupted run waits for the job service to cancel its job.
+CANCEL_TIMEOUT_S = 10
 
 
 def _size(paths) -> str:
@@ -254,6 +334,7 @@ def main(argv):
     # No TensorFlow here (seconds to import): only the workers read and write
     # records; files are found and managed with Beam's FileSystems.
     import apache_beam as beam
+    from apache_beam.runners.runner import PipelineState
 
     from packed_bert_tf.data import pack_pipeline
 
@@ -276,14 +357,20 @@ def main(argv):
     logging.info("Packing %d files into %d shards in %s: %s", len(job.input_files),
                  job.num_output_shards, job.output_dir, job)
     start = time.perf_counter()
-    _stop_on_signals(job.output_dir, transform.temporary_suffix)
+    submitted = []  # the job a service runs (not the local runner's): to cancel
+    _stop_on_signals(job.output_dir, transform.temporary_suffix, submitted)
     try:
-        with beam.Pipeline(options=options) as pipeline:
-            _ = pipeline | "Pack" >> transform
+        pipeline = beam.Pipeline(options=options)
+        _ = pipeline | "Pack" >> transform
+        result = pipeline.run()  # the local runner returns once done
+        submitted.append(result)
+        state = result.wait_until_finish()
+        if state != PipelineState.DONE:
+            raise RuntimeError(f"the pipeline ended in state {state}")
     except Exception as error:  # noqa: BLE001 - Beam wraps worker errors
         _remove([path for name, path in _list_dir(job.output_dir)
                  if transform.temporary_suffix in name])
-        sys.exit(f"{TOOL}: {_beam_error_message(error)}")
+        sys.exit(f"{TOOL}: {_beam_error_message(error, argv[1:])}")
 
     from apache_beam.io.filesystems import FileSystems
     from packed_bert_tf.data.features import PACKING_STATS_FILE

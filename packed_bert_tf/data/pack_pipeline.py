@@ -36,6 +36,16 @@ Output files only get their final names once every shard is written, so a
 failed run leaves nothing that looks complete, and an earlier run's output is
 only replaced by a complete new one. Temporary files carry `TEMPORARY_MARKER`
 in their names (`is_temporary`).
+
+Nothing relies on running in one process, so the same pipeline runs on
+Beam's local runner, through the portability framework (a job service and SDK
+worker processes) and on a cluster: every step is a DoFn or module-level
+function that pickles by reference, carrying its configuration (the
+`PackingJob`, the run's temporary suffix, fixed once when the pipeline is
+built) and owning its counters; local paths are made absolute before
+submission (workers run in other folders); stages meet only through
+PCollections and side inputs; and a step a runner retries rewrites the same
+bytes under the same temporary name (`finalize` too is safe to run again).
 """
 
 from __future__ import annotations
@@ -151,6 +161,12 @@ class PackingJob:
 
 
 # ------------------------------------------------------------ pure functions
+def absolute_path(path: str) -> str:
+    """A local path made absolute (SDK workers run in folders of their own);
+    a URL (``gs://...``) unchanged."""
+    return path if "://" in path else os.path.abspath(path)
+
+
 def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
                 skipped: list[str] | None = None) -> list[str]:
     """Files matching comma-separated globs (or a list of globs), sorted.
@@ -160,8 +176,8 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
     pipeline never imports TensorFlow (seconds of start-up on the critical
     path); only the workers that read and write records do.
 
-    Raises ValueError naming the flag when a pattern matches nothing, or
-    names a folder (``skipped``: see `file_patterns.expand_file_patterns`).
+    Local paths come back absolute (`absolute_path`). Raises ValueError
+    naming the flag when a pattern matches nothing, or names a folder (``skipped``: see `file_patterns.expand_file_patterns`).
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -169,8 +185,8 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
         (result,) = FileSystems.match([pattern])
         return [metadata.path for metadata in result.metadata_list]
 
-    files = file_patterns.expand_file_patterns(patterns, glob=glob, flag=flag,
-                                               skipped=skipped)
+    files = [absolute_path(path) for path in file_patterns.expand_file_patterns(
+        patterns, glob=glob, flag=flag, skipped=skipped)]
     folders = [path for path in files if os.path.isdir(path)]
     if folders:
         raise ValueError(f"--{flag}: {folders[0]} is a folder (give its files, e.g. "
@@ -345,13 +361,28 @@ def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
     packs, summary = plan_packs(job, batch.lengths, batch.masked_counts)
     owned = list(range(group, job.num_output_shards, num_groups))
     results = []
-    for turn, shard in enumerate(owned):
-        shard_packs = packs.take(np.arange(turn, len(packs), len(owned)))
-        path = job.shard_path(shard) + temporary_suffix
-        _write_packs(job, path, batch, shard_packs)
-        results.append({"shard": shard, "path": path, "records": len(shard_packs),
-                        "sequences": shard_packs.sequence_indices.size})
+    try:
+        for turn, shard in enumerate(owned):
+            shard_packs = packs.take(np.arange(turn, len(packs), len(owned)))
+            path = job.shard_path(shard) + temporary_suffix
+            _write_packs(job, path, batch, shard_packs)
+            results.append({"shard": shard, "path": path, "records": len(shard_packs),
+                            "sequences": shard_packs.sequence_indices.size})
+    except BaseException:
+        # This worker's own leftovers, whoever submitted the run and wherever
+        # it runs (the launching process also cleans up after a failed run).
+        _remove_files([result["path"] for result in results])
+        raise
     return {"shards": results, "summary": summary}
+
+
+def _remove_files(paths) -> None:
+    """Removes files that exist (any filesystem TensorFlow knows)."""
+    import tensorflow as tf
+
+    for path in paths:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.remove(path)
 
 
 def combine_group_summaries(summaries) -> dict:
@@ -376,7 +407,8 @@ def finalize(job: PackingJob, shard_results, summary: dict,
 
     An earlier run's output in the folder is replaced only now: its stats go
     first (a folder without stats is not a finished run), then shards of its
-    that this run does not overwrite (another --num_output_shards).
+    that this run does not overwrite (another --num_output_shards). Safe to
+    run again after a failure part-way (runners retry failed steps).
     """
     import tensorflow as tf
 
@@ -393,8 +425,12 @@ def finalize(job: PackingJob, shard_results, summary: dict,
     if tf.io.gfile.exists(stats_path):
         tf.io.gfile.remove(stats_path)
     for result in shard_results:
-        tf.io.gfile.rename(result["path"], result["path"][:-len(temporary_suffix)],
-                           overwrite=True)
+        final_path = result["path"][:-len(temporary_suffix)]
+        # A temporary name is this run's alone: when it is gone and the final
+        # name exists, an earlier attempt of this step (a runner's retry)
+        # renamed it already.
+        if tf.io.gfile.exists(result["path"]) or not tf.io.gfile.exists(final_path):
+            tf.io.gfile.rename(result["path"], final_path, overwrite=True)
     written = {r["shard"] for r in shard_results}
     for shard in range(job.num_output_shards):
         if shard not in written:  # fewer packs than shards: an empty shard
@@ -454,12 +490,13 @@ class _PackGroup(_WorkerDoFn):
         self.job = job
         self.num_groups = num_groups
         self.temporary_suffix = temporary_suffix
+        self.replanned = _replanned_counter()
 
     def process(self, group):
         index, files = group
         result = pack_group_locally(self.job, index, files, self.num_groups,
                                     self.temporary_suffix)
-        _REPLANNED.inc(result["summary"]["replanned_for_masked_overflow"])
+        self.replanned.inc(result["summary"]["replanned_for_masked_overflow"])
         yield result
 
 
@@ -473,6 +510,19 @@ class _ReadLengths(_WorkerDoFn):
         lengths, masked = read_group(self.job, files, lengths_only=True)
         self.sequences.inc(int(lengths.size))
         yield index, lengths, masked
+
+
+class _PlanPacks(beam.DoFn):
+    """All groups' lengths (one element) -> the `Routing` of every sequence."""
+
+    def __init__(self, job):
+        self.job = job
+        self.replanned = _replanned_counter()
+
+    def process(self, group_lengths):
+        routing = plan_routing(self.job, group_lengths)
+        self.replanned.inc(routing.summary["replanned_for_masked_overflow"])
+        yield routing
 
 
 class _ReadAndRoute(_WorkerDoFn):
@@ -498,19 +548,32 @@ class _WriteShard(_WorkerDoFn):
         yield result
 
 
-#: Sequences moved to new packs because their pack had more masked-LM
-#: predictions than the packed format's slots (`sequences.masked_overflow_fix`).
-_REPLANNED = beam.metrics.Metrics.counter(_NAMESPACE, "replanned_for_masked_overflow")
+def _replanned_counter():
+    """Sequences moved to new packs because their pack had more masked-LM
+    predictions than the packed format's slots (`sequences.masked_overflow_fix`)."""
+    return beam.metrics.Metrics.counter(_NAMESPACE, "replanned_for_masked_overflow")
 
 
-def _plan_and_count(group_lengths, job: PackingJob) -> Routing:
-    routing = plan_routing(job, group_lengths)
-    _REPLANNED.inc(routing.summary["replanned_for_masked_overflow"])
-    return routing
+def _finalize_groups(group_results, job: PackingJob, temporary_suffix: str) -> dict:
+    """Scope "groups": `finalize` over every group's shards and summary."""
+    return finalize(job, [shard for result in group_results for shard in result["shards"]],
+                    combine_group_summaries([result["summary"] for result in group_results]),
+                    temporary_suffix)
+
+
+def _finalize_global(shard_results, routing: Routing, job: PackingJob,
+                     temporary_suffix: str) -> dict:
+    """Scope "global": `finalize` over every shard, with the plan's summary."""
+    return finalize(job, shard_results, routing.summary, temporary_suffix)
 
 
 class PackPretrainingData(beam.PTransform):
-    """PBegin -> one element: the stats dict, once every shard is in place."""
+    """PBegin -> one element: the stats dict, once every shard is in place.
+
+    The run's temporary suffix is drawn here, in the process that builds the
+    pipeline, and travels inside the steps: every worker writes under the same
+    one, and the launching process knows what to clean up after a failure.
+    """
 
     def __init__(self, job: PackingJob):
         super().__init__()
@@ -526,14 +589,11 @@ class PackPretrainingData(beam.PTransform):
             return (groups
                     | "PackGroups" >> beam.ParDo(_PackGroup(job, num_groups, suffix))
                     | "GatherGroups" >> beam.combiners.ToList()
-                    | "Finalize" >> beam.Map(lambda results: finalize(
-                        job, [r for result in results for r in result["shards"]],
-                        combine_group_summaries([r["summary"] for r in results]),
-                        suffix)))
+                    | "Finalize" >> beam.Map(_finalize_groups, job, suffix))
         routing = (groups
                    | "ReadLengths" >> beam.ParDo(_ReadLengths(job))
                    | "GatherLengths" >> beam.combiners.ToList()
-                   | "PlanPacks" >> beam.Map(_plan_and_count, job))
+                   | "PlanPacks" >> beam.ParDo(_PlanPacks(job)))
         written = (groups
                    | "ReadAndRoute" >> beam.ParDo(_ReadAndRoute(job),
                                                   beam.pvalue.AsSingleton(routing))
@@ -541,10 +601,8 @@ class PackPretrainingData(beam.PTransform):
                    | "WriteShards" >> beam.ParDo(_WriteShard(job, suffix))
                    | "GatherShards" >> beam.combiners.ToList())
         return (written
-                | "Finalize" >> beam.Map(
-                    lambda results, routing: finalize(job, results, routing.summary,
-                                                      suffix),
-                    beam.pvalue.AsSingleton(routing)))
+                | "Finalize" >> beam.Map(_finalize_global, beam.pvalue.AsSingleton(routing),
+                                         job, suffix))
 
 
 def default_files_per_group(num_files: int, num_workers: int, scope: str = "global",

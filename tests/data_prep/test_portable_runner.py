@@ -1,0 +1,183 @@
+"""pack_pretraining_data through Beam's portability framework, as a cluster runs it.
+
+The pipeline is submitted to Beam's job service, and its DoFns run in SDK
+worker processes started by an SDK worker pool (``--environment_type=EXTERNAL``):
+three kinds of process that share no memory, none of them the test's
+(`data_prep.local_portable_runner`). The output must be the default runner's,
+byte for byte.
+"""
+
+import json
+import os
+import shutil
+import socket
+import time
+
+import pytest
+
+from data_prep.local_portable_runner import local_portable_runner
+from packed_bert_tf.data.verify import verify_packing
+from tests.conftest import (
+    SMALL_PREDICTIONS,
+    SMALL_SEQ_LENGTH,
+    finish_tool,
+    one_line_error_problems,
+    run_tool,
+    start_tool,
+    tool_environment,
+    write_unpacked_dataset,
+)
+
+TOOL = "data_prep.pack_pretraining_data"
+NUM_FILES, PER_FILE, NUM_SHARDS = 4, 600, 4
+#: The module that reads and writes records: imported where the DoFns run.
+RECORDS_MODULE = "packed_bert_tf.data.tfrecords"
+#: Fields of packing_stats.json that are timings, not results.
+TIMINGS = ("planning_seconds", "solve_time_seconds")
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory):
+    """A job service and an SDK worker pool; the workers log their imports
+    (``PYTHONPROFILEIMPORTTIME``) to the pool's log."""
+    folder = tmp_path_factory.mktemp("services")
+    environment = tool_environment(folder, PYTHONPROFILEIMPORTTIME=1)
+    with local_portable_runner(str(folder), environment=environment) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """2,400 sequences in 4 files, in a folder the tests run the tool from."""
+    folder = tmp_path_factory.mktemp("portable")
+    write_unpacked_dataset(folder / "data", num_files=NUM_FILES, per_file=PER_FILE, seed=7)
+    return folder
+
+
+def _arguments(output_dir, *extra, input_file="data/unpacked-*"):
+    return [f"--input_file={input_file}", f"--output_dir={output_dir}",
+            f"--num_output_shards={NUM_SHARDS}", f"--max_seq_length={SMALL_SEQ_LENGTH}",
+            f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *extra]
+
+
+def _without_timings(stats):
+    stats = dict(stats, plan=dict(stats["plan"]))
+    for key in TIMINGS:
+        stats.pop(key, None)
+        stats["plan"].pop(key, None)
+    return stats
+
+
+@pytest.mark.parametrize("scope", ["groups", "global"])
+def test_the_portable_runner_writes_the_default_runners_bytes(services, dataset,
+                                                              tmp_path, scope):
+    default_dir, portable_dir = tmp_path / "default", tmp_path / "portable"
+    default = start_tool(TOOL, *_arguments(default_dir, f"--packing_scope={scope}"),
+                         cwd=dataset, tmp_path=tmp_path)
+    # Relative paths: the SDK workers run in a folder of their own, so the tool
+    # must resolve them first. -X importtime: the launching process's imports.
+    portable = run_tool(TOOL, *_arguments(portable_dir, f"--packing_scope={scope}",
+                                          "--verbosity=0", *services.pipeline_args),
+                        cwd=dataset, tmp_path=tmp_path, python_options=("-X", "importtime"),
+                        timeout=120)
+    default = finish_tool(default, timeout=120)
+    assert default.returncode == 0, default.stderr[-3000:]
+    assert portable.returncode == 0, portable.stderr[-3000:]
+
+    names = sorted(os.listdir(default_dir))
+    assert sorted(os.listdir(portable_dir)) == names
+    shards = [name for name in names if name.startswith("part-")]
+    assert len(shards) == NUM_SHARDS
+    for shard in shards:
+        assert (portable_dir / shard).read_bytes() == (default_dir / shard).read_bytes()
+    stats = [json.loads((folder / "packing_stats.json").read_text())
+             for folder in (default_dir, portable_dir)]
+    assert _without_timings(stats[1]) == _without_timings(stats[0])
+    assert stats[1]["sequences_out"] == NUM_FILES * PER_FILE
+    assert stats[1]["scope"] == scope
+    assert f"packed 2,400 sequences into {stats[0]['packs']:,} packs" in portable.stdout
+    unpacked = sorted(str(path) for path in (dataset / "data").iterdir())
+    report = verify_packing(unpacked, [str(portable_dir / shard) for shard in shards])
+    assert report.packed_sequences == report.unpacked_sequences == NUM_FILES * PER_FILE
+
+    # The records were read and written in the pool's SDK worker processes,
+    # never in the process that submitted the pipeline.
+    launcher_imports = [line.rsplit("|", 1)[-1].strip()
+                        for line in portable.stderr.splitlines()
+                        if line.startswith("import time:")]
+    assert "apache_beam" in launcher_imports  # the listing is there
+    assert RECORDS_MODULE not in launcher_imports
+    with open(services.worker_pool_log, errors="replace") as f:
+        pool_log = f.read()
+    assert "Starting worker with command" in pool_log
+    assert f"| {RECORDS_MODULE}\n" in pool_log
+
+
+def test_a_failing_portable_run_removes_its_files(services, dataset, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(dataset / "data", data)
+    last = data / f"unpacked-{NUM_FILES - 1:03d}.tfrecord"
+    corrupt = bytearray(last.read_bytes())
+    corrupt[len(corrupt) // 2] ^= 0xFF
+    last.write_bytes(bytes(corrupt))
+    output_dir = tmp_path / "out"
+    # Two groups of two files: the first group's shards are written under
+    # temporary names before the second group fails.
+    result = run_tool(TOOL, *_arguments(output_dir, "--files_per_group=2",
+                                        *services.pipeline_args),
+                      cwd=tmp_path, tmp_path=tmp_path, timeout=120)
+    assert one_line_error_problems(result, "pack_pretraining_data",
+                                   "unpacked-003.tfrecord: record ") == []
+    assert [path for path in output_dir.rglob("*") if path.is_file()] == []
+
+
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("flags, expected", [
+    (["--runner=PortableRunner", "--job_endpoint=localhost:{port}",
+      "--job_server_timeout=2"],
+     "--job_endpoint=localhost:{port}: no job service answered within 2 s"),
+    (["--runner=PortableRunner"], "--runner=PortableRunner needs --job_endpoint="),
+    (["--runner=PortableRunner", "--job_endpoint={job_endpoint}",
+      "--environment_type=EXTERNAL", "--environment_config=localhost:{port}"],
+     ("--environment_config: the runner could not reach a service it needs at "
+      "127.0.0.1:{port}")),
+])
+def test_unreachable_services_are_one_line_in_bounded_time(services, dataset, tmp_path,
+                                                           flags, expected):
+    values = {"port": _unused_port(), "job_endpoint": services.job_endpoint}
+    start = time.monotonic()
+    result = run_tool(TOOL, *_arguments(tmp_path / "out"),
+                      *[flag.format(**values) for flag in flags],
+                      cwd=dataset, tmp_path=tmp_path, timeout=60)
+    assert time.monotonic() - start < 30
+    assert one_line_error_problems(result, "pack_pretraining_data",
+                                   expected.format(**values)) == []
+    assert not [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+
+
+def test_finalize_is_safe_to_run_again(unpacked_files, tmp_path):
+    # A runner retries a step that failed part-way: the shards it renamed
+    # already are found in place, the rest are renamed, the stats rewritten.
+    from packed_bert_tf.data import pack_pipeline
+
+    job = pack_pipeline.PackingJob(
+        input_files=tuple(unpacked_files), output_dir=str(tmp_path),
+        num_output_shards=2, max_seq_length=SMALL_SEQ_LENGTH,
+        max_predictions_per_seq=SMALL_PREDICTIONS, files_per_group=3)
+    result = pack_pipeline.pack_group_locally(job, 0, job.input_files, 1, ".tmp-retry")
+    first = result["shards"][0]
+    os.rename(first["path"], job.shard_path(first["shard"]))  # the first attempt's work
+    stats = pack_pipeline.finalize(job, result["shards"], result["summary"], ".tmp-retry")
+    assert sorted(os.listdir(tmp_path)) == ["packing_stats.json",
+                                            "part-00000-of-00002.tfrecord",
+                                            "part-00001-of-00002.tfrecord"]
+    again = pack_pipeline.finalize(job, result["shards"], result["summary"], ".tmp-retry")
+    assert again == stats and stats["sequences_out"] == 900
+    assert sorted(os.listdir(tmp_path)) == ["packing_stats.json",
+                                            "part-00000-of-00002.tfrecord",
+                                            "part-00001-of-00002.tfrecord"]
