@@ -33,7 +33,8 @@ from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
-from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
+from packed_bert_tf.training.distribution import (check_global_batch_size, check_static_shapes,
+                                                  create_strategy)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
 from packed_bert_tf.training.optimizers import create_optimizer
@@ -150,6 +151,7 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         if not options.input_file:
             raise ValueError("--do_train needs --input_file")
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
+        check_static_shapes(options.batching, strategy)
         train_files = tfrecords.expand_file_patterns(options.input_file, flag="input_file")
         train_format = task.expected_record_format(
             train_files, packed_input=options.packed_input, **sizes)

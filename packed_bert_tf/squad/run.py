@@ -28,7 +28,8 @@ from packed_bert_tf.squad.features import check_feature_arguments, load_or_creat
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import check_global_batch_size, create_strategy
+from packed_bert_tf.training.distribution import (check_global_batch_size, check_static_shapes,
+                                                  create_strategy)
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
                                           output_dir_lock, read_bert_config,
@@ -128,6 +129,7 @@ def check_options(options: SquadOptions, config, strategy) -> None:
                          f"nonsense)")
     if options.do_train:
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
+        check_static_shapes(options.batching, strategy)
     if options.do_predict:
         check_global_batch_size(options.predict_batch_size, strategy,
                                 "--predict_batch_size")
@@ -249,7 +251,8 @@ def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_st
     dataset_fn = task.train_dataset_fn(
         packs, global_batch_size=options.train_batch_size,
         steps_per_update=trainer.steps_per_update, seed=options.seed,
-        skip_steps=start_step // trainer.global_steps_per_update, bucketed=options.batching == "bucketed",
+        skip_steps=start_step // trainer.global_steps_per_update,
+        bucketed=options.batching == "bucketed",
         bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
     train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
                              num_train_steps=total_steps, schedule=schedule,

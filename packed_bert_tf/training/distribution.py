@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import keras
 import tensorflow as tf
 
@@ -35,18 +37,63 @@ def create_strategy(name: str = "default", *, tpu: str | None = None,
     if name == "multi_worker_mirrored":
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "tpu":
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
-        tf.config.experimental_connect_to_cluster(resolver)
-        tf.tpu.experimental.initialize_tpu_system(resolver)
-        return tf.distribute.TPUStrategy(resolver)
+        return tf.distribute.TPUStrategy(connect_to_tpu(tpu))
     raise ValueError(f"--distribution_strategy={name!r} is not one of "
                      f"{', '.join(STRATEGIES)}")
+
+
+#: Seconds to wait for a TPU to answer (`connect_to_tpu`).
+TPU_CONNECT_TIMEOUT = 120
+
+
+def connect_to_tpu(tpu: str | None, timeout: float = TPU_CONNECT_TIMEOUT):
+    """Connects to and initialises the TPU of ``--tpu``; its cluster resolver.
+
+    TensorFlow waits forever for an address nobody answers at; here the wait
+    is bounded (the connection runs in a daemon thread, abandoned after
+    ``timeout`` seconds).
+
+    Raises:
+      ValueError: no TPU name, no TPU there (naming ``--tpu`` and
+        TensorFlow's reason), or no answer within ``timeout`` seconds.
+    """
+    outcome: dict = {}
+
+    def connect():
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "")
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+            outcome["resolver"] = resolver
+        except (ValueError, RuntimeError, tf.errors.OpError) as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=connect, name="connect_to_tpu", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ValueError(f"--tpu={tpu}: no answer from the TPU within {timeout:g} s")
+    if "error" in outcome:
+        error = outcome["error"]
+        message = getattr(error, "message", None) or str(error)
+        raise ValueError(f"--distribution_strategy=tpu --tpu={tpu or ''}: no TPU "
+                         f"({type(error).__name__}: {message.splitlines()[0][:200]})")
+    return outcome["resolver"]
 
 
 def is_tpu_strategy(strategy: tf.distribute.Strategy) -> bool:
     """TPU strategies compile the whole step; no ``jit_compile`` inside them."""
     return isinstance(strategy, (tf.distribute.TPUStrategy,
                                  tf.distribute.experimental.TPUStrategy))
+
+
+def check_static_shapes(batching: str, strategy: tf.distribute.Strategy) -> None:
+    """A TPU compiles the step for one shape: ``--batching=bucketed`` (batches of
+    several shapes) is refused there, before anything is built."""
+    if batching == "bucketed" and is_tpu_strategy(strategy):
+        raise ValueError("--batching=bucketed gives batches of several shapes, which a "
+                         "TPU would compile one by one: use --batching=packed or padded "
+                         "on --distribution_strategy=tpu")
 
 
 def set_mixed_precision(mode: str) -> str:

@@ -150,13 +150,19 @@ class Trainer:
         replicas, to this global norm before accumulating (the optimizer's
         ``global_clipnorm`` must then be None); None: the optimizer alone
         clips, once per update.
+      compile_whole_step: XLA-compile each replica's whole step (normalisers,
+        every micro-batch, the optimizer's update) as one computation, as a
+        TPU does (default: on a TPU strategy only, where TPUStrategy compiles
+        it). Elsewhere it is the TPU path's stand-in, for one replica: it
+        fails where an op of the step could not run on a TPU.
     """
 
     def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, *,
                  task: TrainingTask, strategy: tf.distribute.Strategy | None = None,
                  steps_per_update: int = 1, jit_compile: bool = True,
                  global_steps_per_update: int | None = None,
-                 micro_batch_clipnorm: float | None = None):
+                 micro_batch_clipnorm: float | None = None,
+                 compile_whole_step: bool | None = None):
         if steps_per_update < 1:
             raise ValueError(f"steps_per_update must be >= 1, got {steps_per_update}")
         if global_steps_per_update is None:
@@ -185,7 +191,14 @@ class Trainer:
         self.steps_per_update = steps_per_update
         self.global_steps_per_update = global_steps_per_update
         self.micro_batch_clipnorm = micro_batch_clipnorm
-        self.jit_compile = jit_compile and not is_tpu_strategy(self.strategy)
+        on_tpu = is_tpu_strategy(self.strategy)
+        self.compile_whole_step = on_tpu if compile_whole_step is None else compile_whole_step
+        if self.compile_whole_step and not on_tpu and self.strategy.num_replicas_in_sync > 1:
+            raise ValueError("compile_whole_step off a TPU is for one replica: XLA on CPU "
+                             "and GPU compiles no cross-replica sums")
+        # The whole step compiled (a TPU's own, or the stand-in's) compiles its parts.
+        self.jit_compile = jit_compile and not self.compile_whole_step
+        whole_step_xla = self.compile_whole_step and not on_tpu
         with self.strategy.scope():
             # Inside the scope, or the optimizer's slots are not mirrored.
             self.optimizer.build(self.model.trainable_variables)
@@ -196,7 +209,9 @@ class Trainer:
         self._micro_batch_gradients = tf.function(self._micro_step,
                                                   jit_compile=self.jit_compile)
         self._evaluate_batch = tf.function(self._evaluate_batch_fn,
-                                           jit_compile=self.jit_compile)
+                                           jit_compile=self.jit_compile or whole_step_xla)
+        self._replica_step_function = (tf.function(self._replica_step, jit_compile=True)
+                                       if whole_step_xla else self._replica_step)
         self.train_steps_function = tf.function(self._train_steps)
         self.eval_steps_function = tf.function(self._eval_steps)
 
@@ -277,7 +292,7 @@ class Trainer:
         statistics = {name: zero for name in STATISTICS}
         first_nonfinite = tf.constant(-1, tf.int32)
         for index in tf.range(num_steps):
-            results, step_statistics = self.strategy.run(self._replica_step,
+            results, step_statistics = self.strategy.run(self._replica_step_function,
                                                          args=(next(iterator),))
             results = {name: self.strategy.reduce(sum_, results[name], axis=None)
                        for name in self.metric_names}

@@ -1,0 +1,98 @@
+"""The --distribution_strategy=tpu paths, as far as a CPU can run them: the whole
+step compiled as one XLA computation (a TPU's way), the static-shape rule, and
+the connection's errors, each in bounded time."""
+
+import types
+
+import pytest
+import tensorflow as tf
+
+from packed_bert_tf.training import distribution
+from tests.conftest import REPOSITORY, run_tool, tool_environment
+from tests.training.test_trainer import _iterator
+from tests.training.trainer_checks import (make_trainer, max_relative_difference,
+                                           micro_batches, random_features, weights)
+
+
+def test_the_whole_step_compiled_at_once_takes_the_same_steps():
+    # The reference's default under accumulation: clipping per micro-batch
+    # (the optimizer's own clipping is the plain step, compiled the same way).
+    micro_batch_clipnorm = 1.0
+    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(3)]
+    parts = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
+                         learning_rate=0.05)
+    parts.train_steps(_iterator(elements), 3)
+    whole = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
+                         learning_rate=0.05)
+    whole_trainer = type(whole)(whole.model, whole.optimizer, task=whole.task,
+                                steps_per_update=2, compile_whole_step=True,
+                                micro_batch_clipnorm=micro_batch_clipnorm)
+    result = whole_trainer.train_steps(_iterator(elements), 3)
+    assert result.first_nonfinite_step == -1
+    assert max_relative_difference(weights(whole_trainer), weights(parts)) < 1e-4
+    assert whole_trainer._replica_step_function.experimental_get_tracing_count() == 1
+    assert not whole_trainer.jit_compile  # the parts are not compiled on their own
+    assert int(whole_trainer.step.numpy()) == 6
+
+
+def test_the_whole_step_stand_in_is_for_one_replica():
+    trainer = make_trainer()
+    two_replicas = types.SimpleNamespace(num_replicas_in_sync=2)
+    with pytest.raises(ValueError, match="compile_whole_step off a TPU is for one replica"):
+        type(trainer)(trainer.model, trainer.optimizer, task=trainer.task,
+                      strategy=two_replicas, compile_whole_step=True)
+
+
+def test_bucketed_batches_are_refused_on_a_tpu(monkeypatch):
+    strategy = tf.distribute.get_strategy()
+    distribution.check_static_shapes("bucketed", strategy)  # not a TPU: fine
+    monkeypatch.setattr(distribution, "is_tpu_strategy", lambda strategy: True)
+    distribution.check_static_shapes("packed", strategy)
+    with pytest.raises(ValueError, match="--batching=bucketed gives batches of several "
+                                         "shapes, which a TPU would compile one by one"):
+        distribution.check_static_shapes("bucketed", strategy)
+
+
+_CONNECT = """
+import sys, time
+from packed_bert_tf.training.distribution import connect_to_tpu
+started = time.monotonic()
+try:
+    connect_to_tpu({tpu!r}, timeout=3)
+except ValueError as error:
+    print(f"{{time.monotonic() - started:.1f}} {{error}}")
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("tpu, message", [
+    ("", "--distribution_strategy=tpu --tpu=: no TPU (ValueError: Please provide a TPU "
+         "Name to connect to.)"),
+    ("local", "--distribution_strategy=tpu --tpu=local: no TPU (NotFoundError: TPUs not "
+              "found in the cluster."),
+    # Nobody answers there: TensorFlow alone would wait for ever.
+    ("grpc://127.0.0.1:9", "--tpu=grpc://127.0.0.1:9: no answer from the TPU within 3 s"),
+])
+def test_a_tpu_that_is_not_there_is_one_error_in_bounded_time(tpu, message):
+    # In a subprocess: connecting changes the process's eager context.
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _CONNECT.format(tpu=tpu)],
+                            capture_output=True, text=True, timeout=90,
+                            env=tool_environment(), cwd=REPOSITORY)
+    assert result.returncode == 1, result.stderr[-2000:]
+    seconds, error = result.stdout.strip().split(" ", 1)
+    assert error.startswith(message)
+    assert float(seconds) < 10
+
+
+def test_the_front_end_says_there_is_no_tpu_in_one_line(tmp_path):
+    config = REPOSITORY / "configs" / "demo_bert_config.json"
+    result = run_tool("run_pretraining.py", f"--bert_config_file={config}",
+                      f"--output_dir={tmp_path}", "--do_train", "--input_file=x",
+                      "--distribution_strategy=tpu", "--tpu=local", timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "run_pretraining: --distribution_strategy=tpu --tpu=local: no TPU (NotFoundError: "
+        "TPUs not found in the cluster.")
