@@ -139,20 +139,20 @@ def main(argv):
                            flags_shown=["num_train_steps", "iterations_per_loop",
                                         "train_batch_size", "hidden_size"])
     lines += [
-        f"Packed records, S = {S}; model 2 layers, hidden {FLAGS.hidden_size}; global "
-        f"batch {FLAGS.train_batch_size} rows; LAMB, XLA on; one replica per worker "
-        f"process. Time per update over the steady updates (the first "
-        f"{FLAGS.iterations_per_loop}, which compile, left out).",
+        (f"Packed records, S = {S}; model 2 layers, hidden {FLAGS.hidden_size}; global "
+         f"batch {FLAGS.train_batch_size} rows; LAMB, XLA on; one replica per worker "
+         f"process. Time per update over the steady updates (the first "
+         f"{FLAGS.iterations_per_loop}, which compile, left out)."),
         "",
         "| | seconds per update |",
         "|---|---:|",
         f"| 1 process, `mirrored` over 2 logical CPUs | {one_seconds:.4f} |",
-        f"| 2 worker processes, `multi_worker_mirrored` (gRPC, 127.0.0.1) | "
-        f"{two_seconds:.4f} |",
+        (f"| 2 worker processes, `multi_worker_mirrored` (gRPC, 127.0.0.1) | "
+         f"{two_seconds:.4f} |"),
         "",
-        f"Ratio, 2 workers / 1 process: **{two_seconds / one_seconds:.2f}** (no target: "
-        f"both share the same 2 cores; the difference is the collectives over gRPC and "
-        f"two processes' overheads on loopback).",
+        (f"Ratio, 2 workers / 1 process: **{two_seconds / one_seconds:.2f}** (no "
+         f"target: both share the same 2 cores; the difference is the collectives over "
+         f"gRPC and two processes' overheads on loopback)."),
     ]
     publish_section("multi_worker_benchmark", "\n".join(lines))
 

@@ -228,10 +228,10 @@ def _bad_runs(config_file, packed_files, root):
         "indivisible": ([start_tool("run_pretraining.py", *flags, "--train_batch_size=6",
                                     env={"TF_CONFIG": tf_config(
                                         [f"127.0.0.1:{p}" for p in free_ports(4)], 0)})],
-                        "--train_batch_size=6 is not a multiple of the 4 workers of "
-                        "TF_CONFIG"),
-        "chief_alone": (alone(0), f"worker 0 of 2 could not connect to the cluster of "
-                                  f"TF_CONFIG (127.0.0.1:"),
+                        ("--train_batch_size=6 is not a multiple of the 4 workers of "
+                         "TF_CONFIG")),
+        "chief_alone": (alone(0), ("worker 0 of 2 could not connect to the cluster of "
+                                   "TF_CONFIG (127.0.0.1:")),
         "worker_alone": (alone(1), "worker 1 of 2 could not connect"),
     }
 
