@@ -151,8 +151,9 @@ def main(argv):
          f"{two_seconds:.4f} |"),
         "",
         (f"Ratio, 2 workers / 1 process: **{two_seconds / one_seconds:.2f}** (no "
-         f"target: both share the same 2 cores; the difference is the collectives over "
-         f"gRPC and two processes' overheads on loopback)."),
+         f"target: both share the same 2 cores, with other jobs on this machine, so one "
+         f"measurement is noisy; below 1 means the gRPC collectives on loopback cost "
+         f"less than what one process running both replicas loses)."),
     ]
     publish_section("multi_worker_benchmark", "\n".join(lines))
 
