@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import tensorflow as tf
+from absl import logging
 
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import RecordFormat
@@ -120,6 +121,30 @@ def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
     return features
 
 
+def pipeline_replicas(input_context: tf.distribute.InputContext | None
+                      ) -> tuple[list[int], int]:
+    """The replicas an input pipeline feeds, and the number of replicas in all.
+
+    Pipeline p of n feeds replicas p * r ... p * r + r - 1 (r = replicas per
+    pipeline), the order in which ``tf.distribute`` numbers the replicas of
+    its workers; without an input context, one replica.
+    """
+    if input_context is None:
+        return [0], 1
+    replicas = input_context.num_replicas_in_sync
+    per_pipeline = replicas // input_context.num_input_pipelines
+    first = input_context.input_pipeline_id * per_pipeline
+    return list(range(first, first + per_pipeline)), replicas
+
+
+def sharding(num_files: int, num_replicas: int) -> str:
+    """How records are shared between replicas: ``"file"`` (replica r of R reads
+    files r, r + R, ...) when there are at least as many files as replicas,
+    else ``"record"`` (each replica reads every file, in one deterministic
+    order, and keeps records r, r + R, ...)."""
+    return "file" if num_files >= num_replicas else "record"
+
+
 def pretraining_dataset(file_patterns, batch_size: int, *,
                         record_format: RecordFormat | None = None,
                         is_training: bool = True,
@@ -128,27 +153,37 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         cycle_length: int = 8, seed: int | None = None,
                         repeat: bool | None = None, skip_batches: int = 0,
                         pad_with_empty_batches: bool = False,
-                        vocab_size: int | None = None) -> tf.data.Dataset:
+                        vocab_size: int | None = None,
+                        micro_batches: int | None = None) -> tf.data.Dataset:
     """Batches of pre-training features in the packed layout.
+
+    Records are shared between replicas, not input pipelines: replica r of
+    R reads its share (`sharding`: by file, or by record when there are
+    fewer files than replicas) whichever process it lives in, and a pipeline
+    feeding several replicas yields their batches in turn (replica order,
+    as ``tf.distribute`` hands them out). So each record is read exactly once
+    per pass over all replicas, and the rows of every global batch depend on
+    the replica count alone: 2 workers of 1 replica see the batches of 1
+    process with 2 replicas.
 
     Parameters
     ----------
     file_patterns : str or list of str
         Globs (comma-separated in a string) of TFRecord files, all of one format.
     batch_size : int
-        The global batch size; with `input_context`, each input pipeline
-        yields ``input_context.get_per_replica_batch_size(batch_size)``.
+        The global batch size; with `input_context`, each replica gets
+        ``input_context.get_per_replica_batch_size(batch_size)`` rows.
     record_format : RecordFormat, optional
         Expected format; read off the first file when not given. Records of
         another size fail to parse with an error naming the feature.
     is_training : bool
         Shuffle files and records (with `seed`) and repeat forever.
     input_context : tf.distribute.InputContext, optional
-        Files are sharded between input pipelines (`shard_files`).
+        This pipeline's place among the replicas (`pipeline_replicas`).
     repeat : bool, optional
         Default: `is_training`.
     skip_batches : int
-        Batches (of this pipeline) to skip first, without parsing them: a
+        Batches of each replica to skip first, without parsing them: a
         resumed run skips what it had consumed. With a `seed` the records
         that follow are exactly those the interrupted run would have read.
     pad_with_empty_batches : bool
@@ -158,6 +193,9 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         steps as the others and every record counts exactly once.
     vocab_size : int, optional
         Check every token id against it (see `parse_records`).
+    micro_batches : int, optional
+        K: each element stacks K consecutive batches of one replica,
+        [K, b, ...] (gradient accumulation); default: elements are batches.
 
     Returns
     -------
@@ -166,24 +204,65 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     files = tfrecords.expand_file_patterns(file_patterns)
     if record_format is None:
         record_format = detect_record_format(files)
-    files = shard_files(files, input_context)
-    per_pipeline_batch = (batch_size if input_context is None
-                          else input_context.get_per_replica_batch_size(batch_size))
-    repeat = is_training if repeat is None else repeat
-    deterministic = not is_training or seed is not None
+    replicas, num_replicas = pipeline_replicas(input_context)
+    per_replica_batch = (batch_size if input_context is None
+                         else input_context.get_per_replica_batch_size(batch_size))
+    how = sharding(len(files), num_replicas)
+    if num_replicas > 1:
+        logging.info("%s input pipeline %d feeds replicas %s of %d: %d files, sharded "
+                     "by %s", "training" if is_training else "evaluation",
+                     input_context.input_pipeline_id, replicas, num_replicas, len(files),
+                     how)
+    streams = [_replica_batches(
+        files, replica, num_replicas, by_record=how == "record",
+        batch_size=per_replica_batch, record_format=record_format,
+        is_training=is_training, shuffle_buffer_size=shuffle_buffer_size,
+        cycle_length=cycle_length, seed=seed,
+        repeat=is_training if repeat is None else repeat, skip_batches=skip_batches,
+        pad_with_empty_batches=pad_with_empty_batches, vocab_size=vocab_size)
+        for replica in replicas]
+    if micro_batches is not None:
+        streams = [stream.batch(micro_batches, drop_remainder=True) for stream in streams]
+    return take_in_turn(streams).prefetch(tf.data.AUTOTUNE)
 
-    dataset = tf.data.Dataset.from_tensor_slices(files)
+
+def take_in_turn(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
+    """One element of each dataset in turn (the first, the second, ..., the first
+    again), as long as every one has elements."""
+    if len(datasets) == 1:
+        return datasets[0]
+    return tf.data.Dataset.choose_from_datasets(
+        list(datasets), tf.data.Dataset.range(len(datasets)).repeat(),
+        stop_on_empty_dataset=True)
+
+
+def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
+                     batch_size: int, record_format: RecordFormat, is_training: bool,
+                     shuffle_buffer_size: int, cycle_length: int, seed: int | None,
+                     repeat: bool, skip_batches: int, pad_with_empty_batches: bool,
+                     vocab_size: int | None) -> tf.data.Dataset:
+    """The batches of replica ``replica`` of ``num_replicas`` (see `pretraining_dataset`)."""
+    if not by_record:
+        files = files[replica::num_replicas]
+    # Sharding by record needs the same record order on every replica: files
+    # shuffled by one seed, a deterministic interleave.
+    deterministic = not is_training or seed is not None or by_record
+    file_seed = 0 if by_record and seed is None else seed
+
+    dataset = tf.data.Dataset.from_tensor_slices(list(files))
     if is_training:
-        dataset = dataset.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
     dataset = interleave_records(dataset, len(files), cycle_length=cycle_length,
                                  deterministic=deterministic)
+    if by_record and num_replicas > 1:
+        dataset = dataset.shard(num_replicas, replica)
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
     if skip_batches:
-        dataset = dataset.skip(skip_batches * per_pipeline_batch)
-    dataset = dataset.batch(per_pipeline_batch, drop_remainder=not pad_with_empty_batches)
+        dataset = dataset.skip(skip_batches * batch_size)
+    dataset = dataset.batch(batch_size, drop_remainder=not pad_with_empty_batches)
 
     def parse(serialized):
         features = parse_records(serialized, record_format, vocab_size=vocab_size)
@@ -192,8 +271,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
     if pad_with_empty_batches:
-        dataset = _pad_with_empty_batches(dataset, per_pipeline_batch)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+        dataset = _pad_with_empty_batches(dataset, batch_size)
+    return dataset
 
 
 def _pad_with_empty_batches(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:
@@ -221,14 +300,20 @@ def count_records(files: Sequence[str]) -> list[int]:
 
 def pipeline_batches(record_counts: Sequence[int], batch_size: int,
                      input_context: tf.distribute.InputContext | None = None) -> int:
-    """Batches (the last one partial) of the biggest input pipeline's share of files.
+    """Batches (the last one partial) of the biggest replica's share of the records.
 
-    Evaluation runs this many steps per replica over datasets made with
+    Evaluation runs this many steps over datasets made with
     ``pad_with_empty_batches=True``, so that every record is read once.
-    ``batch_size`` is the global batch size, as for `pretraining_dataset`.
+    ``batch_size`` is the global batch size, as for `pretraining_dataset`;
+    only the replica count of ``input_context`` matters.
     """
-    pipelines = 1 if input_context is None else input_context.num_input_pipelines
-    per_pipeline_batch = (batch_size if input_context is None
-                          else input_context.get_per_replica_batch_size(batch_size))
-    records = [sum(record_counts[index::pipelines]) for index in range(pipelines)]
-    return max(-(-count // per_pipeline_batch) for count in records)
+    replicas = 1 if input_context is None else input_context.num_replicas_in_sync
+    per_replica_batch = (batch_size if input_context is None
+                         else input_context.get_per_replica_batch_size(batch_size))
+    if sharding(len(record_counts), replicas) == "file":
+        shares = [sum(record_counts[index::replicas]) for index in range(replicas)]
+    else:
+        total = sum(record_counts)
+        shares = [total // replicas + (index < total % replicas)
+                  for index in range(replicas)]
+    return max(-(-count // per_replica_batch) for count in shares)

@@ -33,15 +33,17 @@ from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
-from packed_bert_tf.training.distribution import (check_global_batch_size, check_static_shapes,
+from packed_bert_tf.training import cluster
+from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
+                                                  check_global_batch_size, check_static_shapes,
                                                   create_strategy)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.progress import format_values
-from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
-                                          output_dir_lock, read_bert_config,
-                                          start_training, train_and_export)
+from packed_bert_tf.training.runs import (WorkerOutputDirs, mixed_precision_policy,
+                                          read_bert_config, start_training,
+                                          train_and_export, worker_output_dirs)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer
@@ -88,6 +90,7 @@ class PretrainingOptions:
     packing_factor: float | None = None
     distribution_strategy: str = "default"
     tpu: str | None = None
+    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
     jit_compile: bool = True
     mixed_precision: str = "none"
     log_every_n_steps: int = 100
@@ -230,16 +233,24 @@ def run_pretraining(options: PretrainingOptions,
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
     config = read_bert_config(options.bert_config_file)
-    output_dir = make_output_dir(options.output_dir)
-    with output_dir_lock(output_dir):
-        return _run_in(output_dir, options, config, strategy)
+    worker = cluster.current_task(options.distribution_strategy)
+    for flag, needed in (("train_batch_size", options.do_train),
+                         ("eval_batch_size", options.do_eval)):
+        if needed:
+            cluster.check_worker_count(getattr(options, flag), worker, f"--{flag}")
+    if strategy is None:  # connects to the other workers, if any
+        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu,
+                                   cluster_timeout_seconds=options.cluster_timeout_seconds)
+    with worker_output_dirs(options.output_dir, worker) as dirs, \
+            cluster.cluster_errors(worker, dirs.shared):
+        return _run_in(dirs, options, config, strategy, worker)
 
 
-def _run_in(output_dir: str, options: PretrainingOptions, config,
-            strategy: tf.distribute.Strategy | None) -> dict:
-    """`run_pretraining` once it holds the output folder."""
-    if strategy is None:
-        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu)
+def _run_in(dirs: WorkerOutputDirs, options: PretrainingOptions, config,
+            strategy: tf.distribute.Strategy, worker: cluster.WorkerTask) -> dict:
+    """`run_pretraining` once it holds the output folder (``dirs.own``: where
+    this worker writes)."""
+    output_dir = dirs.own
     inputs = check_inputs(options, config, strategy)
     summary = {"options": dataclasses.asdict(options),
                "replicas": strategy.num_replicas_in_sync}
@@ -287,7 +298,7 @@ def _run_in(output_dir: str, options: PretrainingOptions, config,
             output_dir=output_dir, steps=steps, clip=clip,
             jit_compile=options.jit_compile,
             keep_checkpoint_max=options.keep_checkpoint_max,
-            init_checkpoint=options.init_checkpoint)
+            init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
 
         if options.do_train:
             with _naming_the_bad_record(inputs.train_files, inputs.train_format,

@@ -11,7 +11,6 @@ function takes explicit arguments: the options object stays in
 from __future__ import annotations
 
 import functools
-import math
 from typing import Sequence
 
 import numpy as np
@@ -163,14 +162,13 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
     """
 
     def dataset_fn(input_context: tf.distribute.InputContext):
-        replicas_per_pipeline = (input_context.num_replicas_in_sync
-                                 // input_context.num_input_pipelines)
-        dataset = pipeline.pretraining_dataset(
+        # Each replica's batches are stacked before the pipeline hands them
+        # out in turn (`pipeline.pretraining_dataset`).
+        return pipeline.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
             input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
-            skip_batches=skip_steps * steps_per_update * replicas_per_pipeline,
-            vocab_size=vocab_size)
-        return stack_micro_batches(dataset, steps_per_update)
+            skip_batches=skip_steps * steps_per_update, vocab_size=vocab_size,
+            micro_batches=steps_per_update)
 
     return dataset_fn
 
@@ -221,12 +219,9 @@ def _eval_dataset(files, global_batch_size, record_format, vocab_size, input_con
 
 def evaluation_steps(files: Sequence[str], *, global_batch_size: int,
                      strategy: tf.distribute.Strategy, max_eval_steps: int | None = None) -> int:
-    """Steps that read every evaluation record once on every input pipeline."""
-    workers = strategy.extended._num_workers if hasattr(  # noqa: SLF001
-        strategy.extended, "_num_workers") else 1
-    context = tf.distribute.InputContext(num_input_pipelines=workers,
-                                         num_replicas_in_sync=strategy.num_replicas_in_sync)
-    batches = pipeline.pipeline_batches(pipeline.count_records(files), global_batch_size,
-                                        context)
-    steps = math.ceil(batches / (strategy.num_replicas_in_sync // workers))
+    """Steps that read every evaluation record once on every replica (one batch
+    per replica and step; the records are shared between replicas)."""
+    context = tf.distribute.InputContext(num_replicas_in_sync=strategy.num_replicas_in_sync)
+    steps = pipeline.pipeline_batches(pipeline.count_records(files), global_batch_size,
+                                      context)
     return min(steps, max_eval_steps) if max_eval_steps else steps

@@ -38,41 +38,51 @@ def squad_dataset(packs: SquadPacks, batch_size: int, *, is_training: bool,
                   input_context: tf.distribute.InputContext | None = None,
                   seed: int | None = None, repeat: bool | None = None,
                   shuffle_buffer_size: int | None = None,
-                  skip_batches: int = 0) -> tf.data.Dataset:
+                  skip_batches: int = 0, micro_batches: int | None = None
+                  ) -> tf.data.Dataset:
     """Batches of packed (or unpacked) SQuAD features.
+
+    Rows are shared between replicas, not input pipelines: replica r of R
+    takes rows r, r + R, ... whichever process it lives in, and a pipeline
+    feeding several replicas yields their batches in turn (see
+    `packed_bert_tf.data.pipeline.pretraining_dataset`): the rows of each
+    global batch depend on the replica count alone.
 
     Parameters
     ----------
     packs : SquadPacks
     batch_size : int
-        The global batch size; with `input_context` each pipeline yields
+        The global batch size; with `input_context` each replica gets
         ``input_context.get_per_replica_batch_size(batch_size)`` rows.
     is_training : bool
         True: shuffle the rows (reshuffled every pass, from `seed`), repeat
         forever, drop the last partial batch. False: every row once, in
-        order, the last batch filled with empty rows (``pack_index`` -1,
-        weight 0) so that shapes stay static and every pipeline gets the
-        same number of whole batches.
+        order, the rows filled up with empty ones (``pack_index`` -1, weight
+        0) to a multiple of `batch_size`, so that shapes stay static and every
+        replica gets the same number of whole batches.
     input_context : tf.distribute.InputContext, optional
-        Pipeline i takes rows i, i + n, ... of the n pipelines.
+        This pipeline's place among the replicas.
     repeat : bool, optional
         Default: `is_training`.
     shuffle_buffer_size : int, optional
         Default: all rows.
     skip_batches : int
-        Batches of this pipeline to skip (a resumed run, with the same `seed`).
+        Batches of each replica to skip (a resumed run, with the same `seed`).
+    micro_batches : int, optional
+        K: each element stacks K consecutive batches of one replica,
+        [K, b, ...]; default: elements are batches.
 
     Returns
     -------
     tf.data.Dataset of dicts (see the module docstring).
     """
+    from packed_bert_tf.data.pipeline import pipeline_replicas, take_in_turn
+
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    pipelines, pipeline_id, per_pipeline_batch = 1, 0, batch_size
-    if input_context is not None:
-        pipelines = input_context.num_input_pipelines
-        pipeline_id = input_context.input_pipeline_id
-        per_pipeline_batch = input_context.get_per_replica_batch_size(batch_size)
+    replicas, num_replicas = pipeline_replicas(input_context)
+    per_replica_batch = (batch_size if input_context is None
+                         else input_context.get_per_replica_batch_size(batch_size))
     repeat = is_training if repeat is None else repeat
     if is_training:
         if packs.num_packs < batch_size:
@@ -80,19 +90,24 @@ def squad_dataset(packs: SquadPacks, batch_size: int, *, is_training: bool,
                              f"training batch of {batch_size}")
         arrays = _padded_arrays(packs, 1)
     else:
-        arrays = _padded_arrays(packs, batch_size * pipelines)
-    dataset = tf.data.Dataset.from_tensor_slices(arrays)
-    if pipelines > 1:
-        dataset = dataset.shard(pipelines, pipeline_id)
-    if is_training:
-        dataset = dataset.shuffle(shuffle_buffer_size or packs.num_packs, seed=seed,
-                                  reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-    dataset = dataset.batch(per_pipeline_batch, drop_remainder=True)
-    if skip_batches:
-        dataset = dataset.skip(skip_batches)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+        arrays = _padded_arrays(packs, batch_size)
+    streams = []
+    for replica in replicas:
+        dataset = tf.data.Dataset.from_tensor_slices(arrays)
+        if num_replicas > 1:
+            dataset = dataset.shard(num_replicas, replica)
+        if is_training:
+            dataset = dataset.shuffle(shuffle_buffer_size or packs.num_packs, seed=seed,
+                                      reshuffle_each_iteration=True)
+        if repeat:
+            dataset = dataset.repeat()
+        dataset = dataset.batch(per_replica_batch, drop_remainder=True)
+        if skip_batches:
+            dataset = dataset.skip(skip_batches)
+        if micro_batches is not None:
+            dataset = dataset.batch(micro_batches, drop_remainder=True)
+        streams.append(dataset)
+    return take_in_turn(streams).prefetch(tf.data.AUTOTUNE)
 
 
 def predict_logits(model, packs: SquadPacks, batch_size: int, *,
@@ -124,13 +139,14 @@ def predict_logits(model, packs: SquadPacks, batch_size: int, *,
 
     @tf.function
     def step(features):
-        return strategy.run(forward, args=(features,))
+        # Every replica's rows, those of other workers too (an all-gather).
+        return [strategy.gather(value, axis=0)
+                for value in strategy.run(forward, args=(features,))]
 
     parts = ([], [], [])
     for features in dataset:
         for part, value in zip(parts, step(features)):
-            part.extend(tensor.numpy() for tensor in
-                        strategy.experimental_local_results(value))
+            part.append(value.numpy())
     if not parts[0]:
         empty = np.zeros((0, packs.max_sequence_length), np.float32)
         return unpack_logits(packs, np.zeros(0, np.int64), empty, empty)

@@ -27,13 +27,15 @@ from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
+from packed_bert_tf.training import cluster
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (check_global_batch_size, check_static_shapes,
+from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
+                                                  check_global_batch_size, check_static_shapes,
                                                   create_strategy)
 from packed_bert_tf.training.optimizers import create_optimizer
-from packed_bert_tf.training.runs import (make_output_dir, mixed_precision_policy,
-                                          output_dir_lock, read_bert_config,
-                                          start_training, train_and_export)
+from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
+                                          start_training, train_and_export,
+                                          worker_output_dirs)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from packed_bert_tf.training.steps import StepCounting, clipping
 
@@ -75,6 +77,7 @@ class SquadOptions:
     algorithm: str = "optimal"
     distribution_strategy: str = "default"
     tpu: str | None = None
+    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
     jit_compile: bool = True
     mixed_precision: str = "none"
     seed: int | None = None
@@ -167,15 +170,23 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
     config = read_bert_config(options.bert_config_file)
-    output_dir = make_output_dir(options.output_dir)
-    with output_dir_lock(output_dir):
-        return _run_squad_in(output_dir, options, config, strategy)
+    worker = cluster.current_task(options.distribution_strategy)
+    for flag, needed in (("train_batch_size", options.do_train),
+                         ("predict_batch_size", options.do_predict)):
+        if needed:
+            cluster.check_worker_count(getattr(options, flag), worker, f"--{flag}")
+    if strategy is None:  # connects to the other workers, if any
+        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu,
+                                   cluster_timeout_seconds=options.cluster_timeout_seconds)
+    with worker_output_dirs(options.output_dir, worker) as dirs, \
+            cluster.cluster_errors(worker, dirs.shared):
+        return _run_squad_in(dirs, options, config, strategy, worker)
 
 
-def _run_squad_in(output_dir, options, config, strategy) -> dict:
-    """`run_squad` once it holds the output folder."""
-    if strategy is None:
-        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu)
+def _run_squad_in(dirs, options, config, strategy, worker) -> dict:
+    """`run_squad` once it holds the output folder (``dirs.own``: where this
+    worker writes, feature caches included)."""
+    output_dir = dirs.own
     check_options(options, config, strategy)
     tokenizer = make_tokenizer(options, config)
     feature_args = dict(max_seq_length=options.max_seq_length,
@@ -227,7 +238,7 @@ def _run_squad_in(output_dir, options, config, strategy) -> dict:
             model, optimizer, task.SQUAD_TASK, strategy=strategy, output_dir=output_dir,
             steps=steps, clip=clip, jit_compile=options.jit_compile,
             keep_checkpoint_max=options.keep_checkpoint_max,
-            init_checkpoint=options.init_checkpoint)
+            init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
 
         if options.do_train:
             summary["train"] = _train(options, trainer, checkpoints, schedule, train_packs,

@@ -52,18 +52,17 @@ def train_dataset_fn(packs: SquadPacks, *, global_batch_size: int, steps_per_upd
     """
 
     def dataset_fn(input_context: tf.distribute.InputContext):
+        if not bucketed:  # each replica's own batches, stacked
+            return squad_dataset(
+                packs, global_batch_size, is_training=True, input_context=input_context,
+                seed=seed, skip_batches=skip_steps * steps_per_update,
+                micro_batches=steps_per_update)
         replicas_per_pipeline = (input_context.num_replicas_in_sync
                                  // input_context.num_input_pipelines)
-        skip_batches = skip_steps * steps_per_update * replicas_per_pipeline
-        if bucketed:
-            dataset = bucketed_squad_dataset(
-                packs, global_batch_size, seed=seed or 0, boundaries=bucket_boundaries,
-                pool_size=pool_size, input_context=input_context,
-                skip_batches=skip_batches)
-        else:
-            dataset = squad_dataset(
-                packs, global_batch_size, is_training=True, input_context=input_context,
-                seed=seed, skip_batches=skip_batches)
+        dataset = bucketed_squad_dataset(
+            packs, global_batch_size, seed=seed or 0, boundaries=bucket_boundaries,
+            pool_size=pool_size, input_context=input_context,
+            skip_batches=skip_steps * steps_per_update * replicas_per_pipeline)
         return stack_micro_batches(dataset, steps_per_update)
 
     return dataset_fn

@@ -52,14 +52,18 @@ class TrainingCheckpoints:
     Checkpoints go to ``<output_dir>/checkpoints/ckpt-<step>``.
 
     Args:
-      output_dir: the run's output folder.
+      output_dir: the run's output folder, where checkpoints are written.
       model, optimizer: the Keras objects being trained.
       step: the trainer's global step variable (updates done).
       max_to_keep: checkpoints kept (older ones are deleted).
+      resume_dir: the output folder to resume from, when not `output_dir`:
+        a worker other than the chief of several resumes from the chief's
+        ``--output_dir`` and writes its own (collective) saves into a
+        temporary folder.
     """
 
     def __init__(self, output_dir: str, *, model, optimizer, step: tf.Variable,
-                 max_to_keep: int = 3):
+                 max_to_keep: int = 3, resume_dir: str | None = None):
         self.directory = os.path.join(output_dir, CHECKPOINT_SUBDIR)
         self.step = step
         # Dropout's random state too, so that a resumed run draws the masks
@@ -72,6 +76,13 @@ class TrainingCheckpoints:
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
                                                   max_to_keep=max_to_keep,
                                                   step_counter=step)
+        #: Where checkpoints are resumed from (read only, when not `manager`).
+        self.source = self.manager
+        if resume_dir is not None and os.path.join(resume_dir, CHECKPOINT_SUBDIR) \
+                != self.directory:
+            self.source = tf.train.CheckpointManager(
+                self.checkpoint, os.path.join(resume_dir, CHECKPOINT_SUBDIR),
+                max_to_keep=None, step_counter=step)
         #: The step of the last checkpoint written or restored here.
         self.saved_step: int | None = None
 
@@ -85,7 +96,7 @@ class TrainingCheckpoints:
     def latest(self) -> str | None:
         """The newest checkpoint whose files are there (one whose files were deleted,
         a damaged one, say, is passed over)."""
-        for path in reversed(self.manager.checkpoints):
+        for path in reversed(self.source.checkpoints):
             if tf.io.gfile.exists(path + ".index"):
                 return path
         return None
@@ -100,9 +111,9 @@ class TrainingCheckpoints:
         path = self.latest
         if path is None:
             return None
-        if path != self.manager.latest_checkpoint:
+        if path != self.source.latest_checkpoint:
             logging.warning("%s is missing; resuming from %s",
-                            self.manager.latest_checkpoint, path)
+                            self.source.latest_checkpoint, path)
         try:
             # Every saved object must find its variable: a checkpoint of another
             # model or optimizer fails here rather than training from half of it.
@@ -120,7 +131,7 @@ class TrainingCheckpoints:
     def _damaged(self, path: str, error: Exception) -> str:
         """One line: which checkpoint is damaged and how to fall back."""
         why = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-        earlier = [p for p in self.manager.checkpoints
+        earlier = [p for p in self.source.checkpoints
                    if p != path and tf.io.gfile.exists(p + ".index")]
         fallback = (f"resume from {earlier[-1]}" if earlier
                     else "start again from step 0")

@@ -11,8 +11,13 @@ STRATEGIES = ("default", "mirrored", "multi_worker_mirrored", "tpu")
 MIXED_PRECISION = {"none": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 
 
+#: Seconds `create_strategy` waits for the workers of ``TF_CONFIG`` to connect.
+CLUSTER_TIMEOUT_SECONDS = 300.0
+
+
 def create_strategy(name: str = "default", *, tpu: str | None = None,
-                    devices=None) -> tf.distribute.Strategy:
+                    devices=None, cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
+                    ) -> tf.distribute.Strategy:
     """The strategy for ``--distribution_strategy``.
 
     Parameters
@@ -21,12 +26,17 @@ def create_strategy(name: str = "default", *, tpu: str | None = None,
         ``default``: no distribution, the first device (``tf.distribute``'s
         default strategy). ``mirrored``: every local GPU, or every logical CPU
         device when there is no GPU. ``multi_worker_mirrored``: synchronous
-        data parallelism across the workers of ``TF_CONFIG``. ``tpu``: the TPU
+        data parallelism across the workers of ``TF_CONFIG``
+        (`packed_bert_tf.training.cluster`). ``tpu``: the TPU
         named by `tpu` (a name, ``grpc://`` address or ``local``).
     tpu : str, optional
         The TPU to connect to, for ``name="tpu"``.
     devices : list of str, optional
         The devices of ``mirrored`` (default: see above).
+    cluster_timeout_seconds : float
+        ``multi_worker_mirrored``: how long to wait for every worker to
+        connect; then the process exits with one line (a bad ``TF_CONFIG``
+        raises `cluster.ClusterError` at once).
     """
     if name == "default":
         return tf.distribute.get_strategy()
@@ -35,7 +45,10 @@ def create_strategy(name: str = "default", *, tpu: str | None = None,
             devices = [device.name for device in tf.config.list_logical_devices("CPU")]
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        from packed_bert_tf.training import cluster
+
+        return cluster.create_multi_worker_strategy(
+            cluster.current_task(name), timeout_seconds=cluster_timeout_seconds)
     if name == "tpu":
         return tf.distribute.TPUStrategy(connect_to_tpu(tpu))
     raise ValueError(f"--distribution_strategy={name!r} is not one of "

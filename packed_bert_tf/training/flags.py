@@ -9,7 +9,8 @@ from absl import flags
 
 
 def define_hardware_flags(defaults) -> None:
-    """--distribution_strategy, --tpu, --jit_compile, --mixed_precision.
+    """--distribution_strategy, --tpu, --cluster_timeout_seconds, --jit_compile,
+    --mixed_precision.
 
     ``defaults``: the front end's options dataclass, whose field defaults are
     the flags' (one place for each default).
@@ -20,6 +21,9 @@ def define_hardware_flags(defaults) -> None:
                       list(STRATEGIES), "tf.distribute strategy.")
     flags.DEFINE_string("tpu", defaults.tpu,
                         "TPU name or address (--distribution_strategy=tpu).")
+    flags.DEFINE_float("cluster_timeout_seconds", defaults.cluster_timeout_seconds,
+                       "--distribution_strategy=multi_worker_mirrored: seconds to wait "
+                       "for every worker of TF_CONFIG to connect before giving up.")
     flags.DEFINE_bool("jit_compile", defaults.jit_compile,
                       "XLA-compile the per-replica step.")
     flags.DEFINE_enum("mixed_precision", defaults.mixed_precision,

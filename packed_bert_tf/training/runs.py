@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
+import shutil
 import socket
+import tempfile
 import time
 
 import keras
@@ -16,6 +19,7 @@ from absl import logging
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
                                                      save_google_checkpoint)
+from packed_bert_tf.training import cluster
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision
 from packed_bert_tf.training.loop import run_training
@@ -46,12 +50,16 @@ def mixed_precision_policy(mode: str):
 
 def start_training(model, optimizer, task: TrainingTask, *, strategy, output_dir: str,
                    steps: StepCounting, clip: Clipping, jit_compile: bool,
-                   keep_checkpoint_max: int, init_checkpoint: str | None = None
+                   keep_checkpoint_max: int, init_checkpoint: str | None = None,
+                   resume_dir: str | None = None,
+                   worker: cluster.WorkerTask = cluster.SINGLE_WORKER
                    ) -> tuple[Trainer, TrainingCheckpoints, int]:
     """The `Trainer` of a run and its checkpoints in ``output_dir``, resumed from the
-    latest of them, else initialised from ``init_checkpoint`` (original BERT
-    format); ``model`` and ``optimizer`` (made with ``clip.optimizer_clipnorm``)
-    were made under ``strategy``'s scope.
+    latest of them (of ``resume_dir``'s, when given: see `WorkerOutputDirs`),
+    else initialised from ``init_checkpoint`` (original BERT format); ``model``
+    and ``optimizer`` (made with ``clip.optimizer_clipnorm``) were made under
+    ``strategy``'s scope. Several workers must resume from one step
+    (`cluster.check_same_step`).
 
     Returns:
       (trainer, checkpoints, the global step training starts from).
@@ -62,9 +70,11 @@ def start_training(model, optimizer, task: TrainingTask, *, strategy, output_dir
                       micro_batch_clipnorm=clip.micro_batch_clipnorm,
                       jit_compile=jit_compile)
     checkpoints = TrainingCheckpoints(output_dir, model=model, optimizer=optimizer,
-                                      step=trainer.step, max_to_keep=keep_checkpoint_max)
+                                      step=trainer.step, max_to_keep=keep_checkpoint_max,
+                                      resume_dir=resume_dir)
     start_step = restore_or_initialize(
         checkpoints, functools.partial(load_google_checkpoint, model), init_checkpoint)
+    cluster.check_same_step(strategy, start_step, worker)
     return trainer, checkpoints, start_step
 
 
@@ -106,6 +116,47 @@ def make_output_dir(output_dir: str | None) -> str:
                          f"({type(error).__name__}: {error.message.splitlines()[0]})"
                          ) from None
     return output_dir
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOutputDirs:
+    """Where a worker reads and writes.
+
+    Attributes:
+      shared: ``--output_dir``, whose checkpoints every worker resumes from.
+      own: where this worker writes: `shared` on the chief; a temporary
+        folder on the other workers of a cluster (their checkpoint saves are
+        collective, so they save too, but nothing of theirs is kept).
+    """
+
+    shared: str
+    own: str
+
+    @property
+    def is_chief(self) -> bool:
+        return self.own == self.shared
+
+
+@contextlib.contextmanager
+def worker_output_dirs(output_dir: str | None, worker: cluster.WorkerTask):
+    """`WorkerOutputDirs` for the run: the chief makes and locks ``output_dir``
+    (`make_output_dir`, `output_dir_lock`); another worker gets a temporary
+    folder, removed when the run ends, however it ends."""
+    if worker.is_chief:
+        output_dir = make_output_dir(output_dir)
+        with output_dir_lock(output_dir):
+            yield WorkerOutputDirs(output_dir, output_dir)
+        return
+    if not output_dir:
+        raise ValueError("--output_dir is required")
+    own = tempfile.mkdtemp(prefix=f"{cluster.program_name()}-{worker.task_type}"
+                                  f"{worker.task_id}-")
+    logging.info("%s is not the chief: it resumes from %s and writes nothing there (its "
+                 "own files go to %s, removed at the end)", worker.name, output_dir, own)
+    try:
+        yield WorkerOutputDirs(output_dir, own)
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
 
 
 #: The file that says which process writes into an output folder.

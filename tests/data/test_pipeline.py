@@ -74,10 +74,56 @@ def test_training_order_is_seeded_and_files_are_sharded(unpacked_files):
            for f in unpacked_files]
     for pipeline_id in range(3):  # pipeline i reads file i only
         np.testing.assert_array_equal(seen[pipeline_id], raw[pipeline_id][:300])
-    context = tf.distribute.InputContext(num_input_pipelines=4, input_pipeline_id=0,
-                                         num_replicas_in_sync=4)
-    with pytest.raises(ValueError, match="3 input files cannot be sharded between 4"):
-        pipeline.pretraining_dataset(unpacked_files, batch_size=8, input_context=context)
+    assert pipeline.sharding(3, 3) == "file" and pipeline.sharding(3, 4) == "record"
+
+
+def _replica_rows(files, *, pipelines, replicas, batch_size, **kwargs):
+    """input_ids of every replica's first batches, in replica order: [R, n, b, S]."""
+    rows = [[] for _ in range(replicas)]
+    per_pipeline = replicas // pipelines
+    for pipeline_id in range(pipelines):
+        context = tf.distribute.InputContext(num_input_pipelines=pipelines,
+                                             input_pipeline_id=pipeline_id,
+                                             num_replicas_in_sync=replicas)
+        dataset = pipeline.pretraining_dataset(files, batch_size=batch_size,
+                                               input_context=context, **kwargs)
+        # A pipeline hands out its replicas' batches in turn.
+        for index, batch in enumerate(dataset.take(6 * per_pipeline).as_numpy_iterator()):
+            rows[pipeline_id * per_pipeline + index % per_pipeline].append(
+                batch["input_ids"])
+    return np.array(rows)
+
+
+@pytest.mark.parametrize("num_files", [3, 1])  # by file; by record (1 file, 2 replicas)
+def test_the_rows_of_each_replica_depend_on_the_replica_count_alone(unpacked_files,
+                                                                    num_files):
+    files = unpacked_files[:num_files]
+    kwargs = dict(batch_size=8, replicas=2, seed=4, shuffle_buffer_size=50)
+    one_process = _replica_rows(files, pipelines=1, **kwargs)
+    two_workers = _replica_rows(files, pipelines=2, **kwargs)
+    assert one_process.shape == (2, 6, 4, S)
+    np.testing.assert_array_equal(two_workers, one_process)
+    assert not np.array_equal(one_process[0], one_process[1])
+
+
+@pytest.mark.parametrize("num_files", [3, 1])
+def test_every_evaluation_record_is_read_once_across_workers(unpacked_files, num_files):
+    files = unpacked_files[:num_files]
+    raw = np.concatenate([tfrecords.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
+                          for f in files])
+    contexts = [tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index,
+                                           num_replicas_in_sync=2) for index in range(2)]
+    steps = pipeline.pipeline_batches([300] * num_files, 64, contexts[0])
+    # By file: replica 0 reads files 0 and 2; by record: 150 records each.
+    assert steps == (19 if num_files == 3 else 5)
+    seen = np.concatenate([batch["input_ids"] for context in contexts
+                           for batch in pipeline.pretraining_dataset(
+                               files, batch_size=64, is_training=False,
+                               input_context=context, pad_with_empty_batches=True)
+                           .take(2 * steps).as_numpy_iterator()])
+    seen = seen[seen.any(axis=1)]
+    assert len(seen) == len(raw)
+    np.testing.assert_array_equal(np.unique(seen, axis=0), np.unique(raw, axis=0))
 
 
 def test_records_of_another_size_fail_naming_the_feature(unpacked_files):

@@ -65,8 +65,9 @@ def main():
         return np.concatenate([t.numpy() for t in
                                strategy.experimental_local_results(batch["pack_index"])])
 
+    # Seed 3: the first batch gives the two replicas different numbers of sequences.
     distributed = strategy.distribute_datasets_from_function(
-        lambda context: squad_dataset(packs, BATCH_SIZE, is_training=True, seed=0,
+        lambda context: squad_dataset(packs, BATCH_SIZE, is_training=True, seed=3,
                                       input_context=context))
     batch = next(iter(distributed))
     rows = gathered_rows(batch)

@@ -1,0 +1,253 @@
+"""--distribution_strategy=multi_worker_mirrored with real worker processes on
+127.0.0.1 (TF_CONFIG, free ports), against one process with 2 replicas.
+
+Each worker has one CPU device (MultiWorkerMirroredStrategy's one replica per
+worker without a GPU), so 2 workers run 2 replicas, as one process of
+``tests.multi_worker.two_cpu_replicas`` does with ``mirrored``. Every global
+batch holds the same rows in both (records are shared between replicas, not
+processes: `packed_bert_tf.data.pipeline.pretraining_dataset`), and dropout
+draws the same masks per replica, so the weights agree (dropout stays on).
+
+Runs are started together (each process imports TensorFlow and compiles:
+tens of seconds of CPU) and every process is killed in a finally block.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests.conftest import (REPOSITORY, finish_tool, one_line_error_problems, start_tool,
+                            tool_environment)
+from tests.pretraining.tiny_runs import P, S
+
+#: Updates x micro-batches: valid whether the step flags count updates or
+#: micro-batches (multiples of --steps_per_update=2).
+STEPS = 12
+#: The longest a surviving worker may take to notice a killed peer and exit.
+FAILURE_SECONDS = 60
+#: --cluster_timeout_seconds of the runs whose peers never come.
+CONNECT_SECONDS = 15
+
+
+def free_ports(count: int) -> list:
+    """Ports nothing listens on now (bound to 0, read, released)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+
+
+def tf_config(addresses, index: int) -> str:
+    return json.dumps({"cluster": {"worker": addresses},
+                       "task": {"type": "worker", "index": index}})
+
+
+def pretraining_flags(config_file, files, output_dir, **overrides) -> list:
+    values = dict(bert_config_file=config_file, input_file=",".join(files),
+                  eval_input_file=",".join(files), output_dir=output_dir,
+                  max_seq_length=S, max_predictions_per_seq=P, train_batch_size=4,
+                  eval_batch_size=8, learning_rate=1e-3, num_train_steps=STEPS,
+                  num_warmup_steps=2, save_checkpoints_steps=2, iterations_per_loop=2,
+                  log_every_n_steps=2, steps_per_update=2, seed=3, shuffle_buffer_size=50,
+                  cluster_timeout_seconds=120)
+    values.update(overrides)
+    return ["--do_train", "--do_eval", "--nojit_compile",
+            *(f"--{name}={value}" for name, value in values.items())]
+
+
+def start_workers(tool: str, flags: list, count: int = 2, *, indices=None, **kwargs):
+    """Worker processes of one cluster on 127.0.0.1 (``indices``: only those)."""
+    addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
+    return [start_tool(tool, *flags, env={"TF_CONFIG": tf_config(addresses, index)},
+                       **kwargs)
+            for index in (range(count) if indices is None else indices)]
+
+
+def start_two_replicas(tool: str, flags: list) -> subprocess.Popen:
+    """One process with 2 logical CPU devices, --distribution_strategy=mirrored."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.multi_worker.two_cpu_replicas", tool, *flags,
+         "--distribution_strategy=mirrored"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPOSITORY),
+        env=tool_environment())
+
+
+@contextlib.contextmanager
+def killed_at_the_end(processes):
+    """Kills (SIGKILL) every process still running when the block ends."""
+    try:
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.communicate(timeout=10)
+
+
+def finish_all(processes, timeout=400):
+    results = [finish_tool(process, timeout=timeout) for process in processes]
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return results
+
+
+def weights(checkpoint_path) -> dict:
+    reader = tf.train.load_checkpoint(str(checkpoint_path))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def max_difference(a: dict, b: dict) -> float:
+    assert sorted(a) == sorted(b)
+    return max(float(np.max(np.abs(a[name] - b[name]))) for name in a)
+
+
+def worker_folder(result) -> pathlib.Path:
+    """The temporary folder a worker other than the chief wrote into (from its log)."""
+    found = re.search(r"its own files go to (\S+),", result.stderr)
+    assert found, result.stderr[-2000:]
+    return pathlib.Path(found.group(1))
+
+
+MULTI = "multi_worker_mirrored"
+
+
+@pytest.fixture(scope="module")
+def pretraining(tmp_path_factory, config_file, packed_files):
+    """Two workers and one process of 2 replicas, the same run."""
+    root = tmp_path_factory.mktemp("multi_worker")
+    flags = {name: pretraining_flags(config_file, packed_files, str(root / name))
+             for name in ("two_workers", "one_process")}
+    started = time.perf_counter()
+    with killed_at_the_end(start_workers("run_pretraining.py", flags["two_workers"]
+                                         + [f"--distribution_strategy={MULTI}"])
+                           + [start_two_replicas("run_pretraining.py",
+                                                 flags["one_process"])]) as processes:
+        results = finish_all(processes)
+    return {"root": root, "workers": results[:2], "one_process": results[2],
+            "seconds": time.perf_counter() - started}
+
+
+def test_two_workers_end_with_the_weights_of_one_process_with_two_replicas(pretraining):
+    root = pretraining["root"]
+    two, one = (weights(root / name / f"model.ckpt-{STEPS}")
+                for name in ("two_workers", "one_process"))
+    assert max_difference(two, one) <= 1e-5
+    summaries = [json.loads((root / name / "train_summary.json").read_text())
+                 for name in ("two_workers", "one_process")]
+    assert [s["replicas"] for s in summaries] == [2, 2]
+    assert summaries[0]["train"]["sequences"] == summaries[1]["train"]["sequences"]
+
+
+def test_every_evaluation_record_is_read_once_across_the_workers(pretraining, packed_files):
+    stats = json.loads((pathlib.Path(packed_files[0]).parent / "packing_stats.json")
+                       .read_text())
+    for name in ("two_workers", "one_process"):
+        results = json.loads((pretraining["root"] / name / "eval_results.json").read_text())
+        assert results["sequences"] == stats["sequences"]
+    for index, result in enumerate(pretraining["workers"]):
+        for kind in ("training", "evaluation"):
+            assert (f"{kind} input pipeline {index} feeds replicas [{index}] of 2: "
+                    f"{len(packed_files)} files, sharded by file") in result.stderr
+
+
+def test_only_the_chief_writes_into_the_output_folder(pretraining):
+    output_dir = pretraining["root"] / "two_workers"
+    chief, other = pretraining["workers"]
+    assert sorted(path.name for path in output_dir.iterdir()) == [
+        "checkpoints", "eval_results.json", f"model.ckpt-{STEPS}.data-00000-of-00001",
+        f"model.ckpt-{STEPS}.index", "train", "train_summary.json"]
+    assert f"saved checkpoint {output_dir}" in chief.stderr
+    assert str(output_dir) not in other.stderr.split("its own files go to")[1]
+    assert not worker_folder(other).exists()  # removed at the end
+    assert len(list((output_dir / "train").iterdir())) == 1  # one events file
+
+
+def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, config_file,
+                                                               packed_files, tmp_path):
+    output_dir = tmp_path / "killed"
+    flags = pretraining_flags(config_file, packed_files, str(output_dir)) + [
+        f"--distribution_strategy={MULTI}"]
+    first_checkpoint = output_dir / "checkpoints" / "ckpt-2.index"
+    with killed_at_the_end(start_workers("run_pretraining.py", flags)) as (chief, other):
+        deadline = time.monotonic() + 400
+        while not first_checkpoint.exists():
+            assert chief.poll() is None and time.monotonic() < deadline, \
+                chief.communicate()[1][-3000:]
+            time.sleep(0.02)
+        os.kill(other.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        result = finish_tool(chief, timeout=FAILURE_SECONDS + 30)
+        seconds = time.monotonic() - killed
+    assert seconds < FAILURE_SECONDS, seconds
+    assert not one_line_error_problems(result, "run_pretraining", "worker 1 stopped",
+                                       max_lines=10_000), result.stderr[-3000:]
+    assert re.fullmatch(
+        r"run_pretraining: worker 0 of 2: the cluster failed: worker 1 stopped \(no "
+        rf"heartbeat\); restart every worker to resume from the last checkpoint in "
+        rf"{re.escape(str(output_dir))}", result.last_line), result.last_line
+    saved = tf.train.latest_checkpoint(str(output_dir / "checkpoints"))
+    assert int(saved.rsplit("-", 1)[1]) < STEPS  # killed mid-run
+
+    with killed_at_the_end(start_workers("run_pretraining.py", flags)) as processes:
+        chief_result, _ = finish_all(processes)
+    assert f"resumed from {saved}" in chief_result.stderr
+    resumed = weights(output_dir / f"model.ckpt-{STEPS}")
+    uninterrupted = weights(pretraining["root"] / "two_workers" / f"model.ckpt-{STEPS}")
+    assert max_difference(resumed, uninterrupted) <= 1e-5
+
+
+def _bad_runs(config_file, packed_files, root):
+    """name -> (processes, expected text of the last line)."""
+    flags = [*pretraining_flags(config_file, packed_files, str(root / "out"),
+                                cluster_timeout_seconds=CONNECT_SECONDS),
+             f"--distribution_strategy={MULTI}"]
+    env = {"TF_CONFIG": "{'cluster': "}
+
+    def alone(index):  # the other worker of the cluster never starts
+        return start_workers("run_pretraining.py", flags, indices=[index])
+
+    return {
+        "not_json": ([start_tool("run_pretraining.py", *flags, env=env)],
+                     "TF_CONFIG is not JSON"),
+        "no_such_task": ([start_tool("run_pretraining.py", *flags, env={
+            "TF_CONFIG": tf_config(["127.0.0.1:1", "127.0.0.1:2"], 2)})],
+            "TF_CONFIG: task 'worker' 2 is not in the cluster (2 worker)"),
+        "indivisible": ([start_tool("run_pretraining.py", *flags, "--train_batch_size=6",
+                                    env={"TF_CONFIG": tf_config(
+                                        [f"127.0.0.1:{p}" for p in free_ports(4)], 0)})],
+                        ("--train_batch_size=6 is not a multiple of the 4 workers of "
+                         "TF_CONFIG")),
+        "chief_alone": (alone(0), ("worker 0 of 2 could not connect to the cluster of "
+                                   "TF_CONFIG (127.0.0.1:")),
+        "worker_alone": (alone(1), "worker 1 of 2 could not connect"),
+    }
+
+
+def test_bad_clusters_end_with_one_line_in_bounded_time(config_file, packed_files,
+                                                        tmp_path):
+    started = time.monotonic()
+    runs = _bad_runs(config_file, packed_files, tmp_path)
+    with killed_at_the_end([p for processes, _ in runs.values() for p in processes]):
+        for name, (processes, expected) in runs.items():
+            result = finish_tool(processes[0], timeout=CONNECT_SECONDS + 120)
+            assert not one_line_error_problems(result, "run_pretraining", expected,
+                                               max_lines=40), (name, result.stderr[-3000:])
+            if name in ("chief_alone", "worker_alone"):
+                assert f"within {CONNECT_SECONDS} s: start every worker" in \
+                    result.last_line
+    assert time.monotonic() - started < CONNECT_SECONDS + 120
+    # Refused before anything was made: the chief never made --output_dir.
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
