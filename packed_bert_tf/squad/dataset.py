@@ -137,11 +137,18 @@ def predict_logits(model, packs: SquadPacks, batch_size: int, *,
         outputs = model(features, training=False)
         return features["pack_index"], outputs["start_logits"], outputs["end_logits"]
 
+    def replica_forward(features):
+        # A Python function around the compiled one, as the trainer's steps:
+        # given a jit-compiled tf.function itself, MirroredStrategy.run off GPUs
+        # compiles every replica's call into one XLA computation, which fails
+        # ("Trying to access resource .../replica_1 located in device CPU:1").
+        return forward(features)
+
     @tf.function
     def step(features):
         # Every replica's rows, those of other workers too (an all-gather).
         return [strategy.gather(value, axis=0)
-                for value in strategy.run(forward, args=(features,))]
+                for value in strategy.run(replica_forward, args=(features,))]
 
     parts = ([], [], [])
     for features in dataset:

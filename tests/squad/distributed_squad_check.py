@@ -84,11 +84,13 @@ def main():
             "gradients": max(gradient_errors(gradients, want_gradients))}
 
     # Prediction: every row once across the replicas, matched back by pack_index.
-    got = predict_logits(model, packs, BATCH_SIZE, strategy=strategy)
     want = predict_logits(model, packs, BATCH_SIZE)  # the default strategy: one device
-    results["predict_max_abs_difference"] = float(max(
-        np.abs(got.start_logits - want.start_logits).max(),
-        np.abs(got.end_logits - want.end_logits).max()))
+    for mode, jit_compile in (("eager", False), ("compiled", True)):
+        got = predict_logits(model, packs, BATCH_SIZE, strategy=strategy,
+                             jit_compile=jit_compile)
+        results[f"predict_{mode}_max_abs_difference"] = float(max(
+            np.abs(got.start_logits - want.start_logits).max(),
+            np.abs(got.end_logits - want.end_logits).max()))
     print(json.dumps(results))
 
 

@@ -28,5 +28,6 @@ def test_a_per_replica_normaliser_would_be_wrong(results):
     assert error["loss"] > 1e-2 and error["gradients"] > 1e-2
 
 
-def test_prediction_gathered_from_replicas_equals_single_device(results):
-    assert results["predict_max_abs_difference"] < 1e-5
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_prediction_gathered_from_replicas_equals_single_device(results, mode):
+    assert results[f"predict_{mode}_max_abs_difference"] < 1e-5
