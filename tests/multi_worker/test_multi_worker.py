@@ -1,34 +1,27 @@
 """--distribution_strategy=multi_worker_mirrored with real worker processes on
-127.0.0.1 (TF_CONFIG, free ports), against one process with 2 replicas.
+127.0.0.1 (TF_CONFIG, free ports), against one process with 2 replicas
+(`tests.multi_worker.workers`): run_pretraining.py.
 
-Each worker has one CPU device (MultiWorkerMirroredStrategy's one replica per
-worker without a GPU), so 2 workers run 2 replicas, as one process of
-``tests.multi_worker.two_cpu_replicas`` does with ``mirrored``. Every global
-batch holds the same rows in both (records are shared between replicas, not
-processes: `packed_bert_tf.data.pipeline.pretraining_dataset`), and dropout
-draws the same masks per replica, so the weights agree (dropout stays on).
-
-Runs are started together (each process imports TensorFlow and compiles:
-tens of seconds of CPU) and every process is killed in a finally block.
+Every global batch holds the same rows in both (records are shared between
+replicas, not processes: `packed_bert_tf.data.pipeline.pretraining_dataset`),
+and dropout draws the same masks per replica, so the weights agree (dropout
+stays on).
 """
 
-import contextlib
 import json
 import os
 import pathlib
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import (REPOSITORY, finish_tool, one_line_error_problems, start_tool,
-                            tool_environment)
+from tests.conftest import finish_tool, one_line_error_problems, start_tool
+from tests.multi_worker.workers import (MULTI, finish_all, free_ports, killed_at_the_end,
+                                        max_difference, run_both_ways, start_workers,
+                                        tf_config, weights, worker_folder)
 from tests.pretraining.tiny_runs import P, S
 
 #: Updates x micro-batches: valid whether the step flags count updates or
@@ -38,20 +31,6 @@ STEPS = 12
 FAILURE_SECONDS = 60
 #: --cluster_timeout_seconds of the runs whose peers never come.
 CONNECT_SECONDS = 15
-
-
-def free_ports(count: int) -> list:
-    """Ports nothing listens on now (bound to 0, read, released)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
-
-
-def tf_config(addresses, index: int) -> str:
-    return json.dumps({"cluster": {"worker": addresses},
-                       "task": {"type": "worker", "index": index}})
 
 
 def pretraining_flags(config_file, files, output_dir, **overrides) -> list:
@@ -67,77 +46,14 @@ def pretraining_flags(config_file, files, output_dir, **overrides) -> list:
             *(f"--{name}={value}" for name, value in values.items())]
 
 
-def start_workers(tool: str, flags: list, count: int = 2, *, indices=None, **kwargs):
-    """Worker processes of one cluster on 127.0.0.1 (``indices``: only those)."""
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
-    return [start_tool(tool, *flags, env={"TF_CONFIG": tf_config(addresses, index)},
-                       **kwargs)
-            for index in (range(count) if indices is None else indices)]
-
-
-def start_two_replicas(tool: str, flags: list) -> subprocess.Popen:
-    """One process with 2 logical CPU devices, --distribution_strategy=mirrored."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.multi_worker.two_cpu_replicas", tool, *flags,
-         "--distribution_strategy=mirrored"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPOSITORY),
-        env=tool_environment())
-
-
-@contextlib.contextmanager
-def killed_at_the_end(processes):
-    """Kills (SIGKILL) every process still running when the block ends."""
-    try:
-        yield processes
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.communicate(timeout=10)
-
-
-def finish_all(processes, timeout=400):
-    results = [finish_tool(process, timeout=timeout) for process in processes]
-    for result in results:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return results
-
-
-def weights(checkpoint_path) -> dict:
-    reader = tf.train.load_checkpoint(str(checkpoint_path))
-    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
-
-
-def max_difference(a: dict, b: dict) -> float:
-    assert sorted(a) == sorted(b)
-    return max(float(np.max(np.abs(a[name] - b[name]))) for name in a)
-
-
-def worker_folder(result) -> pathlib.Path:
-    """The temporary folder a worker other than the chief wrote into (from its log)."""
-    found = re.search(r"its own files go to (\S+),", result.stderr)
-    assert found, result.stderr[-2000:]
-    return pathlib.Path(found.group(1))
-
-
-MULTI = "multi_worker_mirrored"
-
-
 @pytest.fixture(scope="module")
 def pretraining(tmp_path_factory, config_file, packed_files):
     """Two workers and one process of 2 replicas, the same run."""
     root = tmp_path_factory.mktemp("multi_worker")
-    flags = {name: pretraining_flags(config_file, packed_files, str(root / name))
-             for name in ("two_workers", "one_process")}
     started = time.perf_counter()
-    with killed_at_the_end(start_workers("run_pretraining.py", flags["two_workers"]
-                                         + [f"--distribution_strategy={MULTI}"])
-                           + [start_two_replicas("run_pretraining.py",
-                                                 flags["one_process"])]) as processes:
-        results = finish_all(processes)
-    return {"root": root, "workers": results[:2], "one_process": results[2],
-            "seconds": time.perf_counter() - started}
+    results = run_both_ways("run_pretraining.py", lambda name: pretraining_flags(
+        config_file, packed_files, str(root / name)))
+    return {"root": root, **results, "seconds": time.perf_counter() - started}
 
 
 def test_two_workers_end_with_the_weights_of_one_process_with_two_replicas(pretraining):

@@ -1,11 +1,13 @@
 """Small SQuAD-format files and vocabularies written by the tests themselves."""
 
 import json
+import pathlib
 
 import numpy as np
 from tokenizers import normalizers
 
 from packed_bert_tf.data.tokenization import SPECIAL_TOKENS, WordPieceTokenizer
+from packed_bert_tf.models import BertConfig
 from packed_bert_tf.squad.features import SquadFeatures
 
 # Accents, capitals, punctuation glued to words, and a context long enough for
@@ -107,6 +109,34 @@ def learnable_vocab(path):
     tokens = list(SPECIAL_TOKENS) + ["?"] + LEARNABLE_KEYS + LEARNABLE_VALUES
     path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
     return str(path)
+
+
+def tiny_config(vocab_size, **overrides) -> BertConfig:
+    """A 2-layer model of hidden size 32, without dropout."""
+    values = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                  num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0, max_position_embeddings=64,
+                  initializer_range=0.2)
+    values.update(overrides)
+    return BertConfig(**values)
+
+
+def write_learnable_files(folder, *, train_paragraphs=96, predict_paragraphs=24,
+                          **config_overrides) -> dict:
+    """run_squad's input flags (vocab, config of `tiny_config` with
+    ``config_overrides``, train and predict files of `learnable_dataset`) ->
+    paths written in ``folder``."""
+    vocab = learnable_vocab(folder / "vocab.txt")
+    config = folder / "bert_config.json"
+    vocab_size = len(pathlib.Path(vocab).read_text().split())
+    tiny_config(vocab_size, **config_overrides).to_json_file(str(config))
+    return {
+        "vocab_file": vocab, "bert_config_file": str(config),
+        "train_file": write_json(folder / "train.json",
+                                 learnable_dataset(train_paragraphs, seed=0)),
+        "predict_file": write_json(folder / "dev.json",
+                                   learnable_dataset(predict_paragraphs, seed=1)),
+    }
 
 
 def make_features(lengths, max_seq_length, *, seed=0, vocab_size=None):

@@ -9,21 +9,13 @@ import tensorflow as tf
 
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.layers import squad_span_loss
-from packed_bert_tf.models import BertConfig, BertSquadModel
+from packed_bert_tf.models import BertSquadModel
 from packed_bert_tf.squad.dataset import predict_logits, squad_dataset
 from packed_bert_tf.squad.features import load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
 from tests.squad import squad_data
-
-
-def _config(vocab_size, **overrides):
-    values = dict(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
-                  num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
-                  attention_probs_dropout_prob=0.0, max_position_embeddings=64,
-                  initializer_range=0.2)
-    values.update(overrides)
-    return BertConfig(**values)
+from tests.squad.squad_data import tiny_config as _config
 
 
 def test_packed_and_unpacked_prediction_write_identical_predictions(tmp_path):

@@ -7,22 +7,11 @@ import pytest
 from packed_bert_tf.squad.run import SquadOptions, run_squad
 from tests.conftest import finish_tool, one_line_error_problems, start_tool
 from tests.squad import squad_data
-from tests.squad.test_end_to_end import _config
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("squad")
-    vocab = squad_data.learnable_vocab(folder / "vocab.txt")
-    config = folder / "bert_config.json"
-    _config(len(open(vocab).read().split())).to_json_file(str(config))
-    return {
-        "vocab_file": vocab, "bert_config_file": str(config),
-        "train_file": squad_data.write_json(folder / "train.json",
-                                            squad_data.learnable_dataset(96, seed=0)),
-        "predict_file": squad_data.write_json(folder / "dev.json",
-                                              squad_data.learnable_dataset(24, seed=1)),
-    }
+    return squad_data.write_learnable_files(tmp_path_factory.mktemp("squad"))
 
 
 def options(files, output_dir, **overrides):
