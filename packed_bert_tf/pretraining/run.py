@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -35,15 +36,14 @@ from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
 from packed_bert_tf.training import cluster
 from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
-                                                  check_global_batch_size, check_static_shapes,
-                                                  create_strategy)
+                                                  check_global_batch_size, check_static_shapes)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.progress import format_values
 from packed_bert_tf.training.runs import (WorkerOutputDirs, mixed_precision_policy,
-                                          read_bert_config, start_training,
-                                          train_and_export, worker_output_dirs)
+                                          read_bert_config, run_on_this_worker,
+                                          start_training, train_and_export)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer
@@ -233,21 +233,14 @@ def run_pretraining(options: PretrainingOptions,
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
     config = read_bert_config(options.bert_config_file)
-    worker = cluster.current_task(options.distribution_strategy)
-    for flag, needed in (("train_batch_size", options.do_train),
-                         ("eval_batch_size", options.do_eval)):
-        if needed:
-            cluster.check_worker_count(getattr(options, flag), worker, f"--{flag}")
-    if strategy is None:  # connects to the other workers, if any
-        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu,
-                                   cluster_timeout_seconds=options.cluster_timeout_seconds)
-    with worker_output_dirs(options.output_dir, worker) as dirs, \
-            cluster.cluster_errors(worker, dirs.shared):
-        return _run_in(dirs, options, config, strategy, worker)
+    return run_on_this_worker(
+        options, functools.partial(_run_in, options=options, config=config),
+        strategy=strategy, batch_flags={"train_batch_size": options.do_train,
+                                        "eval_batch_size": options.do_eval})
 
 
-def _run_in(dirs: WorkerOutputDirs, options: PretrainingOptions, config,
-            strategy: tf.distribute.Strategy, worker: cluster.WorkerTask) -> dict:
+def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
+            worker: cluster.WorkerTask, *, options: PretrainingOptions, config) -> dict:
     """`run_pretraining` once it holds the output folder (``dirs.own``: where
     this worker writes)."""
     output_dir = dirs.own

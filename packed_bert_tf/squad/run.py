@@ -13,6 +13,7 @@ official SQuAD 1.1 rules into ``eval_results.json``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import tensorflow as tf
@@ -27,15 +28,13 @@ from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
-from packed_bert_tf.training import cluster
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
-                                                  check_global_batch_size, check_static_shapes,
-                                                  create_strategy)
+                                                  check_global_batch_size, check_static_shapes)
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
-                                          start_training, train_and_export,
-                                          worker_output_dirs)
+                                          run_on_this_worker, start_training,
+                                          train_and_export)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from packed_bert_tf.training.steps import StepCounting, clipping
 
@@ -170,20 +169,13 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
     config = read_bert_config(options.bert_config_file)
-    worker = cluster.current_task(options.distribution_strategy)
-    for flag, needed in (("train_batch_size", options.do_train),
-                         ("predict_batch_size", options.do_predict)):
-        if needed:
-            cluster.check_worker_count(getattr(options, flag), worker, f"--{flag}")
-    if strategy is None:  # connects to the other workers, if any
-        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu,
-                                   cluster_timeout_seconds=options.cluster_timeout_seconds)
-    with worker_output_dirs(options.output_dir, worker) as dirs, \
-            cluster.cluster_errors(worker, dirs.shared):
-        return _run_squad_in(dirs, options, config, strategy, worker)
+    return run_on_this_worker(
+        options, functools.partial(_run_squad_in, options=options, config=config),
+        strategy=strategy, batch_flags={"train_batch_size": options.do_train,
+                                        "predict_batch_size": options.do_predict})
 
 
-def _run_squad_in(dirs, options, config, strategy, worker) -> dict:
+def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
     """`run_squad` once it holds the output folder (``dirs.own``: where this
     worker writes, feature caches included)."""
     output_dir = dirs.own

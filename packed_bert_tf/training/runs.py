@@ -21,7 +21,7 @@ from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
                                                      save_google_checkpoint)
 from packed_bert_tf.training import cluster
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import set_mixed_precision
+from packed_bert_tf.training.distribution import create_strategy, set_mixed_precision
 from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.progress import TrainingLogger, format_values
 from packed_bert_tf.training.steps import Clipping, StepCounting
@@ -157,6 +157,32 @@ def worker_output_dirs(output_dir: str | None, worker: cluster.WorkerTask):
         yield WorkerOutputDirs(output_dir, own)
     finally:
         shutil.rmtree(own, ignore_errors=True)
+
+
+def run_on_this_worker(options, run_in, *, strategy=None, batch_flags: dict):
+    """A front end's run on this process's worker: the batch sizes checked against
+    the worker count (before connecting), the strategy created (connecting to
+    the other workers of ``TF_CONFIG``, if any), then ``run_in(dirs, strategy,
+    worker)`` in the `WorkerOutputDirs` of ``options.output_dir``, a lost peer
+    ending in one `cluster.ClusterError` line.
+
+    Args:
+      options: the front end's options (``distribution_strategy``, ``tpu``,
+        ``cluster_timeout_seconds``, ``output_dir`` and the batch sizes).
+      run_in: ``(dirs, strategy, worker) -> summary``.
+      strategy: a strategy already made (tests), else the options'.
+      batch_flags: batch-size option name -> whether this run uses it.
+    """
+    worker = cluster.current_task(options.distribution_strategy)
+    for flag, needed in batch_flags.items():
+        if needed:
+            cluster.check_worker_count(getattr(options, flag), worker, f"--{flag}")
+    if strategy is None:  # connects to the other workers, if any
+        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu,
+                                   cluster_timeout_seconds=options.cluster_timeout_seconds)
+    with worker_output_dirs(options.output_dir, worker) as dirs, \
+            cluster.cluster_errors(worker, dirs.shared):
+        return run_in(dirs, strategy, worker)
 
 
 #: The file that says which process writes into an output folder.
