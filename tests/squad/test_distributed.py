@@ -17,10 +17,15 @@ def test_replicas_hold_different_numbers_of_sequences(results):
     assert first != second
 
 
-@pytest.mark.parametrize("mode", ["global", "compiled"])
-def test_summed_replica_losses_and_gradients_are_the_global_batch(results, mode):
+# XLA sums in another order than the eager single-device reference, with
+# threads that split the sums by the machine's load: float32 differences of one
+# variable's gradient reached 1.2e-4 of its largest entry in one run of 2
+# (the wrong, per-replica normaliser is off by more than 1e-2).
+@pytest.mark.parametrize("mode, gradient_tolerance", [("global", 1e-4), ("compiled", 5e-4)])
+def test_summed_replica_losses_and_gradients_are_the_global_batch(results, mode,
+                                                                  gradient_tolerance):
     error = results[f"train_{mode}"]
-    assert error["loss"] < 1e-5 and error["gradients"] < 1e-4
+    assert error["loss"] < 1e-5 and error["gradients"] < gradient_tolerance
 
 
 def test_a_per_replica_normaliser_would_be_wrong(results):
