@@ -151,9 +151,10 @@ def main(argv):
          f"{two_seconds:.4f} |"),
         "",
         (f"Ratio, 2 workers / 1 process: **{two_seconds / one_seconds:.2f}** (no "
-         f"target: both share the same 2 cores, with other jobs on this machine, so one "
-         f"measurement is noisy; below 1 means the gRPC collectives on loopback cost "
-         f"less than what one process running both replicas loses)."),
+         f"target: both layouts share the same 2 cores, and the machine's load average "
+         f"at the end was {os.getloadavg()[0]:.1f}, so one measurement is noisy; above 1 "
+         f"is what the gRPC collectives on loopback and a second process cost, below 1 "
+         f"that they cost less than what one process running both replicas loses)."),
     ]
     publish_section("multi_worker_benchmark", "\n".join(lines))
 
