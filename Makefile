@@ -23,13 +23,14 @@ $(VENV)/.installed-test: setup.py | $(BIN)/python
 # then Python's own documentation -> WordPiece vocab -> pre-training TFRecords
 # -> packed TFRecords (verified) -> a small BERT trained packed and unpacked
 # with the same number of sequences per update (steps count micro-batches, as
-# in MLPerf: 300 steps of 2 micro-batches per update are 150 updates, the
-# packed run making each of 1 micro-batch of packs) -> throughputs, final
-# losses and the loss curves (out/demo/loss_curves.png).
+# in MLPerf: 300 steps of 5 micro-batches per update are 60 updates of 40
+# sequences; the packed run makes each of 3 micro-batches of packs, about 41
+# sequences) -> throughputs, final losses and the loss curves
+# (out/demo/loss_curves.png).
 DEMO := $(OUT)/demo
 DEMO_DATA := --max_seq_length=512 --max_predictions_per_seq=76
 DEMO_TRAIN := --bert_config_file=configs/demo_bert_config.json $(DEMO_DATA) \
-  --do_train --train_batch_size=8 --steps_per_update=2 --num_train_steps=300 \
+  --do_train --train_batch_size=8 --steps_per_update=5 --num_train_steps=300 \
   --num_warmup_steps=30 --learning_rate=2e-3 --log_every_n_steps=20 \
   --iterations_per_loop=20 --save_checkpoints_steps=0 --seed=0
 

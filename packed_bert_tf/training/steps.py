@@ -94,14 +94,18 @@ class StepCounting:
         updates = self.updates(num_train_steps)
         micro_batches = updates * self.micro_batches_per_update
         rows = micro_batches * train_batch_size
-        if self.unit == "micro_batch":
+        if self.unit == "micro_batch" and \
+                self.micro_batches_per_update == self.steps_per_update:
             step = (f"a step is one micro-batch of {train_batch_size} rows "
                     f"(--step_unit=micro_batch, the MLPerf reference's global step); an "
                     f"update every {self.steps_per_update} steps")
-            if self.micro_batches_per_update != self.steps_per_update:
-                step += (f", made of {self.micro_batches_per_update} micro-batch"
-                         f"{'es' if self.micro_batches_per_update > 1 else ''} of packs "
-                         f"(packing adjustment: accumulation)")
+        elif self.unit == "micro_batch":
+            plural = "es" if self.micro_batches_per_update > 1 else ""
+            step = (f"a step is one micro-batch of the unpacked run these flags describe "
+                    f"(--step_unit=micro_batch, the MLPerf reference's global step); an "
+                    f"update every {self.steps_per_update} steps, made here of "
+                    f"{self.micro_batches_per_update} micro-batch{plural} of "
+                    f"{train_batch_size} packs (packing adjustment: accumulation)")
         else:
             step = (f"a step is one update of {self.micro_batches_per_update} "
                     f"micro-batch{'es' if self.micro_batches_per_update > 1 else ''} of "

@@ -249,9 +249,17 @@ def test_step_counting_in_micro_batches():
                                          r"updates with --step_unit=update"):
         steps.updates(10)
     line = steps.describe(num_train_steps=100, train_batch_size=8, sequences_per_row=2.0)
-    assert line.startswith("a step is one micro-batch of 8 rows")
-    assert "made of 2 micro-batches of packs (packing adjustment: accumulation)" in line
-    assert line.endswith("25 updates, 50 micro-batches, 400 rows, about 800 sequences")
+    assert line == (
+        "a step is one micro-batch of the unpacked run these flags describe "
+        "(--step_unit=micro_batch, the MLPerf reference's global step); an update every 4 "
+        "steps, made here of 2 micro-batches of 8 packs (packing adjustment: "
+        "accumulation); --num_train_steps=100: 25 updates, 50 micro-batches, 400 rows, "
+        "about 800 sequences")
+    unpacked = StepCounting("micro_batch", steps_per_update=4, micro_batches_per_update=4)
+    assert unpacked.describe(num_train_steps=8, train_batch_size=8) == (
+        "a step is one micro-batch of 8 rows (--step_unit=micro_batch, the MLPerf "
+        "reference's global step); an update every 4 steps; --num_train_steps=8: 2 updates, "
+        "8 micro-batches, 64 rows")
 
 
 def test_step_counting_in_updates():
