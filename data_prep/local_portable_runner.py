@@ -65,6 +65,9 @@ class PortableServices:
 def _stop(process: subprocess.Popen) -> None:
     """Stops a service and every process it started (its own process group)."""
     if process.poll() is not None:
+        # The service is gone; what it started may not be.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         return
     for sig, wait in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, STOP_TIMEOUT_S)):
         try:

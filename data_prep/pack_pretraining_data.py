@@ -286,16 +286,28 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
         threading.excepthook = lambda args: None
         cancelled = ""
         for result in submitted:  # a job a service runs: cancel it there
-            canceller = threading.Thread(target=result.cancel, daemon=True)
+            answer = {}
+
+            def cancel(result=result, answer=answer):
+                try:
+                    result.cancel()
+                    answer["ok"] = True
+                except Exception as error:  # noqa: BLE001 - said in the one line
+                    answer["error"] = f"{type(error).__name__}"
+
+            canceller = threading.Thread(target=cancel, daemon=True)
             canceller.start()
             canceller.join(CANCEL_TIMEOUT_S)
             # Cancelling is the service's to do: Beam's Python job service
             # acknowledges it without stopping the job (files it writes later
             # stay unfinished until the next run into the folder removes them).
-            cancelled = ("asked the job service to cancel the job; "
-                         if not canceller.is_alive() else
-                         f"the job service did not answer the cancel within "
-                         f"{CANCEL_TIMEOUT_S} s; ")
+            if "ok" in answer:
+                cancelled = "asked the job service to cancel the job; "
+            elif "error" in answer:
+                cancelled = f"the job service refused the cancel ({answer['error']}); "
+            else:
+                cancelled = (f"the job service did not answer the cancel within "
+                             f"{CANCEL_TIMEOUT_S} s; ")
         for pid in _descendants(os.getpid()):  # Beam's worker processes
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -334,6 +346,7 @@ def main(argv):
     # No TensorFlow here (seconds to import): only the workers read and write
     # records; files are found and managed with Beam's FileSystems.
     import apache_beam as beam
+    from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.runners.runner import PipelineState
 
     from packed_bert_tf.data import pack_pipeline
@@ -363,7 +376,8 @@ def main(argv):
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "Pack" >> transform
         result = pipeline.run()  # the local runner returns once done
-        submitted.append(result)
+        if (options.view_as(StandardOptions).runner or "") not in LOCAL_RUNNERS:
+            submitted.append(result)
         state = result.wait_until_finish()
         if state != PipelineState.DONE:
             raise RuntimeError(f"the pipeline ended in state {state}")

@@ -361,17 +361,19 @@ def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
     packs, summary = plan_packs(job, batch.lengths, batch.masked_counts)
     owned = list(range(group, job.num_output_shards, num_groups))
     results = []
+    paths = []  # written or being written
     try:
         for turn, shard in enumerate(owned):
             shard_packs = packs.take(np.arange(turn, len(packs), len(owned)))
-            path = job.shard_path(shard) + temporary_suffix
-            _write_packs(job, path, batch, shard_packs)
-            results.append({"shard": shard, "path": path, "records": len(shard_packs),
+            paths.append(job.shard_path(shard) + temporary_suffix)
+            _write_packs(job, paths[-1], batch, shard_packs)
+            results.append({"shard": shard, "path": paths[-1], "records": len(shard_packs),
                             "sequences": shard_packs.sequence_indices.size})
     except BaseException:
-        # This worker's own leftovers, whoever submitted the run and wherever
-        # it runs (the launching process also cleans up after a failed run).
-        _remove_files([result["path"] for result in results])
+        # This worker's own leftovers, the shard it was writing included,
+        # whoever submitted the run and wherever it runs (the launching process
+        # also cleans up after a failed run).
+        _remove_files(paths)
         raise
     return {"shards": results, "summary": summary}
 

@@ -164,7 +164,11 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     as ``tf.distribute`` hands them out). So each record is read exactly once
     per pass over all replicas, and the rows of every global batch depend on
     the replica count alone: 2 workers of 1 replica see the batches of 1
-    process with 2 replicas.
+    process with 2 replicas. In training (repeated), a replica's files are
+    read at its own pace: with a file count that is not a multiple of the
+    replica count, the replicas holding one file fewer go through their
+    files more often (a warning says so; write the shards in a multiple of
+    the replica count to read every file equally often).
 
     Parameters
     ----------
@@ -213,6 +217,13 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                      "by %s", "training" if is_training else "evaluation",
                      input_context.input_pipeline_id, replicas, num_replicas, len(files),
                      how)
+        if how == "file" and is_training and len(files) % num_replicas:
+            logging.warning(
+                "%d files over %d replicas: %d replicas read %d files and the others %d, "
+                "so in training the files of the latter are read more often (write a "
+                "multiple of %d shards to read every file equally often)", len(files),
+                num_replicas, len(files) % num_replicas, len(files) // num_replicas + 1,
+                len(files) // num_replicas, num_replicas)
     streams = [_replica_batches(
         files, replica, num_replicas, by_record=how == "record",
         batch_size=per_replica_batch, record_format=record_format,

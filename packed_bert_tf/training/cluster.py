@@ -236,26 +236,25 @@ def cluster_errors(task: WorkerTask, output_dir: str | None):
 
 def check_same_step(strategy, step: int, task: WorkerTask) -> None:
     """Every worker must resume from the same step (the chief's checkpoint, read
-    from a folder they all see); a collective sum compares them.
+    from a folder they all see); the replicas' steps are gathered and compared.
 
     Raises:
-      ClusterError: this worker's step differs from the others'.
+      ClusterError: this worker's step differs from another's.
     """
     import tensorflow as tf
 
     if task.num_workers == 1:
         return
-    replicas = strategy.num_replicas_in_sync
 
     @tf.function
-    def total():
+    def gathered():
         value = strategy.experimental_distribute_values_from_function(
-            lambda context: tf.constant(step, tf.int64))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+            lambda context: tf.constant([step], tf.int64))
+        return strategy.gather(value, axis=0)
 
-    summed = int(total())
-    if summed != step * replicas:
-        raise ClusterError(f"{task.name} resumes from step {step} but the other workers "
-                           f"do not (sum of steps {summed} over {replicas} replicas): "
-                           f"--output_dir must be one folder every worker sees (a shared "
-                           f"file system or gs://)")
+    steps = sorted({int(s) for s in gathered().numpy()})
+    if steps != [step]:
+        raise ClusterError(f"{task.name} resumes from step {step} but the workers resume "
+                           f"from steps {', '.join(map(str, steps))}: --output_dir must "
+                           f"be one folder every worker sees (a shared file system or "
+                           f"gs://)")
