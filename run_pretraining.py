@@ -83,8 +83,6 @@ def define_flags():
                          "Linear warm-up steps.")
     flags.DEFINE_integer("start_warmup_step", defaults.start_warmup_step,
                          "The step the warm-up starts at.")
-    flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
-                         "Gradient-accumulation steps (micro-batches) per update.")
     define_step_flags(defaults)
     flags.DEFINE_float("lamb_beta_1", defaults.lamb_beta_1, "LAMB/Adam beta_1.")
     flags.DEFINE_float("lamb_beta_2", defaults.lamb_beta_2, "LAMB/Adam beta_2.")

@@ -49,7 +49,8 @@ def define_flags():
     flags.DEFINE_bool("do_predict", defaults.do_predict,
                       "Predict and score --predict_file.")
     flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
-                         "Rows per step (packs when packing), over all replicas.")
+                         "Rows per micro-batch (packs when packing), over all "
+                         "replicas.")
     flags.DEFINE_integer("predict_batch_size", defaults.predict_batch_size,
                          "Rows per prediction batch.")
     flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
@@ -63,8 +64,6 @@ def define_flags():
                          "Longest answer, in tokens.")
     define_loop_flags(defaults)
     flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
-    flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
-                         "Micro-batches per update.")
     define_step_flags(defaults)
     flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
                          "--batching=packed: cap on features per row.")

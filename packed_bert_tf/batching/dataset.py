@@ -21,8 +21,8 @@ epoch ends with a flush of the carry, so each record comes out exactly once
 per epoch.
 
 Data parallelism (``input_context``): files are sharded between input
-pipelines by `pretraining_dataset`'s `shard_files` (each record read by
-exactly one pipeline). A pipeline feeding W = replicas / pipelines replicas yields steps
+pipelines by `shard_files` (pipeline i of n reads files i, i + n, ...; each
+record read by exactly one pipeline). A pipeline feeding W = replicas / pipelines replicas yields steps
 of W consecutive batches of one shape and comparable cost (`plan_pool`):
 batches tW .. tW + W - 1 are step t, which ``distribute_datasets_from_function``
 deals to the replicas in turn (a test checks this under MirroredStrategy).

@@ -45,12 +45,15 @@ def define_loop_flags(defaults) -> None:
 
 
 def define_step_flags(defaults) -> None:
-    """--step_unit and --clip_by_global_norm_after_gradient_allreduce: what the
-    step flags count and where the gradient is clipped under accumulation
-    (`packed_bert_tf.training.steps`); ``defaults`` as for
+    """--steps_per_update, --step_unit and
+    --clip_by_global_norm_after_gradient_allreduce: the micro-batches of an
+    update, what the step flags count and where the gradient is clipped under
+    accumulation (`packed_bert_tf.training.steps`); ``defaults`` as for
     `define_hardware_flags`."""
     from packed_bert_tf.training.steps import STEP_UNITS
 
+    flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
+                         "Gradient-accumulation steps (micro-batches) per update.")
     flags.DEFINE_enum(
         "step_unit", defaults.step_unit, list(STEP_UNITS),
         "What --num_train_steps, --num_warmup_steps, --start_warmup_step, "

@@ -132,10 +132,6 @@ class WorkerOutputDirs:
     shared: str
     own: str
 
-    @property
-    def is_chief(self) -> bool:
-        return self.own == self.shared
-
 
 @contextlib.contextmanager
 def worker_output_dirs(output_dir: str | None, worker: cluster.WorkerTask):

@@ -11,7 +11,7 @@ import tensorflow as tf
 from packed_bert_tf.training.lamb import LAMB
 from packed_bert_tf.training.loop import run_training
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.steps import (StepCounting, clipping, crossed,
+from packed_bert_tf.training.steps import (Clipping, StepCounting, clipping, crossed,
                                            updates_to_boundary)
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 from tests.training.numpy_lamb import numpy_lamb
@@ -283,8 +283,8 @@ def test_boundaries():
 
 
 def test_clipping_plan():
-    assert clipping(after_allreduce=False, micro_batches_per_update=4) == \
-        clipping(after_allreduce=False, micro_batches_per_update=4).__class__(None, 1.0)
+    assert clipping(after_allreduce=False, micro_batches_per_update=4) == Clipping(
+        optimizer_clipnorm=None, micro_batch_clipnorm=1.0)
     assert clipping(after_allreduce=True, micro_batches_per_update=4).optimizer_clipnorm \
         == 1.0
     # One micro-batch per update: the two modes are one computation; the optimizer clips.
