@@ -26,6 +26,7 @@ import dataclasses
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -51,12 +52,14 @@ class WorkerTask:
       task_id: the index within its job.
       addresses: ``host:port`` of every task, the chief first.
       index: this task's position in `addresses`.
+      names: ``"chief 0"``, ``"worker 1"``, ... of every task, as `addresses`.
     """
 
     task_type: str
     task_id: int
     addresses: tuple
     index: int
+    names: tuple = ()
 
     @property
     def num_workers(self) -> int:
@@ -73,7 +76,7 @@ class WorkerTask:
 
 
 #: One process, no ``TF_CONFIG``: its own chief.
-SINGLE_WORKER = WorkerTask("worker", 0, ("localhost",), 0)
+SINGLE_WORKER = WorkerTask("worker", 0, ("localhost",), 0, ("worker 0",))
 
 
 def parse_tf_config(text: str | None) -> WorkerTask:
@@ -125,7 +128,8 @@ def parse_tf_config(text: str | None) -> WorkerTask:
         raise ClusterError(f"{TF_CONFIG}: task {task_type!r} {task_id} is not in the "
                            f"cluster ({', '.join(f'{len(v)} {k}' for k, v in cluster.items())})")
     index = [(job, i) for job, i, _ in ordered].index((task_type, task_id))
-    return WorkerTask(task_type, task_id, tuple(addresses), index)
+    return WorkerTask(task_type, task_id, tuple(addresses), index,
+                      tuple(f"{job} {i}" for job, i, _ in ordered))
 
 
 def current_task(strategy_name: str) -> WorkerTask:
@@ -197,13 +201,44 @@ def create_multi_worker_strategy(task: WorkerTask, *, timeout_seconds: float):
 _TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 
 
-def describe_cluster_failure(error) -> str:
-    """One line from TensorFlow's (multi-line) error when a peer is lost."""
+def unreachable_peers(task: WorkerTask, timeout_seconds: float = 2.0) -> list:
+    """The other tasks whose address refuses a TCP connection (or does not
+    answer within the timeout): a killed peer's gRPC port is closed."""
+    lost = []
+    for index, (name, address) in enumerate(zip(task.names, task.addresses)):
+        if index == task.index:
+            continue
+        host, port = address.rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_seconds).close()
+        except OSError:
+            lost.append(name)
+    return lost
+
+
+def describe_cluster_failure(error, task: WorkerTask | None = None) -> str:
+    """One line from TensorFlow's (multi-line) error when a peer is lost.
+
+    A peer killed mid-step may show first as a broken RPC that names no task;
+    with `task` given, the peers are then probed (`unreachable_peers`).
+    """
     text = getattr(error, "message", str(error))
     if "unhealthy" in text or "heartbeat" in text:
         lost = sorted({f"{job} {index}" for job, index in _TASK.findall(
             text.split("unhealthy", 1)[-1])})
         return f"{', '.join(lost) or 'a worker'} stopped (no heartbeat)"
+    # A peer killed mid-step is usually seen first as a broken RPC to it
+    # ("remote target /job:worker/replica:0/task:1 ... Connection reset by peer"),
+    # before the heartbeat notices.
+    remote = sorted({f"{job} {index}" for job, index in re.findall(
+        r"remote target " + _TASK.pattern, text)})
+    broken = re.search(r"Connection reset by peer|Socket closed|Connection refused|"
+                       r"Broken pipe", text, flags=re.IGNORECASE)
+    if remote and broken:
+        return f"{', '.join(remote)} stopped ({broken.group(0).lower()})"
+    closed = unreachable_peers(task) if task is not None else []
+    if closed:
+        return f"{', '.join(closed)} stopped (its address refuses connections)"
     for pattern in (r"Failed to connect to remote host: [^\n\"]*", r"Connection refused",
                     r"Socket closed", r"Deadline Exceeded"):
         found = re.search(pattern, text)
@@ -230,7 +265,7 @@ def cluster_errors(task: WorkerTask, output_dir: str | None):
             tf.errors.AbortedError, tf.errors.CancelledError) as error:
         where = f" in {output_dir}" if output_dir else ""
         raise ClusterError(f"{task.name} of {task.num_workers}: the cluster failed: "
-                           f"{describe_cluster_failure(error)}; restart every worker to "
+                           f"{describe_cluster_failure(error, task)}; restart every worker to "
                            f"resume from the last checkpoint{where}") from None
 
 
