@@ -26,6 +26,7 @@ import dataclasses
 
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from packed_bert_tf.packing import PackAssignment, ragged
 from packed_bert_tf.packing.streaming import STATE_KEYS, StreamingPacker
@@ -169,8 +170,9 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
     mask = np.asarray(dense[spec.length]) != 0
     count, width = mask.shape
     lengths = mask.sum(axis=1)
-    prefix = np.arange(width)[None, :] < lengths[:, None]
-    bad = np.flatnonzero((mask != prefix).any(axis=1) | (lengths == 0))
+    # A run of nonzero values then 0s: the first 0 is at `lengths` (if any).
+    is_run = (lengths == width) | (np.argmin(mask, axis=1) == lengths)
+    bad = np.flatnonzero(~is_run | (lengths == 0))
     if bad.size:
         raise ValueError(f"example {first_index + bad[0]} of the stream: {spec.length} "
                          f"is not a non-empty run of nonzero values followed by 0s")
@@ -186,10 +188,10 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
         skipped = int(long.sum())
         keep = ~long
         dense = {name: np.asarray(value)[keep] for name, value in dense.items()}
-        mask, lengths, prefix = mask[keep], lengths[keep], prefix[keep]
+        mask, lengths = mask[keep], lengths[keep]
     out = {"lengths": lengths.astype(np.int64)}
     for name in spec.tokens:
-        out[name] = np.asarray(dense[name])[prefix]
+        out[name] = np.asarray(dense[name])[mask]  # the mask is the prefix
     for name in spec.per_sequence:
         out[name] = np.asarray(dense[name]).reshape(len(lengths))
     if spec.predictions:
@@ -274,58 +276,51 @@ def concatenate(parts) -> dict:
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
-def layout(spec: PackSpec, arrays: dict, packs: PackAssignment, max_sequence_length: int,
-           max_sequences_per_pack: int, dtypes: dict) -> dict:
-    """Compact examples -> packs: name -> [packs, ...] arrays.
+def layout(spec: PackSpec, arrays: dict, sequences_per_pack: np.ndarray,
+           max_sequence_length: int, max_sequences_per_pack: int, dtypes: dict) -> dict:
+    """Compact examples, already in pack order -> packs: name -> [packs, ...].
 
-    Pack k holds the examples ``packs[k]`` (rows of `arrays`) in that order;
-    the caller guarantees they fit (tokens, sequences, prediction slots).
+    Pack k holds the next ``sequences_per_pack[k]`` examples of `arrays`; the
+    caller guarantees they fit (tokens, sequences, prediction slots). Each
+    pack's tokens fill its first columns, so every [packs, S] feature is the
+    token stream dropped into the cells left of each pack's token count (one
+    boolean-mask assignment per feature).
     """
-    S, D = max_sequence_length, max_sequences_per_pack
-    num_packs = len(packs)
-    rows = packs.sequence_indices
-    lengths_all = arrays["lengths"]
-    tokens, lengths = ragged.take_rows_index(
-        ragged.row_splits_from_lengths(lengths_all), lengths_all, rows)
-    pack_of, slot = packs.pack_of_entries, packs.slot_of_entries
-    offset = packs.offset_in_pack(lengths)
-    tokens_per_pack = packs.sum_per_pack(lengths)
-    column = np.arange(S)[None, :]
-    real = column < tokens_per_pack[:, None]
+    S = max_sequence_length
+    num_packs = sequences_per_pack.size
+    lengths = arrays["lengths"]
+    pack_splits = ragged.row_splits_from_lengths(sequences_per_pack)
+    pack_of = ragged.row_of_elements(sequences_per_pack)
+    slot = ragged.position_in_row(sequences_per_pack)
+    offset = ragged.exclusive_sum_in_row(lengths, sequences_per_pack)
+    real = np.arange(S)[None, :] < ragged.sum_over_rows(lengths, pack_splits)[:, None]
     out = {}
     for name in spec.tokens:
         out[name] = np.zeros((num_packs, S), dtype=dtypes[name])
-        out[name][real] = arrays[name][tokens]
-    sequence_of_token = np.repeat(slot, lengths)
-    start_of_token = np.repeat(offset, lengths)
-    index = np.zeros((num_packs, S), dtype=np.int32)
-    index[real] = sequence_of_token + 1
-    positions = np.zeros((num_packs, S), dtype=np.int32)
-    positions[real] = column.repeat(num_packs, 0)[real] - start_of_token
-    out[spec.sequence_index], out[spec.position_ids] = index, positions
-    for name in spec.per_sequence:
-        out[name] = np.zeros((num_packs, D), dtype=dtypes[name])
-        values = arrays[name][rows]
-        out[name][pack_of, slot] = values + offset if name in spec.offsets else values
+        out[name][real] = arrays[name]
+    out[spec.sequence_index] = np.zeros((num_packs, S), dtype=np.int32)
+    out[spec.sequence_index][real] = np.repeat((slot + 1).astype(np.int32), lengths)
+    out[spec.position_ids] = np.zeros((num_packs, S), dtype=np.int32)
+    out[spec.position_ids][real] = ragged.position_in_row(lengths)
+    per_sequence = {name: arrays[name] + offset if name in spec.offsets else arrays[name]
+                    for name in spec.per_sequence}
+    per_sequence[spec.slots] = 1
     if spec.starts:
-        out[spec.starts] = np.zeros((num_packs, D), dtype=np.int32)
-        out[spec.starts][pack_of, slot] = offset
-    out[spec.slots] = np.zeros((num_packs, D), dtype=np.int32)
-    out[spec.slots][pack_of, slot] = 1
+        per_sequence[spec.starts] = offset
+    for name, values in per_sequence.items():
+        out[name] = np.zeros((num_packs, max_sequences_per_pack), dtype=dtypes[name])
+        out[name][pack_of, slot] = values
     if spec.predictions:
-        M = spec.max_predictions_per_pack
-        counts_all = arrays["prediction_counts"]
-        index_p, counts = ragged.take_rows_index(
-            ragged.row_splits_from_lengths(counts_all), counts_all, rows)
-        per_pack = packs.sum_per_pack(counts)
-        filled = np.arange(M)[None, :] < per_pack[:, None]
+        counts = arrays["prediction_counts"]
+        filled = np.arange(spec.max_predictions_per_pack)[None, :] < \
+            ragged.sum_over_rows(counts, pack_splits)[:, None]
         positions_name, weights_name = spec.predictions[0], spec.predictions[-1]
-        for name in spec.predictions:
-            out[name] = np.zeros((num_packs, M), dtype=dtypes[name])
-        out[positions_name][filled] = arrays[positions_name][index_p] + np.repeat(offset, counts)
-        for name in spec.predictions[1:-1]:
-            out[name][filled] = arrays[name][index_p]
-        out[weights_name][filled] = np.repeat(slot + 1, counts)
+        per_prediction = {name: arrays[name] for name in spec.predictions[1:-1]}
+        per_prediction[positions_name] = arrays[positions_name] + np.repeat(offset, counts)
+        per_prediction[weights_name] = np.repeat(slot + 1, counts)
+        for name, values in per_prediction.items():
+            out[name] = np.zeros(filled.shape, dtype=dtypes[name])
+            out[name][filled] = values
     return out
 
 
@@ -346,11 +341,6 @@ def split_overflowing(packs: PackAssignment, counts: np.ndarray, limit: int
 
 
 # ------------------------------------------------------------------ tf side
-#: Counters kept beside the packer's state: examples skipped as too long,
-#: packs split because their predictions overflowed M.
-COUNTER_NAMES = ("skipped_too_long", "split_for_predictions")
-
-
 def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
                  max_sequences_per_pack: int = 3, spec: PackSpec | None = None,
                  max_predictions_per_pack: int | None = None,
@@ -377,7 +367,7 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         `buffer_size` + 2 `chunk_size` compact examples).
       max_wait: an example waits at most about this many later examples
         (default twice `buffer_size`).
-      chunk_size: examples read per step (default `buffer_size` // 4).
+      chunk_size: examples read per step (default `buffer_size` // 2).
       seed: orders each round's packs.
       skip_long_sequences: skip (and count) examples with more than S tokens
         instead of failing on the first one.
@@ -409,8 +399,9 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         if per_example > spec.max_predictions_per_pack:
             raise ValueError(f"max_predictions_per_pack={spec.max_predictions_per_pack} is "
                              f"less than the {per_example} prediction slots of one example")
-    chunk_size = int(chunk_size or max(1, buffer_size // 4))
-    packer = StreamingPacker(S, D, buffer_size=buffer_size, max_wait=max_wait, seed=seed)
+    chunk_size = int(chunk_size or max(1, buffer_size // 2))
+    packer_options = dict(buffer_size=buffer_size, max_wait=max_wait, seed=seed)
+    initial_state = StreamingPacker(S, D, **packer_options).state  # checks the options
     input_names = spec.input_names
     dtypes = {name: element_spec[name].dtype.as_numpy_dtype for name in input_names}
     names = compact_names(spec)
@@ -420,28 +411,31 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
     output_dtypes = {name: outputs[name][1].as_numpy_dtype for name in outputs}
 
     def compact_step(chunk_index, *dense):
-        arrays, skipped = compact(spec, dict(zip(input_names, dense)),
-                                  int(chunk_index) * chunk_size, S, skip_long_sequences)
-        return [np.int64(skipped)] + [arrays[name] for name in names]
+        first = int(chunk_index) * chunk_size
+        arrays, skipped = compact(spec, dict(zip(input_names, dense)), first, S,
+                                  skip_long_sequences)
+        if skipped:
+            logging.warning("pack_dataset: skipped %d example(s) of more than %d tokens "
+                            "among examples %d..%d of the stream", skipped, S, first,
+                            first + len(dense[0]) - 1)
+        return [arrays[name] for name in names]
 
     def compact_chunk(chunk_index, features):
         results = tf.numpy_function(compact_step, [chunk_index] + [
-            features[name] for name in input_names], [tf.int64] + compact_dtypes,
-            stateful=False)
-        results[0].set_shape([])
-        for value in results[1:]:
+            features[name] for name in input_names], compact_dtypes, stateful=False)
+        for value in results:
             value.set_shape([None])
-        return results[0], dict(zip(names, results[1:])), False
+        return dict(zip(names, results)), False
 
     def decide_step(*flat):
         state = dict(zip(STATE_KEYS, flat[:len(STATE_KEYS)]))
-        counters = np.array(flat[len(STATE_KEYS)], dtype=np.int64)
-        flat = flat[len(STATE_KEYS) + 1:]
+        flat = flat[len(STATE_KEYS):]
         buffered = dict(zip(names, flat[:len(names)]))
         chunk = dict(zip(names, flat[len(names):2 * len(names)]))
-        skipped, final = int(flat[2 * len(names)]), bool(flat[2 * len(names) + 1])
-        packer.set_state(state)
-        counters[0] += skipped
+        final = bool(flat[2 * len(names)])
+        # A packer per step, from the scan's state: two iterators of this
+        # dataset (tf.distribute may make several) share no Python state.
+        packer = StreamingPacker.from_state(state, S, D, **packer_options)
         pool = concatenate([buffered, chunk])
         pool_indices = np.concatenate([packer.buffer_indices,
                                        packer.read + np.arange(chunk["lengths"].size)])
@@ -453,7 +447,10 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         if spec.predictions:
             packs, split = split_overflowing(packs, pool["prediction_counts"],
                                              spec.max_predictions_per_pack)
-            counters[1] += split
+            if split:
+                logging.warning("pack_dataset: %d pack(s) held more than %d predictions; "
+                                "their sequences went one per pack", split,
+                                spec.max_predictions_per_pack)
         emitted = take(spec, pool, packs.sequence_indices)
         if len(packs):
             kept = keep_rows(spec, pool, np.isin(pool_indices, packer.buffer_indices,
@@ -461,36 +458,32 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         else:
             kept = pool
         new_state = packer.state
-        return ([new_state[key] for key in STATE_KEYS] + [counters]
+        return ([new_state[key] for key in STATE_KEYS]
                 + [kept[name] for name in names] + [packs.sequences_per_pack]
                 + [emitted[name] for name in names])
 
     def decide(carry, element):
-        packer_state, counters, buffered = carry
-        skipped, chunk, final = element
+        packer_state, buffered = carry
+        chunk, final = element
         results = tf.numpy_function(
-            decide_step, [packer_state[key] for key in STATE_KEYS] + [counters]
+            decide_step, [packer_state[key] for key in STATE_KEYS]
             + [buffered[name] for name in names] + [chunk[name] for name in names]
-            + [skipped, final],
-            [tf.int64] * (len(STATE_KEYS) + 1) + compact_dtypes + [tf.int64]
+            + [final],
+            [tf.int64] * len(STATE_KEYS) + compact_dtypes + [tf.int64]
             + compact_dtypes, stateful=False)
         for value in results:
             value.set_shape([None])
         new_packer = dict(zip(STATE_KEYS, results[:len(STATE_KEYS)]))
         new_packer["counters"].set_shape([2])
-        new_counters = results[len(STATE_KEYS)]
-        new_counters.set_shape([len(COUNTER_NAMES)])
-        rest = results[len(STATE_KEYS) + 1:]
+        rest = results[len(STATE_KEYS):]
         new_buffer = dict(zip(names, rest[:len(names)]))
         sequences_per_pack = rest[len(names)]
         emitted = dict(zip(names, rest[len(names) + 1:]))
-        return (new_packer, new_counters, new_buffer), (sequences_per_pack, emitted)
+        return (new_packer, new_buffer), (sequences_per_pack, emitted)
 
     def layout_step(sequences_per_pack, *flat):
-        arrays = dict(zip(names, flat))
-        packs = PackAssignment.from_sequences_per_pack(
-            sequences_per_pack, np.arange(arrays["lengths"].size))
-        out = layout(spec, arrays, packs, S, D, {**dtypes, **output_dtypes})
+        out = layout(spec, dict(zip(names, flat)), sequences_per_pack, S, D,
+                     {**dtypes, **output_dtypes})
         return [out[name] for name in output_names]
 
     def lay_out(sequences_per_pack, emitted):
@@ -504,14 +497,12 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
 
     chunks = dataset.map(lambda x: {name: x[name] for name in input_names}) \
         .batch(chunk_size).enumerate() \
-        .map(compact_chunk, num_parallel_calls=num_parallel_calls)
+        .map(compact_chunk, num_parallel_calls=num_parallel_calls, deterministic=True)
     end = {name: tf.zeros([0], dtype) for name, dtype in zip(names, compact_dtypes)}
-    chunks = chunks.concatenate(tf.data.Dataset.from_tensors((tf.constant(0, tf.int64),
-                                                              end, True)))
-    initial = ({key: tf.constant(value) for key, value in packer.state.items()},
-               tf.zeros([len(COUNTER_NAMES)], tf.int64), dict(end))
+    chunks = chunks.concatenate(tf.data.Dataset.from_tensors((end, True)))
+    initial = ({key: tf.constant(value) for key, value in initial_state.items()}, dict(end))
     packed = chunks.scan(initial, decide) \
-        .map(lay_out, num_parallel_calls=num_parallel_calls).unbatch()
+        .map(lay_out, num_parallel_calls=num_parallel_calls, deterministic=True).unbatch()
     options = tf.data.Options()
     # The numpy steps are pure functions of their inputs; the state is the scan's.
     options.experimental_external_state_policy = \

@@ -103,8 +103,11 @@ def exact_fill_patterns(max_sequence_length: int, max_sequences_per_pack: int) -
     return table
 
 
-def _pattern_matrix(patterns: np.ndarray, max_sequence_length: int):
-    """[S, K] sparse counts of each length (row l - 1) in each pattern."""
+@functools.lru_cache(maxsize=8)
+def _pattern_matrix(max_sequence_length: int, max_sequences_per_pack: int):
+    """[S, K] sparse counts of each length (row l - 1) in each exact-fill
+    pattern (shared by the packers of one shape: they only read it)."""
+    patterns = exact_fill_patterns(max_sequence_length, max_sequences_per_pack)
     rows = patterns.ravel().astype(np.int64) - 1
     columns = np.repeat(np.arange(patterns.shape[0]), patterns.shape[1])
     real = rows >= 0
@@ -153,7 +156,7 @@ class StreamingPacker:
         self.pool_rounds = int(pool_rounds)
         self.patterns = exact_fill_patterns(self.max_sequence_length,
                                             self.max_sequences_per_pack)
-        self._matrix = _pattern_matrix(self.patterns, self.max_sequence_length)
+        self._matrix = _pattern_matrix(self.max_sequence_length, self.max_sequences_per_pack)
         self.set_state(self.initial_state())
 
     # -- state ---------------------------------------------------------------
@@ -248,6 +251,7 @@ class StreamingPacker:
         histogram = np.bincount(self.buffer_lengths - 1, minlength=self.max_sequence_length)
         full_packs, counts = self._solve(histogram)
         taken, packs = self._take_oldest(full_packs, counts)
+        parts = [packs]
         keep = np.ones(self.buffer_indices.size, dtype=bool)
         keep[taken] = False
         # Sequences that waited long enough, or every one at the end; then the
@@ -257,13 +261,13 @@ class StreamingPacker:
         if excess > 0:
             forced[np.flatnonzero(keep & ~forced)[:excess]] = True
         if forced.any():
-            packs.extend(self._best_fit(np.flatnonzero(forced)))
+            parts.append(self._best_fit(np.flatnonzero(forced)))
             keep &= ~forced
+        packs = PackAssignment.from_sequences_per_pack(
+            np.concatenate([part.sequences_per_pack for part in parts]),
+            np.concatenate([part.sequence_indices for part in parts]))
         rng = np.random.default_rng([self.seed, self.rounds])
-        order = rng.permutation(len(packs))
-        assignment = PackAssignment.from_sequences_per_pack(
-            [len(packs[k]) for k in order],
-            np.concatenate([packs[k] for k in order]) if packs else np.zeros(0, np.int64))
+        assignment = packs.take(rng.permutation(len(packs)))
         self.buffer_indices = self.buffer_indices[keep]
         self.buffer_lengths = self.buffer_lengths[keep]
         self.rounds += 1
@@ -332,7 +336,7 @@ class StreamingPacker:
         """Buffer positions taken by `counts` packs of each pattern (oldest first
         per length) and those packs as arrays of stream indices."""
         if not counts.size:
-            return np.zeros(0, np.int64), []
+            return np.zeros(0, np.int64), _joined([])[0]
         slots = np.repeat(self.patterns[patterns], counts, axis=0)  # [P, D]
         pack_of_slot = np.repeat(np.arange(slots.shape[0]), slots.shape[1])
         slot_lengths = slots.ravel().astype(np.int64)
@@ -348,11 +352,10 @@ class StreamingPacker:
             slot_lengths[slot_order], slot_lengths[slot_order])
         taken[slot_order] = by_length[starts + rank]
         order = np.lexsort((slot_in_pack, pack_of_slot))
-        indices = self.buffer_indices[taken[order]]
-        splits = np.searchsorted(pack_of_slot[order], np.arange(1, slots.shape[0]))
-        return taken, np.split(indices, splits)
+        return taken, PackAssignment.from_sequences_per_pack(
+            real.reshape(slots.shape).sum(axis=1), self.buffer_indices[taken[order]])
 
-    def _best_fit(self, positions: np.ndarray) -> list:
+    def _best_fit(self, positions: np.ndarray) -> PackAssignment:
         """Packs of the sequences at buffer `positions` by best-fit decreasing."""
         lengths = self.buffer_lengths[positions]
         histogram = np.bincount(lengths - 1, minlength=self.max_sequence_length)
@@ -362,12 +365,13 @@ class StreamingPacker:
         queues = {}
         for length in np.unique(lengths).tolist():
             queues[length] = list(self.buffer_indices[positions[lengths == length]])[::-1]
-        packs = []
+        sizes, indices = [], []
         for contents, count in groups:
+            sizes += [len(contents)] * count
             for _ in range(count):
-                packs.append(np.array([queues[length].pop() for length in contents],
-                                      dtype=np.int64))
-        return packs
+                indices += [queues[length].pop() for length in contents]
+        return PackAssignment.from_sequences_per_pack(np.array(sizes, dtype=np.int64),
+                                                      np.array(indices, dtype=np.int64))
 
 
 def _joined(emitted) -> tuple[PackAssignment, np.ndarray]:
