@@ -8,9 +8,10 @@ r"""Pre-trains BERT on packed (or unpacked) MLPerf-format TFRecords.
 Flags are those of the MLPerf TensorFlow reference where it has one. The
 record format (packed or not) is read off the files; the packing factor from
 the ``packing_stats.json`` beside packed shards. A restarted run resumes from
-the last checkpoint in --output_dir. Unpacked records train with
---batching=padded (or bucketed); --batching=packed (the default) needs packed
-records (``python -m data_prep.pack_pretraining_data``). The run's logic is
+the last checkpoint in --output_dir. --batching=packed (the default) trains
+on packed records (``python -m data_prep.pack_pretraining_data``), or packs
+unpacked ones as it reads them (`packed_bert_tf.data.streaming`); unpacked
+records also train with --batching=padded (or bucketed). The run's logic is
 `packed_bert_tf.pretraining.run.run_pretraining`.
 """
 
@@ -55,14 +56,20 @@ def define_flags():
                          "D of packed records.")
     flags.DEFINE_float("packing_factor", defaults.packing_factor,
                        "Average sequences per pack. Default: packing_stats.json beside "
-                       "the packed input.")
+                       "the packed input, or estimated on the first records when "
+                       "packing on the fly.")
     flags.DEFINE_integer("shuffle_buffer_size", defaults.shuffle_buffer_size,
                          "Records in the shuffle buffer.")
     flags.DEFINE_enum("batching", defaults.batching, list(BATCHING),
-                      "packed: packed records (data_prep.pack_pretraining_data), one "
-                      "pack per row. padded: unpacked records padded to "
+                      "packed: one pack per row, from packed records "
+                      "(data_prep.pack_pretraining_data) or packed on the fly from "
+                      "unpacked ones. padded: unpacked records padded to "
                       "--max_seq_length (standard BERT). bucketed: unpacked records "
                       "batched by length (packed_bert_tf.batching).")
+    flags.DEFINE_integer("packing_buffer_size", defaults.packing_buffer_size,
+                         "--batching=packed on unpacked records: records each input "
+                         "pipeline's packer decides over at once (more: nearer the LP "
+                         "bound, more memory, later first batch).")
     define_bucketing_flags("records", defaults)
     flags.DEFINE_integer("token_budget", defaults.token_budget,
                          "--batching=bucketed: rows x length per step instead of "

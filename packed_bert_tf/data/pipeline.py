@@ -20,6 +20,7 @@ from absl import logging
 
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 
 #: The start of the error an out-of-range token id raises in the input pipeline
 #: (``vocab_size`` of `parse_records`); the host then finds the record by
@@ -154,7 +155,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         repeat: bool | None = None, skip_batches: int = 0,
                         pad_with_empty_batches: bool = False,
                         vocab_size: int | None = None,
-                        micro_batches: int | None = None) -> tf.data.Dataset:
+                        micro_batches: int | None = None,
+                        pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
     """Batches of pre-training features in the packed layout.
 
     Records are shared between replicas, not input pipelines: replica r of
@@ -200,6 +202,11 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     micro_batches : int, optional
         K: each element stacks K consecutive batches of one replica,
         [K, b, ...] (gradient accumulation); default: elements are batches.
+    pack_on_the_fly : PackOnTheFly, optional
+        Unpacked records only: each replica packs its records as it reads
+        them (`packed_bert_tf.data.streaming.pack_dataset`, seeded with
+        `seed`); batches are then `batch_size` packs, and `skip_batches`
+        counts packed batches (the packs are the same on a resumed run).
 
     Returns
     -------
@@ -208,6 +215,9 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     files = tfrecords.expand_file_patterns(file_patterns)
     if record_format is None:
         record_format = detect_record_format(files)
+    if pack_on_the_fly is not None and (record_format.is_packed or pad_with_empty_batches):
+        raise ValueError("packing on the fly needs unpacked records and no padding "
+                         "with empty batches")
     replicas, num_replicas = pipeline_replicas(input_context)
     per_replica_batch = (batch_size if input_context is None
                          else input_context.get_per_replica_batch_size(batch_size))
@@ -230,7 +240,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         is_training=is_training, shuffle_buffer_size=shuffle_buffer_size,
         cycle_length=cycle_length, seed=seed,
         repeat=is_training if repeat is None else repeat, skip_batches=skip_batches,
-        pad_with_empty_batches=pad_with_empty_batches, vocab_size=vocab_size)
+        pad_with_empty_batches=pad_with_empty_batches, vocab_size=vocab_size,
+        pack_on_the_fly=pack_on_the_fly)
         for replica in replicas]
     if micro_batches is not None:
         streams = [stream.batch(micro_batches, drop_remainder=True) for stream in streams]
@@ -251,7 +262,8 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
                      batch_size: int, record_format: RecordFormat, is_training: bool,
                      shuffle_buffer_size: int, cycle_length: int, seed: int | None,
                      repeat: bool, skip_batches: int, pad_with_empty_batches: bool,
-                     vocab_size: int | None) -> tf.data.Dataset:
+                     vocab_size: int | None,
+                     pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
     """The batches of replica ``replica`` of ``num_replicas`` (see `pretraining_dataset`)."""
     if not by_record:
         files = files[replica::num_replicas]
@@ -271,6 +283,11 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
         dataset = dataset.shard(num_replicas, replica)
     if is_training:
         dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
+    if pack_on_the_fly is not None:
+        return _packed_on_the_fly(dataset, pack_on_the_fly, batch_size=batch_size,
+                                  record_format=record_format, seed=seed,
+                                  skip_batches=skip_batches, vocab_size=vocab_size,
+                                  deterministic=deterministic)
     if skip_batches:
         dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.batch(batch_size, drop_remainder=not pad_with_empty_batches)
@@ -284,6 +301,24 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
     if pad_with_empty_batches:
         dataset = _pad_with_empty_batches(dataset, batch_size)
     return dataset
+
+
+def _packed_on_the_fly(records: tf.data.Dataset, packing: PackOnTheFly, *,
+                       batch_size: int, record_format: RecordFormat, seed: int | None,
+                       skip_batches: int, vocab_size: int | None,
+                       deterministic: bool) -> tf.data.Dataset:
+    """Serialized unpacked records -> batches of packs made as they are read."""
+    examples = records.batch(256).map(
+        lambda serialized: parse_records(serialized, record_format, vocab_size=vocab_size),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic).unbatch()
+    packs = pack_dataset(examples, max_sequence_length=record_format.max_seq_length,
+                         max_sequences_per_pack=packing.max_sequences_per_pack,
+                         buffer_size=packing.buffer_size, max_wait=packing.max_wait,
+                         seed=0 if seed is None else seed)
+    if skip_batches:
+        # Packs depend on every record before them: skipping means packing.
+        packs = packs.skip(skip_batches * batch_size)
+    return packs.batch(batch_size, drop_remainder=True)
 
 
 def _pad_with_empty_batches(dataset: tf.data.Dataset, batch_size: int) -> tf.data.Dataset:

@@ -341,6 +341,16 @@ def split_overflowing(packs: PackAssignment, counts: np.ndarray, limit: int
 
 
 # ------------------------------------------------------------------ tf side
+@dataclasses.dataclass(frozen=True)
+class PackOnTheFly:
+    """How an input pipeline packs unpacked records as it reads them
+    (`pack_dataset` options; the seed is the pipeline's)."""
+
+    max_sequences_per_pack: int = 3
+    buffer_size: int = 10_000
+    max_wait: int | None = None
+
+
 def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
                  max_sequences_per_pack: int = 3, spec: PackSpec | None = None,
                  max_predictions_per_pack: int | None = None,

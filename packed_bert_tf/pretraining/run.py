@@ -30,6 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
@@ -96,6 +97,7 @@ class PretrainingOptions:
     log_every_n_steps: int = 100
     shuffle_buffer_size: int = 10_000
     batching: str = "packed"
+    packing_buffer_size: int = 10_000
     bucket_boundaries: tuple | None = None
     pool_size: int = 8192
     token_budget: int | None = None
@@ -114,12 +116,14 @@ class _Inputs:
     eval_files: list
     eval_format: object
     packing_factor: float | None
+    pack_on_the_fly: PackOnTheFly | None = None
 
 
 def _check_positive(options: PretrainingOptions) -> None:
     for name in ("max_seq_length", "max_predictions_per_seq", "train_batch_size",
                  "eval_batch_size", "num_train_steps", "steps_per_update",
-                 "iterations_per_loop", "log_every_n_steps", "max_sequences_per_pack"):
+                 "iterations_per_loop", "log_every_n_steps", "max_sequences_per_pack",
+                 "packing_buffer_size"):
         if getattr(options, name) < 1:
             raise ValueError(f"--{name} must be >= 1, got {getattr(options, name)}")
     for name in ("num_warmup_steps", "save_checkpoints_steps", "max_eval_steps"):
@@ -150,6 +154,7 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
                  max_predictions_per_seq=options.max_predictions_per_seq,
                  max_sequences_per_pack=options.max_sequences_per_pack)
     train_files = train_format = eval_files = eval_format = packing_factor = None
+    pack_on_the_fly = None
     if options.do_train:
         if not options.input_file:
             raise ValueError("--do_train needs --input_file")
@@ -160,7 +165,11 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
             train_files, packed_input=options.packed_input, **sizes)
         _check_batching(options, train_files, train_format)
         _check_first_records(train_files, train_format, config.vocab_size)
-        packing_factor = _packing_factor(options, train_files, train_format)
+        if options.batching == "packed" and not train_format.is_packed:
+            pack_on_the_fly = PackOnTheFly(options.max_sequences_per_pack,
+                                           options.packing_buffer_size)
+        packing_factor = _packing_factor(options, train_files, train_format,
+                                         pack_on_the_fly)
     if options.do_eval:
         if not options.eval_input_file:
             raise ValueError("--do_eval needs --eval_input_file")
@@ -169,7 +178,8 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
                                                     flag="eval_input_file")
         eval_format = task.expected_record_format(eval_files, **sizes)
         _check_first_records(eval_files, eval_format, config.vocab_size)
-    return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor)
+    return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor,
+                   pack_on_the_fly)
 
 
 def _check_first_records(files, record_format, vocab_size: int) -> None:
@@ -183,15 +193,16 @@ def _check_first_records(files, record_format, vocab_size: int) -> None:
 
 
 def _check_batching(options, files, record_format) -> None:
-    """``--batching``: packed needs packed records (one pack per row); padded and
-    bucketed need unpacked records (one sequence per row)."""
+    """``--batching``: packed takes packed records (one pack per row) or packs
+    unpacked ones as it reads them; padded and bucketed need unpacked records
+    (one sequence per row)."""
     if options.batching == "packed":
         if not record_format.is_packed:
-            raise ValueError(
-                f"--batching=packed needs packed records, but {files[0]} is unpacked: "
-                f"pack them first (python -m data_prep.pack_pretraining_data "
-                f"--input_file=... --output_dir=...) or train on them padded "
-                f"(--batching=padded)")
+            logging.info("%s holds unpacked records: packing them on the fly (at most %d "
+                         "sequences per pack, decided over --packing_buffer_size=%d "
+                         "records; packing them offline with data_prep."
+                         "pack_pretraining_data reaches the LP bound)", files[0],
+                         options.max_sequences_per_pack, options.packing_buffer_size)
         return
     if record_format.is_packed:
         raise ValueError(f"--batching={options.batching} needs unpacked records, but "
@@ -205,12 +216,20 @@ def _check_batching(options, files, record_format) -> None:
             raise ValueError("--batching=bucketed needs --seed (its plans are seeded)")
 
 
-def _packing_factor(options, files, record_format) -> float | None:
-    """The packing factor: the option, else the dataset's packing_stats.json."""
+def _packing_factor(options, files, record_format, pack_on_the_fly) -> float | None:
+    """The packing factor: the option, else the dataset's packing_stats.json
+    (packed records) or the packer run over the first records' lengths
+    (packed on the fly)."""
+    if options.packing_factor is not None and (record_format.is_packed or pack_on_the_fly):
+        return options.packing_factor
+    if pack_on_the_fly is not None:
+        factor = task.streaming_packing_factor(files, record_format, pack_on_the_fly)
+        logging.info("packing factor of packing on the fly: %.4f sequences per pack "
+                     "(estimated on the first records; --packing_factor overrides it)",
+                     factor)
+        return factor
     if not record_format.is_packed:
         return 1.0
-    if options.packing_factor is not None:
-        return options.packing_factor
     try:
         return read_packing_factor(os.path.dirname(files[0]))
     except ValueError as error:
@@ -271,8 +290,8 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
     with mixed_precision_policy(options.mixed_precision):
         if options.seed is not None:
             tf.keras.utils.set_random_seed(options.seed)
-        packed_model = any(f is not None and f.is_packed
-                           for f in (inputs.train_format, inputs.eval_format))
+        packed_model = inputs.pack_on_the_fly is not None or any(
+            f is not None and f.is_packed for f in (inputs.train_format, inputs.eval_format))
         schedule = PolynomialDecayWithWarmup(
             options.learning_rate, options.num_train_steps, options.num_warmup_steps,
             options.start_warmup_step)
@@ -361,7 +380,8 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
             inputs.train_files, global_batch_size=options.train_batch_size,
             steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
             seed=options.seed, skip_steps=start_step // trainer.global_steps_per_update,
-            shuffle_buffer_size=options.shuffle_buffer_size, vocab_size=vocab_size)
+            shuffle_buffer_size=options.shuffle_buffer_size, vocab_size=vocab_size,
+            pack_on_the_fly=inputs.pack_on_the_fly)
     return train_and_export(trainer, dataset_fn, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=schedule,
                             checkpoints=checkpoints,

@@ -18,6 +18,8 @@ import tensorflow as tf
 
 from packed_bert_tf.data import pipeline, tfrecords
 from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
+from packed_bert_tf.data.streaming import PackOnTheFly
+from packed_bert_tf.packing.streaming import pack_stream
 from packed_bert_tf.layers.losses import (loss_normalisers, masked_lm_accuracy,
                                           masked_lm_loss, next_sentence_accuracy,
                                           next_sentence_loss, pretraining_losses)
@@ -153,12 +155,14 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat, vocab_siz
 def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                      steps_per_update: int, record_format: RecordFormat,
                      seed: int | None, skip_steps: int = 0,
-                     shuffle_buffer_size: int = 10_000, vocab_size: int | None = None):
+                     shuffle_buffer_size: int = 10_000, vocab_size: int | None = None,
+                     pack_on_the_fly: PackOnTheFly | None = None):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
 
     Each pipeline yields per-replica elements [K, b, ...]; ``skip_steps``
     updates already done are skipped (a resumed run). ``vocab_size``: every
     token id is checked against it (`pipeline.parse_records`).
+    ``pack_on_the_fly``: unpacked records are packed as they are read.
     """
 
     def dataset_fn(input_context: tf.distribute.InputContext):
@@ -168,9 +172,30 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
             files, global_batch_size, record_format=record_format, is_training=True,
             input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
             skip_batches=skip_steps * steps_per_update, vocab_size=vocab_size,
-            micro_batches=steps_per_update)
+            micro_batches=steps_per_update, pack_on_the_fly=pack_on_the_fly)
 
     return dataset_fn
+
+
+def streaming_packing_factor(files: Sequence[str], record_format: RecordFormat,
+                             packing: PackOnTheFly, *, max_records: int = 50_000) -> float:
+    """Sequences per pack that packing on the fly will give, estimated by
+    running the packer over the lengths of the first `max_records` records
+    (in file order; the flush of the last buffer counts, so a small sample
+    is slightly pessimistic)."""
+    lengths = []
+    for path in files:
+        for _, arrays in tfrecords.iter_array_batches(path, record_format, batch_size=4096):
+            lengths.append(arrays["input_mask"].sum(axis=1))
+            if sum(map(len, lengths)) >= max_records:
+                break
+        if sum(map(len, lengths)) >= max_records:
+            break
+    lengths = np.concatenate(lengths)[:max_records]
+    result = pack_stream(lengths, record_format.max_seq_length,
+                         packing.max_sequences_per_pack, buffer_size=packing.buffer_size,
+                         max_wait=packing.max_wait)
+    return lengths.size / result.num_packs
 
 
 def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,

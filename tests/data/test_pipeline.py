@@ -4,7 +4,8 @@ import tensorflow as tf
 
 from packed_bert_tf.data import pipeline, tfrecords
 from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
+from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.packing import assign_sequences, pack_lengths
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
 
@@ -162,3 +163,53 @@ def test_skipping_batches_resumes_the_seeded_order(unpacked_files):
     whole, resumed = batches(0), batches(4)
     for got, want in zip(resumed, whole[4:]):
         np.testing.assert_array_equal(got, want)
+
+
+PACK = PackOnTheFly(max_sequences_per_pack=3, buffer_size=80)
+
+
+def test_unpacked_records_packed_on_the_fly_hold_each_record_once_per_epoch(unpacked_files):
+    dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=8, is_training=True,
+                                           repeat=False, seed=2, shuffle_buffer_size=100,
+                                           pack_on_the_fly=PACK)
+    packs = _all(dataset)
+    assert packs["next_sentence_weights"].shape[1] == 3
+    assert packs["masked_lm_ids"].shape[1] == P + 2
+    sequences, _ = unpack_records(packs)
+    records = SequenceBatch.concatenate([SequenceBatch.from_unpacked_arrays(
+        tfrecords.read_arrays(path, RecordFormat.unpacked(S, P))) for path in unpacked_files])
+    # Whole batches only: all but fewer than 8 packs' sequences.
+    fingerprints = records.fingerprints()
+    assert np.isin(sequences.fingerprints(), fingerprints).all()
+    assert len(np.unique(sequences.fingerprints())) == len(sequences)
+    assert len(sequences) > len(records) - 8 * 3
+    assert len(packs["input_ids"]) < len(records) / 1.3
+
+
+@pytest.mark.parametrize("num_files", [3, 1])
+def test_packs_made_on_the_fly_depend_on_the_replica_count_alone(unpacked_files, num_files):
+    kwargs = dict(batch_size=8, replicas=2, seed=4, shuffle_buffer_size=50,
+                  pack_on_the_fly=PACK)
+    one_process = _replica_rows(unpacked_files[:num_files], pipelines=1, **kwargs)
+    two_workers = _replica_rows(unpacked_files[:num_files], pipelines=2, **kwargs)
+    np.testing.assert_array_equal(two_workers, one_process)
+    assert not np.array_equal(one_process[0], one_process[1])
+
+
+def test_skipping_packed_batches_resumes_with_the_same_packs(unpacked_files):
+    def batches(skip):
+        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=8, seed=5,
+                                               shuffle_buffer_size=100, skip_batches=skip,
+                                               pack_on_the_fly=PACK)
+        return [b["input_ids"] for b in dataset.take(10 - skip).as_numpy_iterator()]
+
+    whole, resumed = batches(0), batches(6)
+    assert len(resumed) == 4
+    for got, want in zip(resumed, whole[6:]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_packing_on_the_fly_needs_unpacked_training_records(unpacked_files):
+    with pytest.raises(ValueError, match="packing on the fly needs unpacked records"):
+        pipeline.pretraining_dataset(unpacked_files, batch_size=8, is_training=False,
+                                     pad_with_empty_batches=True, pack_on_the_fly=PACK)

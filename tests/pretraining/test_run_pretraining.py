@@ -187,16 +187,44 @@ def test_length_aware_batching_needs_unpacked_records(config_file, packed_files,
                                 input_file=packed_files[0], batching="bucketed"))
 
 
-def test_packed_batching_refuses_unpacked_records_saying_how_to_pack_them(
-        config_file, unpacked_files, tmp_path):
-    with pytest.raises(ValueError) as error:
-        run_pretraining(options(config_file, tmp_path, do_train=True,
-                                input_file=unpacked_files[0], batching="packed"))
-    assert str(error.value) == (
-        f"--batching=packed needs packed records, but {unpacked_files[0]} is unpacked: "
-        f"pack them first (python -m data_prep.pack_pretraining_data --input_file=... "
-        f"--output_dir=...) or train on them padded (--batching=padded)")
-    assert not (tmp_path / "checkpoints").exists()
+def test_packed_batching_packs_unpacked_records_on_the_fly_and_resumes_exactly(
+        config_file, unpacked_files, tmp_path, monkeypatch):
+    train = dict(do_train=True, input_file=",".join(unpacked_files), batching="packed",
+                 packing_buffer_size=60, packing_hyperparameter_adjustment="lamb_betas")
+    straight = run_pretraining(options(config_file, tmp_path / "straight", **train))
+    factor = straight["packing_factor"]
+    assert 1.2 < factor < 3  # estimated by packing the first records' lengths
+    assert straight["adjustment"]["beta_1"] == pytest.approx(0.9 ** factor)
+    summary = straight["train"]
+    assert summary["final_step"] == 6
+    # 6 steps of 4 packs: more sequences than rows, little padding.
+    assert summary["sequences"] > 24 * 1.2
+    assert summary["occupancy"] > 0.8
+
+    # Killed after the checkpoint at step 3 and restarted: the resumed input
+    # pipeline packs and skips the first 3 steps' packs, then goes on with
+    # exactly the packs of the uninterrupted run.
+    calls = []
+    original = Trainer.train_steps
+
+    def dies_on_second_call(self, iterator, num_steps):
+        calls.append(num_steps)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return original(self, iterator, num_steps)
+
+    monkeypatch.setattr(Trainer, "train_steps", dies_on_second_call)
+    with pytest.raises(KeyboardInterrupt):
+        run_pretraining(options(config_file, tmp_path / "killed", **train))
+    monkeypatch.setattr(Trainer, "train_steps", original)
+    resumed = run_pretraining(options(config_file, tmp_path / "killed", **train))
+    assert resumed["train"]["start_step"] == 3
+    assert resumed["train"]["sequences"] == summary["sequences"]
+    want = google_weights(str(tmp_path / "straight" / "model.ckpt-6"))
+    got = google_weights(str(tmp_path / "killed" / "model.ckpt-6"))
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6,
+                                   err_msg=name)
 
 
 def test_steps_count_micro_batches_as_in_the_mlperf_reference(config_file, unpacked_files,
