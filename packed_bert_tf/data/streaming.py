@@ -375,8 +375,9 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         as the offline packer).
       buffer_size: examples the packer decides over at once (memory: about
         `buffer_size` + 2 `chunk_size` compact examples).
-      max_wait: an example waits at most about this many later examples
-        (default twice `buffer_size`).
+      max_wait: an example that has waited more than this many later
+        examples leaves in the next round (so none waits more than
+        ``max_wait + buffer_size``); default twice `buffer_size`.
       chunk_size: examples read per step (default `buffer_size` // 2).
       seed: orders each round's packs.
       skip_long_sequences: skip (and count) examples with more than S tokens

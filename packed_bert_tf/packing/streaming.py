@@ -128,9 +128,10 @@ class StreamingPacker:
     buffer_size : int
         Sequences held before a round; the packer never holds more.
     max_wait : int or None
-        A sequence waits at most about this many later sequences (it leaves
-        in the first round after that many have been read). Default: twice
-        `buffer_size`.
+        A sequence that has waited more than this many later sequences
+        leaves in the next round; rounds come at least every `buffer_size`
+        sequences, so none waits more than ``max_wait + buffer_size``
+        (tested). Default: twice `buffer_size`.
     seed : int
         Seeds the order of each round's packs.
     columns_per_round, pool_rounds : int
