@@ -178,6 +178,7 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
                          f"is not a non-empty run of nonzero values followed by 0s")
     long = lengths > max_sequence_length
     skipped = 0
+    stream_index = first_index + np.arange(count)  # of each example still here
     if long.any():
         if not skip_long:
             index = int(np.argmax(long))
@@ -188,7 +189,7 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
         skipped = int(long.sum())
         keep = ~long
         dense = {name: np.asarray(value)[keep] for name, value in dense.items()}
-        mask, lengths = mask[keep], lengths[keep]
+        mask, lengths, stream_index = mask[keep], lengths[keep], stream_index[keep]
     out = {"lengths": lengths.astype(np.int64)}
     for name in spec.tokens:
         out[name] = np.asarray(dense[name])[mask]  # the mask is the prefix
@@ -203,7 +204,7 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
         bad = np.flatnonzero((real != first_real).any(axis=1) | (
             real & ((positions < 0) | (positions >= lengths[:, None]))).any(axis=1))
         if bad.size:
-            raise ValueError(f"example {first_index + int(bad[0])} of the stream: its "
+            raise ValueError(f"example {stream_index[bad[0]]} of the stream: its "
                              f"real predictions ({spec.predictions[-1]} > 0) are not "
                              f"first, or a position lies outside the sequence")
         out["prediction_counts"] = counts.astype(np.int64)
@@ -213,7 +214,7 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
         inside = (out[name] >= 0) & (out[name] < lengths)
         if not inside.all():
             index = int(np.argmin(inside))
-            raise ValueError(f"example {first_index + index} of the stream: {name} "
+            raise ValueError(f"example {stream_index[index]} of the stream: {name} "
                              f"{out[name][index]} lies outside its {lengths[index]} tokens")
     return out, skipped
 
@@ -375,9 +376,9 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         as the offline packer).
       buffer_size: examples the packer decides over at once (memory: about
         `buffer_size` + 2 `chunk_size` compact examples).
-      max_wait: an example that has waited more than this many later
-        examples leaves in the next round (so none waits more than
-        ``max_wait + buffer_size``); default twice `buffer_size`.
+      max_wait: an example that has waited this many later examples leaves
+        in the next round (so none waits more than ``max_wait +
+        buffer_size``); default twice `buffer_size`.
       chunk_size: examples read per step (default `buffer_size` // 2).
       seed: orders each round's packs.
       skip_long_sequences: skip (and count) examples with more than S tokens
@@ -386,7 +387,8 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
 
     Returns:
       A dataset of packs: dicts of [S], [D] and [M] tensors with static
-      shapes. Every example is in exactly one pack, whole; a finite dataset's
+      shapes; the generated features (sequence index, positions, starts,
+      slots) are int32, the others keep the examples' dtypes. Every example is in exactly one pack, whole; a finite dataset's
       last examples are flushed into packs at its end.
 
     Raises:
@@ -395,11 +397,17 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         than S, or malformed, named by its index in the stream.
     """
     element_spec = dataset.element_spec
+    if spec is not None and max_predictions_per_pack is not None:
+        raise ValueError("give max_predictions_per_pack in the spec "
+                         "(PackSpec.pretraining(M)), not beside it")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if spec is None:
         predictions = element_spec.get("masked_lm_weights") \
             if isinstance(element_spec, dict) else None
         if max_predictions_per_pack is None:
-            if predictions is None or predictions.shape.rank != 1:
+            if predictions is None or predictions.shape.rank != 1 \
+                    or predictions.shape[0] is None:
                 PackSpec.pretraining(1).check_element_spec(element_spec)
             max_predictions_per_pack = int(predictions.shape[0]) + max_sequences_per_pack - 1
         spec = PackSpec.pretraining(max_predictions_per_pack)

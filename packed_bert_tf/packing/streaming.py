@@ -43,6 +43,7 @@ above `MAX_PATTERNS` are refused.
 from __future__ import annotations
 
 import functools
+import logging
 
 import numpy as np
 import scipy.optimize
@@ -51,6 +52,7 @@ import scipy.sparse
 from packed_bert_tf.packing import ragged
 from packed_bert_tf.packing.assign import PackAssignment
 from packed_bert_tf.packing.heuristics import pack_fit_decreasing
+from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies
 from packed_bert_tf.packing.stream import StreamPacking
 
 #: Largest exact-fill pattern table (patterns x D int32) the packer builds.
@@ -70,6 +72,11 @@ def exact_fill_patterns(max_sequence_length: int, max_sequences_per_pack: int) -
     [K, D] int32, each row sorted longest first and padded with 0.
     """
     total, parts = max_sequence_length, max_sequences_per_pack
+    count = count_exact_fill_strategies(total, parts)
+    if count > MAX_PATTERNS:
+        raise ValueError(f"{count:,} exact-fill patterns at max_sequence_length="
+                         f"{total}, max_sequences_per_pack={parts}: more than "
+                         f"{MAX_PATTERNS:,} (use fewer sequences per pack)")
     rows = []
 
     def extend(prefix: tuple, largest: int, room: int, left: int):
@@ -91,14 +98,12 @@ def exact_fill_patterns(max_sequence_length: int, max_sequences_per_pack: int) -
                     extend(prefix + (part,), part, room - part, left - 1)
 
     extend((), total, total, parts)
-    table = np.zeros((sum(len(r) for r in rows), parts), dtype=np.int32)
+    table = np.zeros((count, parts), dtype=np.int32)
     start = 0
     for block in rows:
         table[start:start + len(block), :block.shape[1]] = block
         start += len(block)
-    if table.shape[0] > MAX_PATTERNS:
-        raise ValueError(f"{table.shape[0]:,} exact-fill patterns at max_sequence_length="
-                         f"{total}, max_sequences_per_pack={parts}: more than {MAX_PATTERNS:,}")
+    assert start == count
     table.setflags(write=False)
     return table
 
@@ -128,10 +133,10 @@ class StreamingPacker:
     buffer_size : int
         Sequences held before a round; the packer never holds more.
     max_wait : int or None
-        A sequence that has waited more than this many later sequences
-        leaves in the next round; rounds come at least every `buffer_size`
-        sequences, so none waits more than ``max_wait + buffer_size``
-        (tested). Default: twice `buffer_size`.
+        A sequence that has waited this many later sequences leaves in the
+        next round; rounds come at least every `buffer_size` sequences, so
+        none waits more than ``max_wait + buffer_size`` (tested). Default:
+        twice `buffer_size`.
     seed : int
         Seeds the order of each round's packs.
     columns_per_round, pool_rounds : int
@@ -193,9 +198,18 @@ class StreamingPacker:
         self.pool_last_used = np.asarray(state["pool_last_used"], dtype=np.int64)
         if self.buffer_indices.shape != self.buffer_lengths.shape \
                 or self.pool.shape != self.pool_last_used.shape \
-                or (self.pool.size and self.pool.max() >= self.patterns.shape[0]):
+                or (self.pool.size and self.pool.max() >= self.patterns.shape[0]) \
+                or (self.buffer_lengths.size
+                    and self.buffer_lengths.max() > self.max_sequence_length):
             raise ValueError("streaming packer state does not match its packer "
                              "(max_sequence_length, max_sequences_per_pack)")
+        if self.buffer_indices.size >= self.buffer_size \
+                or (self.buffer_indices.size and self.buffer_indices[-1] >= self.read) \
+                or (np.diff(self.buffer_indices) <= 0).any():
+            raise ValueError(f"streaming packer state holds {self.buffer_indices.size} "
+                             f"waiting sequences: not a state of a packer with "
+                             f"buffer_size={self.buffer_size} (a checkpoint of another "
+                             f"buffer size?)")
 
     @classmethod
     def from_state(cls, state: dict, *args, **kwargs) -> "StreamingPacker":
@@ -292,7 +306,12 @@ class StreamingPacker:
                     -np.ones(pool.size), A_ub=self._matrix[:, pool], b_ub=histogram,
                     bounds=(0, None), method="highs-ipm")
                 if result.status != 0:
-                    raise RuntimeError(f"HiGHS failed on a streaming round: {result.message}")
+                    # No exact packs this round (the rest go by best fit as
+                    # they wait too long); never seen, but not worth a crash.
+                    logging.getLogger(__name__).warning(
+                        "streaming packer: HiGHS failed on round %d (%s); no LP packs "
+                        "this round", self.rounds, result.message)
+                    return pool[:0], np.zeros(0, np.int64)
                 solution, duals = result.x, np.maximum(-result.ineqlin.marginals, 0.0)
             else:
                 solution, duals = np.zeros(0), np.zeros(self.max_sequence_length)

@@ -202,8 +202,9 @@ _TASK = re.compile(r"/job:(\w+)/replica:\d+/task:(\d+)")
 
 
 def unreachable_peers(task: WorkerTask, timeout_seconds: float = 2.0) -> list:
-    """The other tasks whose address refuses a TCP connection (or does not
-    answer within the timeout): a killed peer's gRPC port is closed."""
+    """The other tasks whose address refuses a TCP connection or does not
+    answer within the timeout (a killed peer's gRPC port is closed), each as
+    ``(name, why)``."""
     lost = []
     for index, (name, address) in enumerate(zip(task.names, task.addresses)):
         if index == task.index:
@@ -211,8 +212,10 @@ def unreachable_peers(task: WorkerTask, timeout_seconds: float = 2.0) -> list:
         host, port = address.rsplit(":", 1)
         try:
             socket.create_connection((host, int(port)), timeout=timeout_seconds).close()
+        except ConnectionRefusedError:
+            lost.append((name, "its address refuses connections"))
         except OSError:
-            lost.append(name)
+            lost.append((name, "its address does not answer"))
     return lost
 
 
@@ -238,7 +241,7 @@ def describe_cluster_failure(error, task: WorkerTask | None = None) -> str:
         return f"{', '.join(remote)} stopped ({broken.group(0).lower()})"
     closed = unreachable_peers(task) if task is not None else []
     if closed:
-        return f"{', '.join(closed)} stopped (its address refuses connections)"
+        return ", ".join(f"{name} stopped ({why})" for name, why in closed)
     for pattern in (r"Failed to connect to remote host: [^\n\"]*", r"Connection refused",
                     r"Socket closed", r"Deadline Exceeded"):
         found = re.search(pattern, text)

@@ -250,3 +250,30 @@ def test_a_malformed_example_is_named_by_its_index_in_the_stream():
                              "run of nonzero values followed by 0s"):
         collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
                              max_sequence_length=S, buffer_size=20, chunk_size=8))
+
+
+def test_with_skipping_a_malformed_example_is_still_named_by_its_stream_index():
+    stream = examples(60, seed=7, max_seq_length=64)
+    long_ones = np.flatnonzero(stream["input_mask"].sum(axis=1) > 40)
+    later = [i for i in range(60) if i not in long_ones and i > long_ones[2]][0]
+    stream["masked_lm_positions"][later, 0] = 63  # outside its sequence
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"example {later} of the stream: its real predictions"):
+        collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
+                             max_sequence_length=40, buffer_size=20, chunk_size=60,
+                             skip_long_sequences=True))
+
+
+def test_prediction_slots_of_unknown_width_are_listed_not_crashed_on():
+    stream = examples(4)
+    dataset = tf.data.Dataset.from_generator(
+        lambda: iter([{name: value[i] for name, value in stream.items()} for i in range(4)]),
+        output_signature={name: tf.TensorSpec(
+            [None] if name.startswith("masked_lm") else value.shape[1:],
+            tf.as_dtype(value.dtype)) for name, value in stream.items()})
+    with pytest.raises(ValueError, match=r"'masked_lm_weights' has shape \(None,\), not a "
+                                         r"fixed-length vector"):
+        pack_dataset(dataset, max_sequence_length=S)
+    with pytest.raises(ValueError, match="give max_predictions_per_pack in the spec"):
+        pack_dataset(tf.data.Dataset.from_tensor_slices(stream), max_sequence_length=S,
+                     spec=PackSpec.pretraining(M), max_predictions_per_pack=M)

@@ -40,11 +40,16 @@ def test_too_many_patterns_are_refused(monkeypatch):
     try:
         with pytest.raises(ValueError, match=r"22,102 exact-fill patterns at "
                                              r"max_sequence_length=512, "
-                                             r"max_sequences_per_pack=3: more than 100"):
+                                             r"max_sequences_per_pack=3: more than 100 "
+                                             r"\(use fewer sequences per pack\)"):
             StreamingPacker(512, 3)
     finally:
         exact_fill_patterns.cache_clear()
     assert MAX_PATTERNS > 22_102
+    # Counted before anything is built: D = 6 at S = 512 would be 2.6e10 bytes.
+    with pytest.raises(ValueError, match="exact-fill patterns at max_sequence_length=512, "
+                                         "max_sequences_per_pack=6"):
+        StreamingPacker(512, 6)
 
 
 def check_packing(result, lengths, max_sequence_length, max_sequences_per_pack):
@@ -116,6 +121,15 @@ def test_a_resumed_packer_makes_the_packs_of_the_uninterrupted_one(wikipedia_512
         assert np.array_equal(a.row_splits, b.row_splits)
         assert np.array_equal(a.sequence_indices, b.sequence_indices)
     assert len(before[0])
+
+
+def test_a_state_of_a_larger_buffer_is_refused(wikipedia_512):
+    packer = StreamingPacker(512, 3, buffer_size=100)
+    packer.push(drawn(wikipedia_512, 250))
+    assert packer.buffer_indices.size > 40
+    with pytest.raises(ValueError, match=r"holds \d+ waiting sequences: not a state of a "
+                                         r"packer with buffer_size=40"):
+        StreamingPacker.from_state(packer.state, 512, 3, buffer_size=40)
 
 
 def test_a_state_of_another_packer_is_refused():

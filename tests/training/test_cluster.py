@@ -74,7 +74,9 @@ def test_an_anonymous_failure_probes_the_peers():
     with listening:
         task = cluster.WorkerTask("worker", 0, ("127.0.0.1:1", alive, dead), 0,
                                   ("worker 0", "worker 1", "worker 2"))
-        assert cluster.unreachable_peers(task) == ["worker 2"]  # never probes itself
+        # Never probes itself.
+        assert cluster.unreachable_peers(task) == [("worker 2",
+                                                    "its address refuses connections")]
         error = unavailable("Graph execution error:\n\nsomething failed")
         assert cluster.describe_cluster_failure(error, task) == \
             "worker 2 stopped (its address refuses connections)"
