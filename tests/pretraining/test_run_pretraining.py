@@ -20,6 +20,22 @@ def google_weights(path):
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
+def kill_in_second_chunk(monkeypatch):
+    """Makes the next run die (KeyboardInterrupt) when its second chunk of
+    steps starts; returns the real `Trainer.train_steps`."""
+    calls = []
+    original = Trainer.train_steps
+
+    def dies_on_second_call(self, iterator, num_steps):
+        calls.append(num_steps)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return original(self, iterator, num_steps)
+
+    monkeypatch.setattr(Trainer, "train_steps", dies_on_second_call)
+    return original
+
+
 def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
         config_file, packed_files, tmp_path, monkeypatch):
     train = dict(do_train=True, input_file=",".join(packed_files),
@@ -39,16 +55,7 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
     assert any(name.startswith("train/events.out.tfevents") for name in files)
 
     # The same run, killed during its second chunk of steps (after ckpt-3).
-    calls = []
-    original = Trainer.train_steps
-
-    def dies_on_second_call(self, iterator, num_steps):
-        calls.append(num_steps)
-        if len(calls) == 2:
-            raise KeyboardInterrupt("killed")
-        return original(self, iterator, num_steps)
-
-    monkeypatch.setattr(Trainer, "train_steps", dies_on_second_call)
+    original = kill_in_second_chunk(monkeypatch)
     killed_dir = tmp_path / "killed"
     with pytest.raises(KeyboardInterrupt):
         run_pretraining(options(config_file, killed_dir, **train))
@@ -204,16 +211,7 @@ def test_packed_batching_packs_unpacked_records_on_the_fly_and_resumes_exactly(
     # Killed after the checkpoint at step 3 and restarted: the resumed input
     # pipeline packs and skips the first 3 steps' packs, then goes on with
     # exactly the packs of the uninterrupted run.
-    calls = []
-    original = Trainer.train_steps
-
-    def dies_on_second_call(self, iterator, num_steps):
-        calls.append(num_steps)
-        if len(calls) == 2:
-            raise KeyboardInterrupt("killed")
-        return original(self, iterator, num_steps)
-
-    monkeypatch.setattr(Trainer, "train_steps", dies_on_second_call)
+    original = kill_in_second_chunk(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         run_pretraining(options(config_file, tmp_path / "killed", **train))
     monkeypatch.setattr(Trainer, "train_steps", original)
