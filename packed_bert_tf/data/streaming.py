@@ -227,14 +227,6 @@ def compact_names(spec: PackSpec) -> tuple:
     return names
 
 
-def _token_like(spec: PackSpec) -> tuple:
-    return spec.tokens
-
-
-def _prediction_like(spec: PackSpec) -> tuple:
-    return spec.predictions[:-1] if spec.predictions else ()
-
-
 def take(spec: PackSpec, arrays: dict, rows: np.ndarray) -> dict:
     """The compact examples at `rows`, in that order."""
     rows = np.asarray(rows, dtype=np.int64)
@@ -242,7 +234,7 @@ def take(spec: PackSpec, arrays: dict, rows: np.ndarray) -> dict:
     tokens, new_lengths = ragged.take_rows_index(ragged.row_splits_from_lengths(lengths),
                                                  lengths, rows)
     out = {"lengths": new_lengths}
-    for name in _token_like(spec):
+    for name in spec.tokens:
         out[name] = arrays[name][tokens]
     for name in spec.per_sequence:
         out[name] = arrays[name][rows]
@@ -251,7 +243,7 @@ def take(spec: PackSpec, arrays: dict, rows: np.ndarray) -> dict:
         index, new_counts = ragged.take_rows_index(ragged.row_splits_from_lengths(counts),
                                                    counts, rows)
         out["prediction_counts"] = new_counts
-        for name in _prediction_like(spec):
+        for name in spec.predictions[:-1]:
             out[name] = arrays[name][index]
     return out
 
@@ -261,14 +253,14 @@ def keep_rows(spec: PackSpec, arrays: dict, keep: np.ndarray) -> dict:
     masks: cheaper than `take` for the order-preserving case)."""
     out = {"lengths": arrays["lengths"][keep]}
     token_keep = np.repeat(keep, arrays["lengths"])
-    for name in _token_like(spec):
+    for name in spec.tokens:
         out[name] = arrays[name][token_keep]
     for name in spec.per_sequence:
         out[name] = arrays[name][keep]
     if spec.predictions:
         out["prediction_counts"] = arrays["prediction_counts"][keep]
         prediction_keep = np.repeat(keep, arrays["prediction_counts"])
-        for name in _prediction_like(spec):
+        for name in spec.predictions[:-1]:
             out[name] = arrays[name][prediction_keep]
     return out
 
