@@ -14,9 +14,11 @@ when it holds `buffer_size` of them, one round:
    exactly S) by column generation: HiGHS solves the restricted LP; the
    reduced cost ``1 - sum of the duals of a pattern's lengths`` is computed
    for *every* exact-fill pattern at once (one vectorised gather, as D is
-   small) and the best `columns_per_round` join the pool. The pool persists
-   between rounds (patterns unused for `pool_rounds` rounds leave it), so
-   after the first round one pricing step per round suffices;
+   small) and the best `columns_per_round` join the pool (ties, which are
+   many, go to the patterns whose scarcest length is most available). The
+   first round prices until the LP is optimal; the pool persists between
+   rounds (patterns unused for `pool_rounds` rounds leave it), so later
+   rounds solve one LP each and offer what its pricing finds to the next;
 2. emits the integer part of the LP solution as packs, each taking the
    oldest waiting sequences of its lengths;
 3. emits the sequences that waited `max_wait` later sequences or more by
