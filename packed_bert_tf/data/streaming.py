@@ -113,8 +113,6 @@ class PackSpec:
         if self.starts:
             out[self.starts] = ([D], tf.int32)
         out[self.slots] = ([D], tf.int32)
-        if self.predictions:
-            out[self.predictions[-1]] = ([M], input_spec[self.predictions[-1]].dtype)
         return out
 
     def check_element_spec(self, element_spec) -> None:
@@ -139,7 +137,8 @@ class PackSpec:
         lengths = {element_spec[n].shape[0] for n in (self.length,) + self.tokens
                    if n in element_spec and element_spec[n].shape.rank == 1}
         if len(lengths) > 1:
-            problems.append(f"the per-token features have different lengths {sorted(lengths, key=str)}")
+            problems.append(f"the per-token features have different lengths "
+                            f"{sorted(lengths, key=str)}")
         for name in self.per_sequence:
             if name in element_spec and element_spec[name].shape.num_elements() != 1:
                 problems.append(f"{name!r} has shape {element_spec[name].shape}, not one "
@@ -380,8 +379,9 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
     Returns:
       A dataset of packs: dicts of [S], [D] and [M] tensors with static
       shapes; the generated features (sequence index, positions, starts,
-      slots) are int32, the others keep the examples' dtypes. Every example is in exactly one pack, whole; a finite dataset's
-      last examples are flushed into packs at its end.
+      slots) are int32, the others keep the examples' dtypes. Every example
+      is in exactly one pack, whole; a finite dataset's last examples are
+      flushed into packs at its end.
 
     Raises:
       ValueError: the elements do not match the spec (every difference listed).
@@ -419,7 +419,8 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
     compact_dtypes = [_compact_dtype(name, dtypes) for name in names]
     outputs = spec.output_shapes(S, D, element_spec)
     output_names = tuple(outputs)
-    output_dtypes = {name: outputs[name][1].as_numpy_dtype for name in outputs}
+    layout_dtypes = {**dtypes, **{name: outputs[name][1].as_numpy_dtype
+                                  for name in outputs}}
 
     def compact_step(chunk_index, *dense):
         first = int(chunk_index) * chunk_size
@@ -452,7 +453,7 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
                                        packer.read + np.arange(chunk["lengths"].size)])
         packs, _ = packer.push(chunk["lengths"])
         if final:
-            packs = _join(packs, packer.flush()[0])
+            packs = PackAssignment.concatenate([packs, packer.flush()[0]])
         rows = np.searchsorted(pool_indices, packs.sequence_indices)
         packs = PackAssignment(packs.row_splits, rows)
         if spec.predictions:
@@ -494,7 +495,7 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
 
     def layout_step(sequences_per_pack, *flat):
         out = layout(spec, dict(zip(names, flat)), sequences_per_pack, S, D,
-                     {**dtypes, **output_dtypes})
+                     layout_dtypes)
         return [out[name] for name in output_names]
 
     def lay_out(sequences_per_pack, emitted):
@@ -506,8 +507,8 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
             value.set_shape([None] + outputs[name][0])
         return packs
 
-    chunks = dataset.map(lambda x: {name: x[name] for name in input_names}) \
-        .batch(chunk_size).enumerate() \
+    # The elements hold exactly the spec's features (check_element_spec).
+    chunks = dataset.batch(chunk_size).enumerate() \
         .map(compact_chunk, num_parallel_calls=num_parallel_calls, deterministic=True)
     end = {name: tf.zeros([0], dtype) for name, dtype in zip(names, compact_dtypes)}
     chunks = chunks.concatenate(tf.data.Dataset.from_tensors((end, True)))
@@ -525,9 +526,3 @@ def _compact_dtype(name: str, dtypes: dict):
     if name in ("lengths", "prediction_counts"):
         return tf.int64
     return tf.as_dtype(dtypes[name])
-
-
-def _join(first: PackAssignment, second: PackAssignment) -> PackAssignment:
-    return PackAssignment(
-        np.concatenate([first.row_splits, second.row_splits[1:] + first.row_splits[-1]]),
-        np.concatenate([first.sequence_indices, second.sequence_indices]))

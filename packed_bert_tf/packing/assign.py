@@ -36,6 +36,16 @@ class PackAssignment:
         return cls(ragged.row_splits_from_lengths(sequences_per_pack),
                    np.asarray(sequence_indices, dtype=np.int64))
 
+    @classmethod
+    def concatenate(cls, assignments) -> "PackAssignment":
+        """The packs of each assignment, one assignment after the other."""
+        assignments = list(assignments)
+        if not assignments:
+            return cls(np.zeros(1, np.int64), np.zeros(0, np.int64))
+        return cls.from_sequences_per_pack(
+            np.concatenate([a.sequences_per_pack for a in assignments]),
+            np.concatenate([a.sequence_indices for a in assignments]))
+
     def __len__(self) -> int:
         return self.row_splits.size - 1
 

@@ -52,9 +52,9 @@ import scipy.optimize
 import scipy.sparse
 
 from packed_bert_tf.packing import ragged
-from packed_bert_tf.packing.assign import PackAssignment
-from packed_bert_tf.packing.heuristics import pack_fit_decreasing
-from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies
+from packed_bert_tf.packing.api import pack_lengths
+from packed_bert_tf.packing.assign import PackAssignment, assign_sequences
+from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies, exact_fill_strategies
 from packed_bert_tf.packing.stream import StreamPacking
 
 #: Largest exact-fill pattern table (patterns x D int32) the packer builds.
@@ -67,11 +67,13 @@ STATE_KEYS = ("counters", "buffer_indices", "buffer_lengths", "pool", "pool_last
 
 @functools.lru_cache(maxsize=8)
 def exact_fill_patterns(max_sequence_length: int, max_sequences_per_pack: int) -> np.ndarray:
-    """Every multiset of at most D lengths summing to exactly S.
+    """Every multiset of at most D lengths summing to exactly S
+    (`nnlshp.exact_fill_strategies`) as a table.
 
     Returns
     -------
-    [K, D] int32, each row sorted longest first and padded with 0.
+    [K, D] int32, each row sorted longest first and padded with 0; rows in
+    descending lexicographic order.
     """
     total, parts = max_sequence_length, max_sequences_per_pack
     count = count_exact_fill_strategies(total, parts)
@@ -79,33 +81,16 @@ def exact_fill_patterns(max_sequence_length: int, max_sequences_per_pack: int) -
         raise ValueError(f"{count:,} exact-fill patterns at max_sequence_length="
                          f"{total}, max_sequences_per_pack={parts}: more than "
                          f"{MAX_PATTERNS:,} (use fewer sequences per pack)")
-    rows = []
-
-    def extend(prefix: tuple, largest: int, room: int, left: int):
-        # The remaining parts are at most `largest` each, in non-increasing order.
-        if room <= largest:
-            rows.append(np.array([prefix + (room,)]))
-        if left >= 2:
-            # Two more parts a >= b >= 1, a <= largest, a + b = room: vectorised.
-            first = np.arange(max(room - largest, (room + 1) // 2), min(largest, room - 1) + 1)
-            if left == 2 and first.size:
-                pairs = np.stack([first, room - first], axis=1)
-                rows.append(np.concatenate(
-                    [np.tile(np.array(prefix, dtype=np.int64), (first.size, 1)), pairs],
-                    axis=1) if prefix else pairs)
-            elif left > 2:
-                for part in range(min(largest, room - 1), 0, -1):
-                    if part * left < room:
-                        break
-                    extend(prefix + (part,), part, room - part, left - 1)
-
-    extend((), total, total, parts)
     table = np.zeros((count, parts), dtype=np.int32)
     start = 0
-    for block in rows:
-        table[start:start + len(block), :block.shape[1]] = block
-        start += len(block)
-    assert start == count
+    by_size: dict = {}
+    for strategy in exact_fill_strategies(total, parts):
+        by_size.setdefault(len(strategy), []).append(strategy)
+    for size, strategies in by_size.items():
+        # Shortest first there; longest first here.
+        table[start:start + len(strategies), :size] = np.array(strategies)[:, ::-1]
+        start += len(strategies)
+    table = table[np.lexsort(-table.T[::-1])]
     table.setflags(write=False)
     return table
 
@@ -280,9 +265,7 @@ class StreamingPacker:
         if forced.any():
             parts.append(self._best_fit(np.flatnonzero(forced)))
             keep &= ~forced
-        packs = PackAssignment.from_sequences_per_pack(
-            np.concatenate([part.sequences_per_pack for part in parts]),
-            np.concatenate([part.sequence_indices for part in parts]))
+        packs = PackAssignment.concatenate(parts)
         rng = np.random.default_rng([self.seed, self.rounds])
         assignment = packs.take(rng.permutation(len(packs)))
         self.buffer_indices = self.buffer_indices[keep]
@@ -358,13 +341,14 @@ class StreamingPacker:
         """Buffer positions taken by `counts` packs of each pattern (oldest first
         per length) and those packs as arrays of stream indices."""
         if not counts.size:
-            return np.zeros(0, np.int64), _joined([])[0]
+            return np.zeros(0, np.int64), PackAssignment.concatenate([])
         slots = np.repeat(self.patterns[patterns], counts, axis=0)  # [P, D]
         pack_of_slot = np.repeat(np.arange(slots.shape[0]), slots.shape[1])
         slot_lengths = slots.ravel().astype(np.int64)
         real = slot_lengths > 0
+        sequences_per_pack = real.reshape(slots.shape).sum(axis=1)
         pack_of_slot, slot_lengths = pack_of_slot[real], slot_lengths[real]
-        slot_in_pack = ragged.position_in_row(real.reshape(slots.shape).sum(axis=1))
+        slot_in_pack = ragged.position_in_row(sequences_per_pack)
         # The k-th slot of length l takes the k-th oldest waiting sequence of l.
         by_length = np.lexsort((self.buffer_indices, self.buffer_lengths))
         slot_order = np.lexsort((pack_of_slot, slot_lengths))
@@ -375,37 +359,23 @@ class StreamingPacker:
         taken[slot_order] = by_length[starts + rank]
         order = np.lexsort((slot_in_pack, pack_of_slot))
         return taken, PackAssignment.from_sequences_per_pack(
-            real.reshape(slots.shape).sum(axis=1), self.buffer_indices[taken[order]])
+            sequences_per_pack, self.buffer_indices[taken[order]])
 
     def _best_fit(self, positions: np.ndarray) -> PackAssignment:
         """Packs of the sequences at buffer `positions` by best-fit decreasing."""
         lengths = self.buffer_lengths[positions]
-        histogram = np.bincount(lengths - 1, minlength=self.max_sequence_length)
-        groups = pack_fit_decreasing(histogram, self.max_sequence_length,
-                                     self.max_sequences_per_pack, fit="best",
-                                     tie_break="fewest")
-        queues = {}
-        for length in np.unique(lengths).tolist():
-            queues[length] = list(self.buffer_indices[positions[lengths == length]])[::-1]
-        sizes, indices = [], []
-        for contents, count in groups:
-            sizes += [len(contents)] * count
-            for _ in range(count):
-                indices += [queues[length].pop() for length in contents]
-        return PackAssignment.from_sequences_per_pack(np.array(sizes, dtype=np.int64),
-                                                      np.array(indices, dtype=np.int64))
+        plan = pack_lengths(lengths, self.max_sequence_length, self.max_sequences_per_pack,
+                            "bfd")
+        # A fixed seed: `seed` orders the round's packs, not their contents.
+        packs = assign_sequences(lengths, plan, seed=0)
+        return PackAssignment(packs.row_splits,
+                              self.buffer_indices[positions][packs.sequence_indices])
 
 
 def _joined(emitted) -> tuple[PackAssignment, np.ndarray]:
-    if not emitted:
-        return (PackAssignment(np.zeros(1, np.int64), np.zeros(0, np.int64)),
-                np.zeros(0, np.int64))
-    splits = [emitted[0][0].row_splits]
-    for assignment, _ in emitted[1:]:
-        splits.append(assignment.row_splits[1:] + splits[-1][-1])
-    return (PackAssignment(np.concatenate(splits),
-                           np.concatenate([a.sequence_indices for a, _ in emitted])),
-            np.concatenate([read for _, read in emitted]))
+    """(packs, read_at_emission) pairs, one after the other."""
+    return (PackAssignment.concatenate(packs for packs, _ in emitted),
+            np.concatenate([np.zeros(0, np.int64)] + [read for _, read in emitted]))
 
 
 def pack_stream(lengths, max_sequence_length: int, max_sequences_per_pack: int = 3, *,
@@ -417,7 +387,7 @@ def pack_stream(lengths, max_sequence_length: int, max_sequences_per_pack: int =
     parts = [packer.push(lengths[start:start + chunk_size])
              for start in range(0, lengths.size, chunk_size)]
     parts.append(packer.flush())
-    assignment, read = _joined([part for part in parts if len(part[0])])
+    assignment, read = _joined(parts)
     read_at_emission = np.empty(lengths.size, dtype=np.int64)
     read_at_emission[assignment.sequence_indices] = np.repeat(
         read, np.diff(assignment.row_splits))

@@ -200,6 +200,16 @@ def _window_pack(lengths, max_sequence_length, max_sequences_per_pack, num_bins,
                          read_at_emission=read_at_window_end[window_of].astype(np.int64))
 
 
+def _empty_window(buckets: list, room: list, size: int, num_bins: int):
+    """Empties the buckets of the bins' rooms `room` and puts every bin, not
+    opened yet, in bucket `size` (sorted: a heap); returns the new rooms and
+    sequence counts."""
+    for r in set(room):
+        buckets[r].clear()
+    buckets[size] = list(range(num_bins))
+    return [size] * num_bins, [0] * num_bins
+
+
 def _place_first_fit(lengths: list, size: int, cap: int, num_bins: int):
     """Bin of every sequence in its window, and where the windows start.
 
@@ -211,10 +221,8 @@ def _place_first_fit(lengths: list, size: int, cap: int, num_bins: int):
     head = np.full(size + 1, none, dtype=np.int64)
     head_list = [none] * (size + 1)   # the same, for cheap scalar reads
     buckets = [[] for _ in range(size + 1)]
-    buckets[size] = list(range(num_bins))  # sorted: a heap
+    room, count = _empty_window(buckets, [], size, num_bins)
     head[size] = head_list[size] = 0
-    room = [size] * num_bins
-    count = [0] * num_bins
     bin_of = []
     window_starts = []
     heappop, heappush = heapq.heappop, heapq.heappush
@@ -225,14 +233,10 @@ def _place_first_fit(lengths: list, size: int, cap: int, num_bins: int):
             # Fits nowhere: all bins hold sequences. Emit the window; the
             # sequence opens bin 0 of a fresh one.
             window_starts.append(index)
-            for r in set(room):
-                buckets[r].clear()
+            room, count = _empty_window(buckets, room, size, num_bins)
             head.fill(none)
             head_list = [none] * (size + 1)
-            buckets[size] = list(range(num_bins))
             head[size] = head_list[size] = 0
-            room = [size] * num_bins
-            count = [0] * num_bins
             b = 0
         r = room[b]
         bucket = buckets[r]
@@ -254,10 +258,8 @@ def _place_best_fit(lengths: list, size: int, cap: int, num_bins: int):
     """As `_place_first_fit`, finding the smallest room that fits with the
     bit set ``nonempty`` (bit ``r`` set when ``buckets[r]`` holds a bin)."""
     buckets = [[] for _ in range(size + 1)]
-    buckets[size] = list(range(num_bins))
+    room, count = _empty_window(buckets, [], size, num_bins)
     nonempty = 1 << size
-    room = [size] * num_bins
-    count = [0] * num_bins
     bin_of = []
     window_starts = []
     heappop, heappush = heapq.heappop, heapq.heappush
@@ -266,12 +268,8 @@ def _place_best_fit(lengths: list, size: int, cap: int, num_bins: int):
         fitting = nonempty >> length
         if not fitting:
             window_starts.append(index)
-            for r in set(room):
-                buckets[r].clear()
-            buckets[size] = list(range(num_bins))
+            room, count = _empty_window(buckets, room, size, num_bins)
             nonempty = 1 << size
-            room = [size] * num_bins
-            count = [0] * num_bins
             fitting = nonempty >> length
         r = length + (fitting & -fitting).bit_length() - 1
         bucket = buckets[r]

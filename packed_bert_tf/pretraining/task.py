@@ -183,13 +183,14 @@ def streaming_packing_factor(files: Sequence[str], record_format: RecordFormat,
     running the packer over the lengths of the first `max_records` records
     (in file order; the flush of the last buffer counts, so a small sample
     is slightly pessimistic)."""
-    lengths = []
-    for path in files:
-        for _, arrays in tfrecords.iter_array_batches(path, record_format, batch_size=4096):
-            lengths.append(arrays["input_mask"].sum(axis=1))
-            if sum(map(len, lengths)) >= max_records:
-                break
-        if sum(map(len, lengths)) >= max_records:
+    batches = (arrays["input_mask"].sum(axis=1) for path in files
+               for _, arrays in tfrecords.iter_array_batches(path, record_format,
+                                                             batch_size=4096))
+    lengths, read = [], 0
+    for batch in batches:  # lazily: only the files needed are read
+        lengths.append(batch)
+        read += batch.size
+        if read >= max_records:
             break
     lengths = np.concatenate(lengths)[:max_records]
     result = pack_stream(lengths, record_format.max_seq_length,

@@ -117,3 +117,13 @@ def test_ragged_helpers_on_empty_rows():
                                           np.array([2, 1, 0]))
     np.testing.assert_array_equal(index, [2, 3, 4, 0, 1])
     np.testing.assert_array_equal(taken, [3, 0, 2])
+
+
+def test_assignments_concatenate_pack_after_pack():
+    first = PackAssignment.from_sequences_per_pack([2, 1], [4, 0, 3])
+    second = PackAssignment.from_sequences_per_pack([3], [1, 2, 5])
+    joined = PackAssignment.concatenate([first, second])
+    assert [pack.tolist() for pack in joined] == [[4, 0], [3], [1, 2, 5]]
+    empty = PackAssignment.concatenate([])
+    assert len(empty) == 0 and empty.row_splits.tolist() == [0]
+    assert PackAssignment.concatenate([empty, second]).row_splits.tolist() == [0, 3]

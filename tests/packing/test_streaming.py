@@ -96,9 +96,9 @@ def test_the_same_seed_gives_the_same_packs_and_another_seed_another_order(squad
     first = pack_stream(lengths, 384, 3, buffer_size=1000, seed=5)
     again = pack_stream(lengths, 384, 3, buffer_size=1000, seed=5, chunk_size=77)
     other = pack_stream(lengths, 384, 3, buffer_size=1000, seed=6)
-    for a, b in ((first, again),):
-        assert np.array_equal(a.assignment.row_splits, b.assignment.row_splits)
-        assert np.array_equal(a.assignment.sequence_indices, b.assignment.sequence_indices)
+    assert np.array_equal(first.assignment.row_splits, again.assignment.row_splits)
+    assert np.array_equal(first.assignment.sequence_indices,
+                          again.assignment.sequence_indices)
     assert not np.array_equal(first.assignment.sequence_indices,
                               other.assignment.sequence_indices)
     # The seed orders each round's packs; what goes together does not change.
