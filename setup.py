@@ -24,7 +24,7 @@ setup(
     install_requires=[
         "tensorflow>=2.16",  # ships Keras 3
         "numpy>=1.23",
-        "scipy>=1.11",  # HiGHS linprog/milp, nnls
+        "scipy>=1.15",  # HiGHS (its bindings, re-solved warm), milp, nnls
         "absl-py",
         "tokenizers",
         "apache-beam[tfrecord]",

@@ -2,8 +2,8 @@
 
 Packing a length histogram into rows of S tokens with at most D sequences per
 row is the cutting-stock problem (Gilmore and Gomory, 1961): each *pattern*
-(strategy) is a multiset of lengths that fits a row, and we want the fewest
-rows whose patterns together hold every sequence:
+is a multiset of lengths that fits a row, and we want the fewest rows whose
+patterns together hold every sequence:
 
     minimise   sum_p x_p
     subject to sum_p a_lp x_p >= h_l   for every length l with h_l > 0
@@ -11,33 +11,55 @@ rows whose patterns together hold every sequence:
 
 where a_lp counts length l in pattern p and h is the histogram. There are far
 too many patterns to list (about S^3 / 36 for D = 3), so the LP relaxation is
-solved by column generation: a restricted master LP over a few patterns
-(scipy's HiGHS), whose duals y price every possible pattern through a bounded
-knapsack, max sum_l y_l a_l with sum_l l a_l <= S and sum_l a_l <= D (dynamic
-programming over rows filled and sequences used). Patterns with reduced cost
-below zero (value above 1) join the master; when none is left the LP is
-optimal and its value a lower bound on any plan. The master starts from every
-way of filling a row exactly with up to three of the lengths present, which
-is where the LP optimum mostly lies: on the Wikipedia histogram the first
-master is already optimal.
+solved by column generation over a restricted master LP, kept as one HiGHS
+model that is re-solved warm after each change.
 
-The fractional LP solution is then made integral. Whole packs are taken
-(floor, less one pack of each pattern so that the residual is not too
-constrained); the residual LP is solved again (with the patterns found so
-far) and rounded down again; once nothing is used a whole time, every pattern
-used at least 0.7 is rounded up to one pack and the residual solved again
-(diving). When a few hundred sequences remain and every possible pattern of
-them can be listed, the integer master over all of them (HiGHS
-branch-and-bound) finishes the job exactly, which is why small histograms are
-packed optimally. Rounded-up packs may hold more sequences of a length than
-remain: those slots become padding. Cutting-stock LPs are famously tight (the
-integer optimum is almost always ceil(LP) or ceil(LP) + 1); on the paper's
-histograms the result is at most one pack above the LP bound.
+Three things make it fast:
 
-Source: Gilmore and Gomory, "A linear programming approach to the
-cutting-stock problem", Operations Research 9 (1961); the integer master over
-generated columns ("price and branch") as in Vanderbeck, "Computational study
-of a column generation algorithm for bin packing and cutting stock
+- **Substitution columns** (dual-optimal inequalities, Ben Amor, Desrosiers
+  and Valerio de Carvalho 2006): for each pair of neighbouring lengths, a
+  free column lets a slot of the longer one hold a sequence of the shorter.
+  This changes no optimum (a longer slot can always hold a shorter sequence)
+  but makes the duals y_l non-decreasing in l, which the next point needs.
+- **Pricing by table lookup**: with non-decreasing duals, the best pattern of
+  at most 3 items is *maximal* (no item can be lengthened to the next length
+  present, none added). `maximal_patterns` lists those once (S^2 / 12 for a
+  dense histogram at D = 3); each round prices all of them with one gather,
+  y[a] + y[b] + y[c], and adds the most improving. For D > 3 a dynamic
+  program over (items, room) prices the longer patterns as well
+  (`knapsack_pricing`).
+- **A bound from any duals**: for y >= 0, h.y / max_p a_p.y is a lower bound
+  on the number of packs (y scaled to be dual feasible), and with
+  non-decreasing y the maximum is the table's (or the dynamic program's). It
+  certifies the LP optimum when column generation converges and stays valid
+  when it stops early.
+
+The fractional solution is then made integral. Whole packs are taken (the
+floor, less one pack of each pattern the first time, so that the residual is
+not too constrained); sequences are placed into the taken packs' slots (a
+slot holds a sequence no longer than itself, longest sequences first, which
+places as many as possible); the residual histogram becomes the master's
+demand and is solved again, warm, and rounded down again; once nothing is
+used a whole time, every pattern used at least 0.7 is rounded up to one pack
+(diving). When a few hundred sequences remain and every pattern of them can
+be listed, the integer master over all of them (HiGHS branch-and-bound)
+finishes the job exactly, which is why small histograms are packed
+optimally. Slots left without a sequence become padding. Cutting-stock LPs
+are famously tight (the integer optimum is almost always ceil(LP) or
+ceil(LP) + 1); on the paper's histograms the result is at most a few packs
+above the LP bound.
+
+Cost: listing the table is O(n^2) for n distinct lengths (n <= S) and takes
+O(S^2 / 12) memory for D >= 3 (67 MB at S = 8192); a round of pricing is one
+pass over it; the dynamic program (D > 3 only) is O(D S n) per call, done in
+blocks of rows so that its memory stays O(S + 64 n).
+
+Sources: Gilmore and Gomory, "A linear programming approach to the
+cutting-stock problem", Operations Research 9 (1961); Ben Amor, Desrosiers
+and Valerio de Carvalho, "Dual-optimal inequalities for stabilized column
+generation", Operations Research 54 (2006); the integer master over
+generated columns ("price and branch") as in Vanderbeck, "Computational
+study of a column generation algorithm for bin packing and cutting stock
 problems", Math. Programming 86 (1999).
 """
 
@@ -47,10 +69,9 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from packed_bert_tf.packing.nnlshp import strip_excess_sequences
-
-# Reduced-cost threshold: HiGHS' duals are accurate to about 1e-7 relative.
-_PRICING_TOLERANCE = 1e-7
+# A reduced cost counts as improving below -_PRICING_TOLERANCE (HiGHS' duals
+# are accurate to about 1e-9 with the tolerances set below).
+_PRICING_TOLERANCE = 1e-9
 # Only a guard against pathological cases: the node limit ends the search.
 _INTEGER_SAFETY_SECONDS = 60.0
 # Packs of each pattern left to the residual after the first LP: a larger
@@ -59,246 +80,482 @@ RESIDUAL_MARGIN = 1
 # Residuals this small go to the integer master when all their patterns can
 # be listed (at most ALL_PATTERNS_LIMIT of them).
 SMALL_PROBLEM_SEQUENCES = 200
-ALL_PATTERNS_LIMIT = 20_000
+ALL_PATTERNS_LIMIT = 5_000
+# HiGHS' branch-and-cut spends about a millisecond per pattern at its root:
+# residuals with more lengths or patterns are finished by diving (which
+# reaches ceil(LP) on the paper's histograms too).
+INTEGER_MASTER_ITEMS = 40
+INTEGER_MASTER_PATTERNS = 150
 # Diving rounds up every pattern the residual LP uses at least this much:
 # 0.7 matches one-pack-at-a-time diving in quality (0 to 1 pack above the LP
 # bound on the paper's histograms) at a fraction of the rounds.
 DIVE_THRESHOLD = 0.7
+# Most patterns added to the master per round of pricing (the most
+# improving ones): fewer make more rounds, more make each solve slower.
+COLUMNS_PER_ROUND = 150
+# Elements per vectorised block when listing the table or running the
+# dynamic program (bounds their temporary memory to a few tens of MB).
+_BLOCK_ELEMENTS = 1 << 21
 
 
-def knapsack_best_patterns(values: np.ndarray, weights: np.ndarray,
-                           capacity: int, max_items: int):
-    """For each item, the most valuable pattern that contains it.
+def _highs_model():
+    """An empty, silent HiGHS model that can be changed and re-solved warm.
 
-    Solves the pricing problem of column generation: patterns are multisets of
-    items (with repetition) of total weight at most `capacity` and at most
-    `max_items` items; a pattern's value is the sum of its items' values.
+    scipy's `linprog` solves from scratch every time; the HiGHS object it is
+    built on (scipy >= 1.15 ships HiGHS' own Python bindings) keeps the basis
+    between solves, which is what column generation needs.
+    """
+    try:
+        from scipy.optimize._highspy._core import _Highs
+    except ImportError as error:  # pragma: no cover - depends on scipy's build
+        raise ImportError(
+            "the optimal packer needs scipy >= 1.15, whose HiGHS bindings "
+            f"(scipy.optimize._highspy) it re-solves warm: {error}") from error
+    model = _Highs()
+    model.setOptionValue("output_flag", False)
+    model.setOptionValue("primal_feasibility_tolerance", 1e-9)
+    model.setOptionValue("dual_feasibility_tolerance", 1e-10)
+    return model
+
+
+def maximal_patterns(item_lengths: np.ndarray, capacity: int,
+                     max_items: int) -> np.ndarray:
+    """Every maximal pattern of 1 to min(`max_items`, 3) items.
+
+    A pattern is maximal when no item can be replaced by the next longer
+    item and none added without exceeding `capacity`; with values that do
+    not decrease with length, the most valuable pattern is among them. When
+    every length is present these are the patterns that fill a row exactly.
 
     Parameters
     ----------
-    values : [n] float, non-negative
-    weights : [n] int, each between 1 and `capacity`
+    item_lengths : [n] int, strictly increasing, each in [1, capacity]
     capacity, max_items : int
 
     Returns
     -------
+    [m, k] int32 item indices, k = min(max_items, 3), each row sorted,
+    padded with n (no item). Cost O(n^2) time in blocks, O(m) memory.
+    """
+    lengths = np.asarray(item_lengths, dtype=np.int64)
+    num_items = lengths.size
+    width = min(max_items, 3)
+    # Index of the longest item no longer than r, for r in [0, capacity]
+    # (-1 where none fits).
+    longest_within = np.searchsorted(lengths, np.arange(capacity + 1), side="right") - 1
+    # Length of the next longer item (capacity + 1 past the longest): an
+    # item can be lengthened when the next one still fits.
+    next_length = np.append(lengths[1:], capacity + 1)
+    shortest = lengths[0]
+    found = []
+    if width == 1:
+        found.append(np.array([[num_items - 1]]))
+    if width >= 2:
+        # Pairs (a, b), a <= b, b the longest partner of a; maximal when a
+        # cannot be lengthened and (for width 3) no third item fits.
+        a = np.arange(num_items)
+        rest = capacity - lengths
+        b = longest_within[rest]
+        keep = b >= a
+        keep &= lengths + next_length[b.clip(0)] > capacity  # b already longest
+        keep &= next_length + lengths[b.clip(0)] > capacity
+        if width == 3:
+            keep &= lengths + lengths[b.clip(0)] + shortest > capacity
+        found.append(np.stack([a[keep], b[keep]], axis=1))
+        # A single item is maximal only when nothing pairs with it and no
+        # longer item exists.
+        if lengths[-1] + shortest > capacity:
+            found.append(np.array([[num_items - 1]]))
+    if width == 3:
+        block = max(1, _BLOCK_ELEMENTS // max(num_items, 1))
+        for start in range(0, num_items, block):
+            a = np.arange(start, min(start + block, num_items))[:, None]
+            b = np.arange(num_items)[None, :]
+            rest = capacity - lengths[a] - lengths[b]
+            c = longest_within[rest.clip(0)]
+            keep = (b >= a) & (rest >= 0) & (c >= b)
+            c = c.clip(0)
+            # c is already the longest that fits; a and b must not lengthen.
+            keep &= next_length[a] + lengths[b] + lengths[c] > capacity
+            keep &= lengths[a] + next_length[b] + lengths[c] > capacity
+            rows, cols = np.nonzero(keep)
+            found.append(np.stack([a[rows, 0], cols, c[rows, cols]], axis=1))
+    table = np.concatenate([np.asarray(f, dtype=np.int32).reshape(-1, f.shape[1])
+                            if f.shape[1] == width else
+                            np.pad(f, ((0, 0), (0, width - f.shape[1])),
+                                   constant_values=num_items).astype(np.int32)
+                            for f in found if f.size], axis=0)
+    # A pattern can be found twice (a single that is also its own pair's
+    # end); keep one of each.
+    return np.unique(table, axis=0)
+
+
+def pattern_values(patterns: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Sum of item values per pattern ([m, k] indices padded with n)."""
+    padded = np.append(np.asarray(values, dtype=np.float64), 0.0)
+    return padded[patterns].sum(axis=1)
+
+
+def knapsack_pricing(values: np.ndarray, item_lengths: np.ndarray, capacity: int,
+                     max_items: int):
+    """For each item, the most valuable pattern that contains it.
+
+    Patterns are multisets of at most `max_items` items (repetition allowed)
+    of total length at most `capacity`.
+
+    Returns
+    -------
     best_values : [n] float
-        ``best_values[j]`` is the largest value of a pattern holding item j.
+        Largest value of a pattern holding item j.
     pattern_of : callable
-        ``pattern_of(j)`` gives that pattern as an [n] array of item counts.
+        ``pattern_of(j)`` gives that pattern as a list of item indices.
 
     Notes
     -----
-    Dynamic programming over layers k = number of items, ``best[k, c]`` =
-    largest value of at most k items of weight at most c. Each layer is one
-    vectorised max-plus step over [capacity + 1, n]; cost O(K x capacity x n)
-    with K = min(max_items, capacity // min weight), stopping early once a
-    layer adds nothing.
+    Dynamic programming over layers k = number of items: ``best[k][r]`` is
+    the largest value of at most k items of total length at most r. A layer
+    is a max-plus product of the previous one with the items, done in blocks
+    of rows: O(capacity x n) time per layer, O(capacity + block x n) memory.
     """
     values = np.asarray(values, dtype=np.float64)
-    weights = np.asarray(weights, dtype=np.int64)
-    num_items = values.size
-    layers = int(min(max_items, capacity // weights.min()))
+    lengths = np.asarray(item_lengths, dtype=np.int64)
+    layers = int(min(max_items, capacity // lengths.min()))
     room = np.arange(capacity + 1)
-    source = room[:, None] - weights[None, :]  # [C+1, n]
-    fits = source >= 0
-    source = np.where(fits, source, 0)
     best = [np.zeros(capacity + 1)]
-    choice = [np.full(capacity + 1, -1)]
+    choice = [np.full(capacity + 1, -1, dtype=np.int64)]
+    block = max(1, _BLOCK_ELEMENTS // lengths.size)
     for _ in range(layers - 1):  # the item itself takes the last layer
         previous = best[-1]
-        candidates = np.where(fits, previous[source] + values, -np.inf)
-        item = candidates.argmax(axis=1)
-        value = candidates[room, item]
+        value = np.empty(capacity + 1)
+        item = np.empty(capacity + 1, dtype=np.int64)
+        for start in range(0, capacity + 1, block):
+            rows = room[start:start + block, None]
+            source = rows - lengths[None, :]
+            candidates = np.where(source >= 0, previous[source.clip(0)] + values, -np.inf)
+            item[start:start + block] = candidates.argmax(axis=1)
+            value[start:start + block] = candidates.max(axis=1)
         take = value > previous + 1e-12
         if not take.any():
             break  # no further layer can improve either
         best.append(np.where(take, value, previous))
         choice.append(np.where(take, item, -1))
     top = len(best) - 1
-    best_values = values + best[top][capacity - weights]
+    best_values = values + best[top][capacity - lengths]
 
-    def pattern_of(j: int) -> np.ndarray:
-        counts = np.zeros(num_items, dtype=np.int64)
-        counts[j] += 1
-        layer, left = top, capacity - int(weights[j])
+    def pattern_of(j: int) -> list[int]:
+        pattern = [j]
+        layer, left = top, capacity - int(lengths[j])
         while layer > 0:
             item = choice[layer][left]
             if item >= 0:
-                counts[item] += 1
-                left -= int(weights[item])
+                pattern.append(int(item))
+                left -= int(lengths[item])
             layer -= 1
-        return counts
+        return sorted(pattern)
 
     return best_values, pattern_of
 
 
-def _solve_master(columns: np.ndarray, demand: np.ndarray):
-    """Restricted master LP: min sum x, columns @ x >= demand, x >= 0."""
-    result = scipy.optimize.linprog(
-        np.ones(columns.shape[1]),
-        A_ub=-scipy.sparse.csc_array(columns.astype(np.float64)),
-        b_ub=-demand.astype(np.float64),
-        bounds=(0, None), method="highs")
-    if result.status != 0:
-        raise RuntimeError(f"HiGHS failed on the master LP: {result.message}")
-    duals = np.maximum(-result.ineqlin.marginals, 0.0)
-    return result.x, duals, result.fun
+class _Master:
+    """The restricted master LP as one HiGHS model, re-solved warm.
 
-
-def exact_fill_patterns(item_lengths: np.ndarray, capacity: int,
-                        max_items: int) -> np.ndarray:
-    """Patterns of 1 to `max_items` (at most 3) items that sum to `capacity`.
-
-    Returns [n, m] int64 item counts. Vectorised over pairs of items; about
-    n^2 / 6 patterns for 3 items.
+    Rows are the items (demand as lower bounds); the first n - 1 columns are
+    the substitution columns (cost 0: +1 on item i, -1 on item i + 1), the
+    rest are patterns, kept in ``self.patterns`` ([m, width] item indices
+    padded with n).
     """
-    item_lengths = np.asarray(item_lengths, dtype=np.int64)
+
+    def __init__(self, demand: np.ndarray, width: int):
+        self.num_items = demand.size
+        self.width = width
+        self.model = _highs_model()
+        self.demand = demand.astype(np.float64)
+        n = self.num_items
+        empty_i, empty_f = np.zeros(0, dtype=np.int32), np.zeros(0)
+        self.model.addRows(n, self.demand, np.full(n, np.inf), 0, empty_i, empty_i,
+                           empty_f)
+        if n > 1:
+            starts = np.arange(0, 2 * (n - 1), 2, dtype=np.int32)
+            indices = np.stack([np.arange(n - 1), np.arange(1, n)], axis=1)
+            self.model.addCols(n - 1, np.zeros(n - 1), np.zeros(n - 1),
+                               np.full(n - 1, np.inf), 2 * (n - 1), starts,
+                               indices.ravel().astype(np.int32),
+                               np.tile([1.0, -1.0], n - 1))
+        self.num_substitutions = max(n - 1, 0)
+        self.patterns = np.zeros((0, width), dtype=np.int32)
+
+    def add(self, patterns: np.ndarray):
+        """Adds patterns ([m, <= width] item indices padded with n)."""
+        m = patterns.shape[0]
+        if m == 0:
+            return
+        patterns = np.pad(patterns, ((0, 0), (0, self.width - patterns.shape[1])),
+                          constant_values=self.num_items).astype(np.int32)
+        rows = patterns.ravel()
+        cols = np.repeat(np.arange(m), self.width)
+        real = rows < self.num_items
+        matrix = scipy.sparse.coo_array(
+            (np.ones(real.sum()), (rows[real], cols[real])),
+            shape=(self.num_items, m)).tocsc()
+        matrix.sum_duplicates()
+        self.model.setOptionValue("simplex_strategy", 4)  # primal: still feasible
+        self.model.addCols(m, np.ones(m), np.zeros(m), np.full(m, np.inf),
+                           matrix.nnz, matrix.indptr[:-1].astype(np.int32),
+                           matrix.indices.astype(np.int32),
+                           matrix.data.astype(np.float64))
+        self.patterns = np.concatenate([self.patterns, patterns], axis=0)
+
+    def set_demand(self, demand: np.ndarray):
+        changed = np.flatnonzero(demand != self.demand)
+        for row in changed:
+            self.model.changeRowBounds(int(row), float(demand[row]), np.inf)
+        self.demand = demand.astype(np.float64)
+        self.model.setOptionValue("simplex_strategy", 1)  # dual: still optimal
+
+    def solve(self):
+        """Returns (x over patterns, duals y >= 0, objective value)."""
+        self.model.run()
+        status = self.model.getModelStatus()
+        if self.model.modelStatusToString(status) != "Optimal":
+            raise RuntimeError("HiGHS failed on the master LP: "
+                               + self.model.modelStatusToString(status))
+        solution = self.model.getSolution()
+        x = np.asarray(solution.col_value)[self.num_substitutions:]
+        duals = np.maximum(np.asarray(solution.row_dual), 0.0)
+        return x, duals, self.model.getInfo().objective_function_value
+
+
+class _Pricer:
+    """Finds improving patterns for the master: the maximal-pattern table,
+    then (for more than 3 items per pack) the dynamic program."""
+
+    def __init__(self, item_lengths, capacity, max_items, columns_per_round):
+        self.item_lengths = item_lengths
+        self.capacity = capacity
+        self.max_items = max_items
+        self.table = maximal_patterns(item_lengths, capacity, max_items)
+        self.in_master = np.zeros(len(self.table), dtype=bool)
+        self.known: set[tuple[int, ...]] = set()
+        self.columns_per_round = columns_per_round
+
+    def best_value(self, duals: np.ndarray) -> float:
+        """The largest value of any pattern (exact for non-decreasing duals)."""
+        best = pattern_values(self.table, duals).max()
+        if self.max_items > 3:
+            best = max(best, knapsack_pricing(duals, self.item_lengths, self.capacity,
+                                              self.max_items)[0].max())
+        return float(best)
+
+    def improving(self, duals: np.ndarray) -> np.ndarray:
+        """Up to `columns_per_round` new patterns of value above 1 (sorted by
+        value), or an empty array."""
+        values = pattern_values(self.table, duals)
+        values[self.in_master] = -np.inf
+        candidates = np.flatnonzero(values > 1 + _PRICING_TOLERANCE)
+        if candidates.size:
+            if candidates.size > self.columns_per_round:
+                candidates = candidates[np.argpartition(
+                    -values[candidates], self.columns_per_round)[:self.columns_per_round]]
+            self.in_master[candidates] = True
+            return self.table[candidates]
+        if self.max_items <= 3:
+            return self.table[:0]
+        best_values, pattern_of = knapsack_pricing(
+            duals, self.item_lengths, self.capacity, self.max_items)
+        found = []
+        for j in np.argsort(-best_values):
+            if best_values[j] <= 1 + _PRICING_TOLERANCE or len(found) >= self.columns_per_round:
+                break
+            pattern = tuple(pattern_of(int(j)))
+            if len(pattern) > 3 and pattern not in self.known:
+                self.known.add(pattern)
+                found.append(pattern + (len(self.item_lengths),) * (self.max_items - len(pattern)))
+        return np.array(found, dtype=np.int32).reshape(-1, self.max_items)
+
+
+def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
+    """The cutting-stock LP of one histogram by column generation.
+
+    Returns the master's patterns ([m, width] item indices padded with n),
+    the solution x over them and a lower bound on the LP optimum (the
+    optimum itself when column generation converged): h.y / max_p a_p.y for
+    the last duals y, made non-decreasing.
+    """
     num_items = item_lengths.size
-    row_of = np.full(capacity + 1, -1)
-    row_of[item_lengths] = np.arange(num_items)
-    patterns = []  # arrays of item rows, [m, k]
-    if max_items >= 1 and row_of[capacity] >= 0:
-        patterns.append(np.array([[row_of[capacity]]]))
-    if max_items >= 2:
-        first = np.arange(num_items)
-        rest = capacity - item_lengths
-        ok = (rest >= item_lengths) & (rest <= capacity)
-        second = np.where(ok, row_of[np.clip(rest, 0, capacity)], -1)
-        keep = second >= 0
-        patterns.append(np.stack([first[keep], second[keep]], axis=1))
-    columns = [np.zeros((num_items, 0), dtype=np.int64)]
-    for rows in patterns:
-        column = np.zeros((num_items, rows.shape[0]), dtype=np.int64)
-        np.add.at(column, (rows, np.arange(rows.shape[0])[:, None]), 1)
-        columns.append(column)
-    if max_items >= 3:
-        a, b = np.meshgrid(np.arange(num_items), np.arange(num_items), indexing="ij")
-        rest = capacity - item_lengths[a] - item_lengths[b]
-        ok = (a <= b) & (rest >= item_lengths[b])
-        c = np.where(ok, row_of[np.clip(rest, 0, capacity)], -1)
-        keep = c >= 0
-        triples = np.stack([a[keep], b[keep], c[keep]], axis=1)
-        column = np.zeros((num_items, triples.shape[0]), dtype=np.int64)
-        np.add.at(column, (triples, np.arange(triples.shape[0])[:, None]), 1)
-        columns.append(column)
-    return np.concatenate(columns, axis=1)
+    pricer = _Pricer(item_lengths, capacity, width,
+                     columns_per_round=COLUMNS_PER_ROUND)
+    master = _Master(demand, width)
+    master.add(np.concatenate([np.arange(num_items, dtype=np.int32)[:, None],
+                               np.full((num_items, width - 1), num_items,
+                                       dtype=np.int32)], axis=1))
+    master.add(seeds)
+    for _ in range(max_iterations):
+        x, duals, _ = master.solve()
+        monotone = np.maximum.accumulate(duals)
+        new = pricer.improving(monotone)
+        if not len(new):
+            break
+        master.add(new)
+    bound = float(demand @ monotone) / max(pricer.best_value(monotone), 1e-300)
+    return master.patterns[:len(x)], x, bound, monotone
+
+
+def _unplaced(demand: np.ndarray, slots: np.ndarray) -> np.ndarray:
+    """Sequences left when `demand[i]` sequences of item i go into `slots`
+    (counts per item length, items sorted by length), each slot taking one
+    sequence no longer than itself.
+
+    Longest sequences first, each into any free slot at least as long, places
+    as many as possible (all free slots fit every shorter sequence too). The
+    slots still free after item i are a Lindley recursion,
+    free_i = max(0, free_{i+1} + slots_i - demand_i), solved in closed form
+    with a running minimum.
+    """
+    surplus = np.cumsum((slots - demand)[::-1])[::-1]  # sum over items >= i
+    surplus = np.append(surplus, 0)
+    free = surplus - np.minimum.accumulate(surplus[::-1])[::-1]
+    placed = free[1:] + slots - free[:-1]
+    return demand - placed
 
 
 def enumerate_patterns(weights: np.ndarray, capacity: int, max_items: int,
                        limit: int) -> np.ndarray | None:
     """Every pattern (multiset of items within capacity and count), or None.
 
-    Returns an [n, m] int64 matrix of item counts, or None as soon as there
-    would be more than `limit` patterns.
+    Returns an [m, max_items] int32 matrix of item indices padded with n, or
+    None as soon as there would be more than `limit` patterns.
     """
     weights = [int(w) for w in weights]
     patterns: list[list[int]] = []
 
     def extend(first: int, room: int, items_left: int, pattern: list[int]):
         for item in range(first, len(weights)):
-            if weights[item] <= room:
-                pattern.append(item)
-                patterns.append(list(pattern))
-                if len(patterns) > limit:
-                    raise OverflowError
-                if items_left > 1:
-                    extend(item, room - weights[item], items_left - 1, pattern)
-                pattern.pop()
+            if weights[item] > room:
+                break  # weights are increasing
+            pattern.append(item)
+            patterns.append(list(pattern))
+            if len(patterns) > limit:
+                raise OverflowError
+            if items_left > 1:
+                extend(item, room - weights[item], items_left - 1, pattern)
+            pattern.pop()
 
     try:
         extend(0, capacity, max_items, [])
     except OverflowError:
         return None
-    matrix = np.zeros((len(weights), len(patterns)), dtype=np.int64)
+    table = np.full((len(patterns), max_items), len(weights), dtype=np.int32)
     for j, pattern in enumerate(patterns):
-        np.add.at(matrix[:, j], pattern, 1)
-    return matrix
+        table[j, :len(pattern)] = pattern
+    return table
 
 
-def _solve_integer_master(columns: np.ndarray, demand: np.ndarray, *,
-                          node_limit: int):
-    """Integer master: min sum z, columns @ z >= demand, z >= 0 integer.
+def _solve_integer_master(patterns: np.ndarray, demand: np.ndarray, *,
+                          node_limit: int, target: float | None = None):
+    """Integer master: fewest packs of `patterns` (plus the substitution
+    columns) that hold `demand`.
 
-    HiGHS branch-and-cut over a fixed set of patterns (which must include a
-    pattern per item, so that it is feasible). Returns the integer counts, or
-    None when HiGHS found no solution within `node_limit` branch-and-bound
-    nodes. A node limit, unlike a time limit, gives the same plan on a busy
-    machine as on an idle one.
+    HiGHS branch-and-cut; returns the integer number of packs per pattern,
+    or None when HiGHS found no solution within `node_limit`
+    branch-and-bound nodes. A node limit, unlike a time limit, gives the
+    same plan on a busy machine as on an idle one.
     """
+    num_items = demand.size
+    num_patterns = len(patterns)
+    rows = patterns.ravel()
+    cols = np.repeat(np.arange(num_patterns), patterns.shape[1])
+    real = rows < num_items
+    steps = np.arange(num_items - 1)
+    columns = scipy.sparse.coo_array(
+        (np.concatenate([np.ones(real.sum()), np.ones(steps.size), -np.ones(steps.size)]),
+         (np.concatenate([rows[real], steps, steps + 1]),
+          np.concatenate([cols[real], num_patterns + steps, num_patterns + steps]))),
+        shape=(num_items, num_patterns + steps.size)).tocsc()
+    cost = np.concatenate([np.ones(num_patterns), np.zeros(steps.size)])
     result = scipy.optimize.milp(
-        np.ones(columns.shape[1]),
-        constraints=scipy.optimize.LinearConstraint(
-            scipy.sparse.csc_array(columns.astype(np.float64)),
-            lb=demand.astype(np.float64), ub=np.inf),
-        integrality=np.ones(columns.shape[1]),
+        cost,
+        constraints=scipy.optimize.LinearConstraint(columns, lb=demand, ub=np.inf),
+        integrality=np.ones(cost.size),
         bounds=scipy.optimize.Bounds(0, np.inf),
-        options={"node_limit": node_limit, "time_limit": _INTEGER_SAFETY_SECONDS})
+        options={"node_limit": node_limit, "time_limit": _INTEGER_SAFETY_SECONDS,
+                 **({} if target is None else {"mip_rel_gap": 0.5 / (target + 1)})})
     if result.x is None:
         return None
     whole = np.rint(result.x).astype(np.int64)
     if (columns @ whole < demand).any():
         return None
-    return whole
+    return whole[:num_patterns]
 
 
-def solve_cutting_stock_lp(demand: np.ndarray, weights: np.ndarray, capacity: int,
-                           max_items: int, columns: np.ndarray, *,
-                           max_iterations: int = 1000,
-                           max_columns: int | None = None):
-    """Column generation for the cutting-stock LP relaxation.
+def _fill_packs(patterns: np.ndarray, counts: np.ndarray, item_lengths: np.ndarray,
+                demand: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
+    """The plan's strategies: sequences placed into the packs' slots.
 
-    Parameters
-    ----------
-    demand : [n] int, positive
-    weights : [n] int, the item lengths
-    capacity, max_items : int
-    columns : [n, m] int
-        Starting patterns; must make the LP feasible (e.g. one per item).
-
-    Returns
-    -------
-    columns : [n, m'] int
-        The starting patterns plus those generated.
-    x : [m'] float
-        Optimal LP solution over them.
-    lower_bound : float
-        A lower bound on the LP optimum over *all* patterns: the optimum
-        itself when column generation converged, else Farley's bound
-        (master value / largest pattern value).
-
-    Notes
-    -----
-    The master is kept small: past `max_columns` (default 4 n) patterns,
-    those unused by the current solution with the highest reduced cost are
-    dropped, which keeps each HiGHS solve fast; a dropped pattern comes back
-    if pricing finds it again.
+    `patterns` [g, width] (item indices padded with n) taken `counts` times
+    each. Sequences go longest first into a free slot at least as long:
+    first a slot of their own length, then the shortest longer one left free.
+    Where the packs of one pattern receive different sequences in a slot,
+    the pattern splits into several strategies. Slots left free are padding.
     """
-    if max_columns is None:
-        max_columns = 4 * demand.size + 64
-    for _ in range(max_iterations):
-        x, duals, value = _solve_master(columns, demand)
-        if columns.shape[1] > max_columns:
-            reduced_cost = 1.0 - duals @ columns
-            # Used patterns first, then the most attractive unused ones.
-            keep = np.lexsort((reduced_cost, x <= 0))[:max_columns // 2]
-            columns, x = columns[:, keep], x[keep]
-        known = {column.tobytes() for column in columns.T}
-        best_values, pattern_of = knapsack_best_patterns(
-            duals, weights, capacity, max_items)
-        improving = np.flatnonzero(best_values > 1 + _PRICING_TOLERANCE)
-        new_columns = []
-        for j in improving[np.argsort(-best_values[improving])]:
-            pattern = pattern_of(int(j))
-            if pattern.tobytes() not in known:
-                known.add(pattern.tobytes())
-                new_columns.append(pattern)
-        if not new_columns:
-            # Converged (to the duals' accuracy): the master value is the LP
-            # optimum, up to the pricing tolerance.
-            return columns, x, value / max(1.0, best_values.max())
-        columns = np.concatenate([columns, np.stack(new_columns, axis=1)], axis=1)
-    return columns, x, value / max(1.0, best_values.max())
+    num_items = item_lengths.size
+    group, slot = np.nonzero(patterns < num_items)
+    slot_item = patterns[group, slot]
+    order = np.lexsort((slot, group, -slot_item))  # longest slot first
+    group, slot, slot_item = group[order], slot[order], slot_item[order]
+    left = counts[group].astype(np.int64)
+    # contents[(g, s)] = list of (item or -1, number of packs)
+    contents: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    free_stack: list[int] = []  # slot entries with room left, longest at bottom
+    entry = 0
+    for item in range(num_items - 1, -1, -1):
+        # This length's own slots become available (they fit it and shorter).
+        start = entry
+        while entry < len(group) and slot_item[entry] == item:
+            entry += 1
+        wanted = int(demand[item])
+        for e in range(start, entry):  # own length first
+            if wanted == 0:
+                break
+            take = min(wanted, int(left[e]))
+            contents.setdefault((int(group[e]), int(slot[e])), []).append((item, take))
+            left[e] -= take
+            wanted -= take
+        while wanted > 0:  # then the shortest longer slot still free
+            if not free_stack:
+                raise AssertionError(f"no slot left for {wanted} sequences of "
+                                     f"length {item_lengths[item]}")
+            e = free_stack[-1]
+            take = min(wanted, int(left[e]))
+            contents.setdefault((int(group[e]), int(slot[e])), []).append((item, take))
+            left[e] -= take
+            wanted -= take
+            if left[e] == 0:
+                free_stack.pop()
+        free_stack.extend(e for e in range(entry - 1, start - 1, -1) if left[e] > 0)
+    strategies: list[tuple[tuple[int, ...], int]] = []
+    for g in range(len(patterns)):
+        slots = [contents.get((g, s), []) for s in range(patterns.shape[1])
+                 if patterns[g, s] < num_items]
+        # Cut the group's packs where any slot's contents change.
+        cuts = {0, int(counts[g])}
+        for filled in slots:
+            position = 0
+            for _, number in filled:
+                position += number
+                cuts.add(position)
+        cuts = sorted(cuts)
+        for lo, hi in zip(cuts[:-1], cuts[1:]):
+            lengths = []
+            for filled in slots:
+                position = 0
+                for item, number in filled:
+                    if position <= lo < position + number:
+                        lengths.append(int(item_lengths[item]))
+                        break
+                    position += number
+            if lengths:
+                strategies.append((tuple(sorted(lengths)), hi - lo))
+    return strategies
 
 
 def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
@@ -322,77 +579,168 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
     -------
     pairs : list of (strategy, count)
     lp_lower_bound : float
-        The LP optimum on the whole histogram (or a valid lower bound on it).
+        A lower bound on the number of packs: the LP optimum on the whole
+        histogram when column generation converged.
 
     Notes
     -----
     See the module docstring for the method. Time on the Wikipedia-512
-    histogram (16.3 M sequences) with D = 3: a few seconds, dominated by the
-    first LP; later LPs are small.
+    histogram (16.3 M sequences, 508 lengths) with D = 3: a few tenths of a
+    second.
     """
     histogram = np.asarray(histogram, dtype=np.int64)
     max_len = max_sequence_length
-    item_lengths = np.flatnonzero(histogram) + 1  # [n]
+    item_lengths = np.flatnonzero(histogram) + 1  # [n], increasing
     if item_lengths.size == 0:
         return [], 0.0
+    demand = histogram[item_lengths - 1]
+    num_items = item_lengths.size
+    # More items than the shortest length allows cannot fit in any pack.
+    width = int(min(max_sequences_per_pack, max_len // item_lengths[0]))
+    if width == 1:
+        return ([((int(length),), int(count)) for length, count
+                 in zip(item_lengths, demand)], float(demand.sum()))
+
     row_of_length = np.full(max_len + 1, -1)
-    row_of_length[item_lengths] = np.arange(item_lengths.size)
+    row_of_length[item_lengths] = np.arange(num_items)
+    strategies = [strategy for strategy in initial_strategies if len(strategy) <= width]
+    seeds = np.full((len(strategies), width), max_len + 1)
+    for row, strategy in enumerate(strategies):
+        seeds[row, :len(strategy)] = strategy
+    row_of_length = np.append(row_of_length, num_items)
+    seeds = np.sort(row_of_length[seeds], axis=1).astype(np.int32)
 
-    # Starting patterns over all items: one per length, every way of filling
-    # a row exactly with up to 3 of them (the LP optimum is mostly made of
-    # those, so column generation then needs few rounds), the heuristic's.
-    starting = [np.eye(item_lengths.size, dtype=np.int64),
-                exact_fill_patterns(item_lengths, max_len,
-                                    min(max_sequences_per_pack, 3))]
-    for strategy in initial_strategies:
-        column = np.zeros(item_lengths.size, dtype=np.int64)
-        for length in strategy:
-            column[row_of_length[length]] += 1
-        starting.append(column[:, None])
-    pool = np.concatenate(starting, axis=1)
-
-    remaining = histogram[item_lengths - 1].copy()
-    packs: list[tuple[np.ndarray, int]] = []  # (item counts, number of packs)
+    remaining = demand.copy()
+    chosen_patterns, chosen_counts = [], []
     lp_lower_bound = None
+    small = None  # the first residual small enough for the integer master
     while remaining.any():
-        active = remaining > 0
-        # The last solve's patterns, restricted to the items still wanted.
-        columns = pool[active]
-        columns = columns[:, columns.any(axis=0)]
-        columns, x, bound = solve_cutting_stock_lp(
-            remaining[active], item_lengths[active], max_len,
-            max_sequences_per_pack, columns, max_iterations=max_iterations)
-        whole = None
-        first_solve = lp_lower_bound is None
-        if first_solve:
+        # Each round solves the LP of the sequences still unplaced, over the
+        # lengths they have: a small model, started from the patterns the
+        # last round used (a warm re-solve of the whole model would pivot
+        # through hundreds of rows whose demand is now zero).
+        active = np.flatnonzero(remaining)
+        patterns, x, bound, duals = _solve_lp(item_lengths[active], remaining[active],
+                                              max_len, width,
+                                              _restrict(seeds, active, num_items),
+                                              max_iterations)
+        if lp_lower_bound is None:
             lp_lower_bound = bound
-        if remaining.sum() <= SMALL_PROBLEM_SEQUENCES:
-            # Few sequences left: if every possible pattern can be listed,
-            # the integer master over all of them is the exact problem.
-            every_pattern = enumerate_patterns(item_lengths[active], max_len,
-                                               max_sequences_per_pack,
-                                               ALL_PATTERNS_LIMIT)
-            if every_pattern is not None:
-                candidates = np.concatenate([columns, every_pattern], axis=1)
-                whole = _solve_integer_master(candidates, remaining[active],
-                                              node_limit=integer_node_limit)
-                if whole is not None:
-                    columns = candidates
-        if whole is None:
-            whole = np.floor(x + 1e-9).astype(np.int64)
-            if first_solve:
-                whole = np.maximum(whole - RESIDUAL_MARGIN, 0)
-            if not whole.any():
-                # Dive: one pack of each pattern used at least DIVE_THRESHOLD
-                # (at least of the most used one), then solve again.
+        if (small is None and remaining.sum() <= SMALL_PROBLEM_SEQUENCES
+                and active.size <= INTEGER_MASTER_ITEMS):
+            small = (len(chosen_counts), active, remaining[active], patterns, bound,
+                     duals)
+        whole = np.floor(x + 1e-9).astype(np.int64)
+        if len(chosen_counts) == 0:
+            whole = np.maximum(whole - RESIDUAL_MARGIN, 0)
+        if not whole.any():
+            # Dive: one pack of each pattern used at least DIVE_THRESHOLD
+            # (at least of the most used one), then solve again; one at a
+            # time once few sequences are left.
+            if remaining.sum() > SMALL_PROBLEM_SEQUENCES:
                 whole[x >= DIVE_THRESHOLD] = 1
-                whole[np.argmax(x)] = 1
-        pool = np.zeros((item_lengths.size, columns.shape[1]), dtype=np.int64)
-        pool[active] = columns
+            whole[_dive_pattern(patterns, x, remaining[active])] = 1
         used = np.flatnonzero(whole)
-        packs.extend((pool[:, j], int(whole[j])) for j in used)
-        remaining = np.maximum(remaining - pool[:, used] @ whole[used], 0)
+        taken = _to_items(patterns[used], active, num_items)
+        chosen_patterns.append(taken)
+        chosen_counts.append(whole[used])
+        seeds = _to_items(patterns[x > 0], active, num_items)
+        slots = np.zeros(num_items + 1, dtype=np.int64)
+        np.add.at(slots, taken, whole[used, None])
+        remaining = _unplaced(remaining, slots[:num_items])
 
-    pairs = [(tuple(np.repeat(item_lengths, column).tolist()), count)
-             for column, count in packs]
-    return strip_excess_sequences(pairs, histogram), lp_lower_bound
+    if small is not None:
+        # Diving ended above the bound: the integer master over the small
+        # residual may do better (for a small histogram, that residual is the
+        # whole problem, and the result optimal).
+        kept, active, residual, patterns, bound, duals = small
+        kept_packs = sum(int(counts.sum()) for counts in chosen_counts[:kept])
+        dived = sum(int(counts.sum()) for counts in chosen_counts) - kept_packs
+        if dived > np.ceil(bound - 1e-6):
+            whole, patterns = _integer_residual(item_lengths[active], residual, max_len,
+                                                width, patterns, bound, duals,
+                                                dived - 1, integer_node_limit)
+            if whole is not None:
+                used = np.flatnonzero(whole)
+                chosen_patterns[kept:] = [_to_items(patterns[used], active, num_items)]
+                chosen_counts[kept:] = [whole[used]]
+    pairs = _fill_packs(np.concatenate(chosen_patterns), np.concatenate(chosen_counts),
+                        item_lengths, demand)
+    return pairs, lp_lower_bound
+
+
+def _integer_residual(item_lengths, demand, capacity, width, patterns, bound, duals,
+                      most_packs, node_limit):
+    """At most `most_packs` packs for a small residual by the integer master,
+    or (None, None).
+
+    Its patterns are every maximal pattern of up to 3 items, the LP's, and
+    (more than 3 per pack) every pattern when they can be listed; with the
+    substitution columns, maximal patterns are enough for an exact optimum
+    (any pack is a maximal pattern whose slots hold sequences no longer than
+    themselves). Reduced-cost fixing then drops every pattern whose reduced
+    cost exceeds `most_packs` - LP, since a solution using it would have more
+    packs.
+    """
+    candidates = _integer_candidates(item_lengths, capacity, width, patterns)
+    cheap = 1 - pattern_values(candidates, duals) <= most_packs - bound + 1e-6
+    if cheap.sum() > INTEGER_MASTER_PATTERNS:
+        return None, None
+    whole = _solve_integer_master(candidates[cheap], demand, node_limit=node_limit,
+                                  target=np.ceil(bound - 1e-6))
+    if whole is None or whole.sum() > most_packs:
+        return None, None
+    return whole, candidates[cheap]
+
+
+def _integer_candidates(item_lengths, capacity, width, patterns):
+    """Patterns for the integer master of a small residual: every maximal
+    pattern of up to 3 items, the LP's, and (more than 3 per pack) every
+    pattern when they can be listed. With the substitution columns, maximal
+    patterns are enough for an exact optimum: any pack is a maximal pattern
+    whose slots hold sequences no longer than themselves."""
+    candidates = [maximal_patterns(item_lengths, capacity, width), patterns]
+    if width > 3:
+        every_pattern = enumerate_patterns(item_lengths, capacity, width,
+                                           ALL_PATTERNS_LIMIT)
+        if every_pattern is not None:
+            candidates.append(every_pattern)
+    num_items = item_lengths.size
+    return np.unique(np.concatenate([
+        np.pad(c, ((0, 0), (0, width - c.shape[1])), constant_values=num_items)
+        for c in candidates]), axis=0)
+
+
+def _dive_pattern(patterns: np.ndarray, x: np.ndarray, demand: np.ndarray) -> int:
+    """The pattern to take one pack of when diving: the most used one whose
+    slots would all receive a sequence, else the most used one.
+
+    Degenerate LP solutions often use a pattern half a time whose slots the
+    residual cannot fill (two slots of a length with one sequence left);
+    a pack of it would be mostly padding.
+    """
+    num_items = demand.size
+    for j in np.argsort(-x, kind="stable"):
+        if x[j] <= 0:
+            break
+        slots = np.bincount(patterns[j], minlength=num_items + 1)[:num_items]
+        if demand.sum() - _unplaced(demand, slots).sum() == slots.sum():
+            return int(j)
+    return int(np.argmax(x))
+
+
+def _to_items(patterns: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
+    """Patterns over a subset of items (indices into `items`, padded with
+    its size) as patterns over all `num_items` items."""
+    lookup = np.append(items, num_items)
+    return lookup[patterns].astype(np.int32)
+
+
+def _restrict(patterns: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
+    """Patterns over all items restricted to `items` (others dropped), as
+    indices into `items`, one of each, none empty."""
+    position = np.full(num_items + 1, items.size)
+    position[items] = np.arange(items.size)
+    restricted = np.sort(position[patterns], axis=1)
+    restricted = restricted[restricted[:, 0] < items.size]
+    return np.unique(restricted, axis=0) if len(restricted) else restricted

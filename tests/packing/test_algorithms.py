@@ -46,7 +46,9 @@ def test_optimal_reaches_the_bound_and_reports_it():
     assert plan.algorithm == "optimal"
     assert plan.num_packs == 4
     assert plan.token_lower_bound == 4
-    assert 3.25 <= plan.lp_lower_bound <= 4
+    # The LP optimum is 3.25; the bound is computed from the duals (h.y over
+    # the best pattern's value), which may round a hair below it.
+    assert plan.lp_lower_bound == pytest.approx(3.25, abs=1e-9)
     assert plan.lp_lower_bound_packs == 4
 
 
