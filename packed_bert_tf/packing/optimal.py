@@ -90,9 +90,15 @@ INTEGER_MASTER_PATTERNS = 150
 # 0.7 matches one-pack-at-a-time diving in quality (0 to 1 pack above the LP
 # bound on the paper's histograms) at a fraction of the rounds.
 DIVE_THRESHOLD = 0.7
+# Diving on a large residual takes this fraction of its LP value in packs a
+# round (patterns in order of use, each one the residual fills).
+DIVE_FRACTION = 0.05
 # Most patterns added to the master per round of pricing (the most
 # improving ones): fewer make more rounds, more make each solve slower.
 COLUMNS_PER_ROUND = 150
+# Past this many patterns per item the master drops the unused ones with the
+# highest reduced cost (a solve's cost grows with the columns it prices).
+MASTER_COLUMNS_PER_ITEM = 8
 # Elements per vectorised block when listing the table or running the
 # dynamic program (bounds their temporary memory to a few tens of MB).
 _BLOCK_ELEMENTS = 1 << 21
@@ -180,14 +186,11 @@ def maximal_patterns(item_lengths: np.ndarray, capacity: int,
             keep &= lengths[a] + next_length[b] + lengths[c] > capacity
             rows, cols = np.nonzero(keep)
             found.append(np.stack([a[rows, 0], cols, c[rows, cols]], axis=1))
-    table = np.concatenate([np.asarray(f, dtype=np.int32).reshape(-1, f.shape[1])
-                            if f.shape[1] == width else
-                            np.pad(f, ((0, 0), (0, width - f.shape[1])),
-                                   constant_values=num_items).astype(np.int32)
-                            for f in found if f.size], axis=0)
-    # A pattern can be found twice (a single that is also its own pair's
-    # end); keep one of each.
-    return np.unique(table, axis=0)
+    # Each pattern is found once: singles once, pairs by their first item,
+    # triples by their first two.
+    return np.concatenate([np.pad(f, ((0, 0), (0, width - f.shape[1])),
+                                  constant_values=num_items).astype(np.int32)
+                           for f in found], axis=0)
 
 
 def pattern_values(patterns: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -305,6 +308,20 @@ class _Master:
                            matrix.data.astype(np.float64))
         self.patterns = np.concatenate([self.patterns, patterns], axis=0)
 
+    def drop_unused(self, x: np.ndarray, duals: np.ndarray, keep: int):
+        """Deletes patterns unused by `x` with the highest reduced cost,
+        keeping `keep` patterns, so that each solve stays fast; a dropped
+        pattern comes back if pricing finds it again."""
+        reduced_cost = 1 - pattern_values(self.patterns[:len(x)], duals)
+        reduced_cost[x > 0] = -np.inf
+        drop = np.argsort(-reduced_cost, kind="stable")[:len(x) - keep]
+        drop = np.sort(drop[reduced_cost[drop] > _PRICING_TOLERANCE])
+        self.model.deleteCols(len(drop), (drop + self.num_substitutions).astype(np.int32))
+        kept = np.ones(len(self.patterns), dtype=bool)
+        kept[drop] = False
+        self.patterns = self.patterns[kept]
+        return len(drop)
+
     def set_demand(self, demand: np.ndarray):
         changed = np.flatnonzero(demand != self.demand)
         for row in changed:
@@ -338,6 +355,11 @@ class _Pricer:
         self.known: set[tuple[int, ...]] = set()
         self.columns_per_round = columns_per_round
 
+    def forget(self):
+        """Patterns may have left the master: offer every one again."""
+        self.in_master[:] = False
+        self.known.clear()
+
     def best_value(self, duals: np.ndarray) -> float:
         """The largest value of any pattern (exact for non-decreasing duals)."""
         best = pattern_values(self.table, duals).max()
@@ -364,7 +386,9 @@ class _Pricer:
             duals, self.item_lengths, self.capacity, self.max_items)
         found = []
         for j in np.argsort(-best_values):
-            if best_values[j] <= 1 + _PRICING_TOLERANCE or len(found) >= self.columns_per_round:
+            # Up to a pattern per item: each round of the dynamic program is
+            # dear, and its best patterns differ from item to item.
+            if best_values[j] <= 1 + _PRICING_TOLERANCE:
                 break
             pattern = tuple(pattern_of(int(j)))
             if len(pattern) > 3 and pattern not in self.known:
@@ -389,12 +413,17 @@ def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
                                np.full((num_items, width - 1), num_items,
                                        dtype=np.int32)], axis=1))
     master.add(seeds)
+    most_columns = max(MASTER_COLUMNS_PER_ITEM * num_items, 4000)
     for _ in range(max_iterations):
         x, duals, _ = master.solve()
         monotone = np.maximum.accumulate(duals)
         new = pricer.improving(monotone)
         if not len(new):
             break
+        if len(master.patterns) + len(new) > most_columns and \
+                master.drop_unused(x, monotone, most_columns // 2):
+            pricer.forget()
+            x, duals, _ = master.solve()  # the same optimum; keeps x aligned
         master.add(new)
     bound = float(demand @ monotone) / max(pricer.best_value(monotone), 1e-300)
     return master.patterns[:len(x)], x, bound, monotone
@@ -639,7 +668,11 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
             # time once few sequences are left.
             if remaining.sum() > SMALL_PROBLEM_SEQUENCES:
                 whole[x >= DIVE_THRESHOLD] = 1
-            whole[_dive_pattern(patterns, x, remaining[active])] = 1
+            # Degenerate LPs (many patterns a third or half used) would give
+            # one pack a round: take a few percent of the residual at once.
+            batch = 1 if remaining.sum() <= SMALL_PROBLEM_SEQUENCES else \
+                max(1, int(DIVE_FRACTION * x.sum()))
+            whole[_dive_patterns(patterns, x, remaining[active], batch)] = 1
         used = np.flatnonzero(whole)
         taken = _to_items(patterns[used], active, num_items)
         chosen_patterns.append(taken)
@@ -711,22 +744,27 @@ def _integer_candidates(item_lengths, capacity, width, patterns):
         for c in candidates]), axis=0)
 
 
-def _dive_pattern(patterns: np.ndarray, x: np.ndarray, demand: np.ndarray) -> int:
-    """The pattern to take one pack of when diving: the most used one whose
-    slots would all receive a sequence, else the most used one.
+def _dive_patterns(patterns: np.ndarray, x: np.ndarray, demand: np.ndarray,
+                   count: int) -> np.ndarray:
+    """Up to `count` patterns to take one pack of each when diving: the most
+    used ones whose slots would all receive a sequence (with those picked
+    before), else the most used one.
 
     Degenerate LP solutions often use a pattern half a time whose slots the
     residual cannot fill (two slots of a length with one sequence left);
     a pack of it would be mostly padding.
     """
     num_items = demand.size
+    picked = []
     for j in np.argsort(-x, kind="stable"):
-        if x[j] <= 0:
+        if x[j] <= 0 or len(picked) == count:
             break
         slots = np.bincount(patterns[j], minlength=num_items + 1)[:num_items]
-        if demand.sum() - _unplaced(demand, slots).sum() == slots.sum():
-            return int(j)
-    return int(np.argmax(x))
+        left = _unplaced(demand, slots)
+        if demand.sum() - left.sum() == slots.sum():
+            picked.append(j)
+            demand = left
+    return np.array(picked or [int(np.argmax(x))], dtype=np.int64)
 
 
 def _to_items(patterns: np.ndarray, items: np.ndarray, num_items: int) -> np.ndarray:
