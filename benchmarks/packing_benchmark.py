@@ -1,14 +1,21 @@
-r"""Packing benchmark: pack counts against the targets, and solve times.
+r"""Packing benchmark: pack counts and solve times against the targets.
 
     python benchmarks/packing_benchmark.py --write_markdown=BENCHMARKS.md
 
 Runs on the paper's histograms (``wikipedia_512``, ``squad_1_1_384``; see
-``packed_bert_tf.packing.histograms`` for where they are looked up), prints a
-table and, with --write_markdown, replaces this benchmark's section of that
-file. Times are wall-clock on whatever machine runs it; the ratio to NNLSHP,
-measured in the same run, is the figure to compare across machines.
+``packed_bert_tf.packing.histograms`` for where they are looked up), then on
+long-context histograms (2048 to 8192 tokens) synthesised from the document
+lengths of the builtin corpus (`histograms.split_documents`), each of those
+in a process of its own so that its peak memory is its own. Prints tables
+and, with --write_markdown, replaces this benchmark's sections of that file.
+Times are wall-clock (the fastest of --repeats) on whatever machine runs it;
+the ratio to NNLSHP, measured in the same run, is the figure to compare
+across machines.
 """
 
+import json
+import resource
+import subprocess
 import sys
 import time
 
@@ -21,21 +28,36 @@ from packed_bert_tf import packing
 
 FLAGS = flags.FLAGS
 define_write_markdown()
-flags.DEFINE_integer("repeats", 1, "Solve each case this many times; report the fastest.")
+flags.DEFINE_integer("repeats", 3, "Solve each case this many times; report the fastest.")
+flags.DEFINE_list("long_context_lengths", ["2048", "4096", "8192"],
+                  "max_sequence_length of the long-context cases (none: skip them).")
+flags.DEFINE_list("long_context_caps", ["3", "4"],
+                  "max_sequences_per_pack of the long-context cases.")
+flags.DEFINE_integer("long_context_documents", 1_000_000,
+                     "Documents drawn for each long-context histogram.")
+flags.DEFINE_string("long_context_case", None,
+                    "Internal: LENGTH,CAP of one long-context case to run and print "
+                    "as JSON (the script runs each case so, in a process of its own).")
 
-# (histogram, algorithm, cap, what the issue asks for, check on num_packs)
+# (histogram, algorithm, cap, what the issues ask for, check on (packs, seconds)).
+# Issue 14: Wikipedia cap 3 in 0.5 s, SQuAD in 0.2 s; caps 2 and 4 no worse
+# than before it (10,099,081 and 8,135,728 packs; 40,195 on SQuAD).
 CASES = [
-    ("wikipedia_512", "spfhp", None, "= 8,166,708 (reference)", lambda p: p == 8_166_708),
-    ("wikipedia_512", "lpfhp", 12, "= 8,149,619 (reference)", lambda p: p == 8_149_619),
+    ("wikipedia_512", "spfhp", None, "= 8,166,708 (reference)", lambda p, s: p == 8_166_708),
+    ("wikipedia_512", "lpfhp", 12, "= 8,149,619 (reference)", lambda p, s: p == 8_149_619),
     ("wikipedia_512", "nnlshp", 3, "8,155,059 +- 0.01 %",
-     lambda p: abs(p - 8_155_059) <= 0.0001 * 8_155_059),
-    ("wikipedia_512", "optimal", 2, "<= 10,099,100", lambda p: p <= 10_099_100),
-    ("wikipedia_512", "optimal", 3, "<= 8,144,700", lambda p: p <= 8_144_700),
-    ("wikipedia_512", "optimal", 4, "<= 8,136,600", lambda p: p <= 8_136_600),
+     lambda p, s: abs(p - 8_155_059) <= 0.0001 * 8_155_059),
+    ("wikipedia_512", "optimal", 2, "<= 10,099,081", lambda p, s: p <= 10_099_081),
+    ("wikipedia_512", "optimal", 3, "<= 8,143,900 in <= 0.5 s",
+     lambda p, s: p <= 8_143_900 and s <= 0.5),
+    ("wikipedia_512", "optimal", 4, "<= 8,135,728", lambda p, s: p <= 8_135_728),
     ("squad_1_1_384", "spfhp", 3, "", None),
     ("squad_1_1_384", "lpfhp", 3, "", None),
     ("squad_1_1_384", "nnlshp", 3, "", None),
-    ("squad_1_1_384", "optimal", 3, "<= 40,215", lambda p: p <= 40_215),
+    ("squad_1_1_384", "optimal", 2, "", None),
+    ("squad_1_1_384", "optimal", 3, "<= 40,200 in <= 0.2 s",
+     lambda p, s: p <= 40_200 and s <= 0.2),
+    ("squad_1_1_384", "optimal", 4, "<= 40,195", lambda p, s: p <= 40_195),
 ]
 
 
@@ -54,7 +76,8 @@ def run_cases(repeats: int):
         rows.append(dict(histogram=name, algorithm=algorithm,
                          cap="none" if cap is None else str(cap), plan=plan,
                          seconds=min(times), target=target,
-                         met="" if check is None else ("yes" if check(plan.num_packs) else "NO")))
+                         met="" if check is None else
+                         ("yes" if check(plan.num_packs, min(times)) else "NO")))
         print(f"{name:14} {algorithm:8} cap {rows[-1]['cap']:>4}: {plan.num_packs:,} packs, "
               f"{100 * plan.efficiency:.3f} %, {min(times):.2f} s  {rows[-1]['met']}",
               flush=True)
@@ -95,8 +118,82 @@ def markdown(rows, assignment) -> str:
     return "\n".join(lines)
 
 
+def peak_memory_mib() -> float:
+    """This process's peak resident set (VmHWM: unlike ru_maxrss, not
+    inherited from the parent across fork and exec)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def long_context_case(max_sequence_length: int, cap: int, num_documents: int) -> dict:
+    """One long-context plan, measured in this process (run in its own)."""
+    documents = packing.load_histogram("builtin_corpus_documents")
+    counts = packing.histograms.split_documents(documents.counts, max_sequence_length,
+                                                num_documents=num_documents, seed=0)
+    before = peak_memory_mib()
+    cpu = time.process_time()
+    plan = packing.pack_histogram(counts, max_sequence_length, cap, "optimal")
+    cpu = time.process_time() - cpu
+    return dict(length=max_sequence_length, cap=cap, sequences=int(counts.sum()),
+                lengths=int((counts > 0).sum()), packs=plan.num_packs,
+                bound=plan.lp_lower_bound, bound_packs=plan.lp_lower_bound_packs,
+                efficiency=plan.efficiency, wall=plan.solve_time_seconds, cpu=cpu,
+                rss_before_mib=before,
+                rss_peak_mib=peak_memory_mib())
+
+
+def run_long_context() -> list[dict]:
+    results = []
+    for length in FLAGS.long_context_lengths:
+        if length == "none":
+            return []
+        for cap in FLAGS.long_context_caps:
+            output = subprocess.run(
+                [sys.executable, __file__, f"--long_context_case={length},{cap}",
+                 f"--long_context_documents={FLAGS.long_context_documents}"],
+                check=True, capture_output=True, text=True).stdout
+            result = json.loads(output.strip().splitlines()[-1])
+            gap = 100 * (result["packs"] / result["bound"] - 1)
+            result["met"] = "yes" if gap <= 0.05 and result["rss_peak_mib"] <= 2048 else "NO"
+            print(f"S = {length}, cap {cap}: {result['sequences']:,} sequences, "
+                  f"{result['packs']:,} packs, {gap:.4f} % above the LP bound, "
+                  f"{result['wall']:.2f} s, peak {result['rss_peak_mib']:.0f} MiB "
+                  f"{result['met']}", flush=True)
+            results.append(result)
+    return results
+
+
+def long_context_markdown(results) -> str:
+    lines = [*section_header("Long contexts: the optimal plan at 2048 to 8192 tokens"),
+             f"Histograms synthesised by `packing.histograms.split_documents`: "
+             f"{FLAGS.long_context_documents:,} documents drawn from the token lengths of "
+             "the builtin corpus's 487 documents (`builtin_corpus_documents`, shipped "
+             "with the package; median 339 tokens, longest 8,506), each scaled by "
+             "exp(N(0, 0.25)), cut into sequences of at most S - 2 tokens plus [CLS] "
+             "and [SEP]. Each case runs in a process of its own; peak memory is that "
+             "process's peak resident set (Python, numpy and scipy included), the "
+             "issue's bound being 2 GiB.", "",
+             "| S | cap | sequences | lengths present | packs | LP bound | above bound % | "
+             "efficiency % | time s | CPU s | peak MiB | exact, <= 0.05 %, <= 2 GiB |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in results:
+        lines.append(
+            f"| {r['length']} | {r['cap']} | {r['sequences']:,} | {r['lengths']:,} | "
+            f"{r['packs']:,} | {r['bound']:,.2f} | "
+            f"{100 * (r['packs'] / r['bound'] - 1):.4f} | {100 * r['efficiency']:.3f} | "
+            f"{r['wall']:.2f} | {r['cpu']:.2f} | {r['rss_peak_mib']:.0f} | {r['met']} |")
+    return "\n".join(lines)
+
+
 def main(argv):
     del argv
+    if FLAGS.long_context_case:
+        length, cap = (int(v) for v in FLAGS.long_context_case.split(","))
+        print(json.dumps(long_context_case(length, cap, FLAGS.long_context_documents)))
+        return
     histograms, rows = run_cases(FLAGS.repeats)
     wiki_plan = next(r["plan"] for r in rows
                      if r["histogram"] == "wikipedia_512" and r["algorithm"] == "optimal"
@@ -105,8 +202,11 @@ def main(argv):
     print(f"assign_sequences: {wiki_plan.num_sequences:,} sequences in {seconds:.2f} s")
     publish_section("packing_benchmark",
                     markdown(rows, (seconds, packs, wiki_plan.num_sequences)))
-    if any(r["met"] == "NO" for r in rows):
-        sys.exit("some pack-count targets were missed")
+    long_context = run_long_context()
+    if long_context:
+        publish_section("packing_long_context", long_context_markdown(long_context))
+    if any(r["met"] == "NO" for r in rows + long_context):
+        sys.exit("some targets were missed")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ def test_the_built_package_carries_the_papers_histograms(tmp_path):
                    capture_output=True)
     shipped = sorted(p.name for p in
                      (tmp_path / "packed_bert_tf/packing/paper_histograms").iterdir())
-    assert shipped == ["squad_1_1_384.json", "wikipedia_512.json"]
+    assert shipped == ["builtin_corpus_documents.json", "squad_1_1_384.json",
+                       "wikipedia_512.json"]
     assert (tmp_path / "data_prep" / "pack_pretraining_data.py").is_file()
     assert pathlib.Path(tmp_path / "packed_bert_tf/packing/histograms.py").is_file()

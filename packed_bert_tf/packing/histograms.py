@@ -8,7 +8,10 @@ sequences of length ``i + 1``.
 Two histograms ship with the package (``paper_histograms/``), the ones the
 paper's tables are computed on: ``wikipedia_512`` (the Wikipedia BERT
 pre-training data at length 512) and ``squad_1_1_384`` (SQuAD 1.1 training
-features at length 384), as published with the paper's code. Users' own are
+features at length 384), as published with the paper's code. Beside them,
+``builtin_corpus_documents``: the token lengths of the builtin corpus's
+documents, untruncated, from which `split_documents` synthesises long-context
+histograms (made by ``benchmarks/document_lengths.py``). Users' own are
 found by name in the folders of `HISTOGRAM_DIR_ENV`, or read from a path.
 """
 
@@ -115,3 +118,38 @@ def load_histogram(path_or_name: str) -> LengthHistogram:
         name=name, counts=counts.astype(np.int64),
         max_sequence_length=int(max_sequence_length or counts.size),
         source=str(path))
+
+
+def split_documents(document_counts, max_sequence_length: int, *, num_documents: int,
+                    seed: int = 0, jitter: float = 0.25,
+                    special_tokens: int = 2) -> np.ndarray:
+    """Length histogram of documents cut into sequences, as long-context
+    pre-training cuts them (rather than truncate).
+
+    Draws `num_documents` document lengths from `document_counts`
+    (``document_counts[i]`` documents of ``i + 1`` tokens), each scaled by
+    exp(N(0, `jitter`)) so that a few hundred real documents give a smooth
+    long-tailed distribution, and cuts each into sequences of at most
+    ``max_sequence_length - special_tokens`` tokens, every sequence adding
+    `special_tokens` ([CLS] and [SEP]).
+
+    Returns ``counts`` of length `max_sequence_length`: ``counts[i]``
+    sequences of length ``i + 1``. Vectorised: O(`num_documents`).
+    """
+    document_counts = np.asarray(document_counts, dtype=np.int64)
+    room = max_sequence_length - special_tokens
+    if room < 1:
+        raise ValueError(f"max_sequence_length={max_sequence_length} leaves no room "
+                         f"beside {special_tokens} special tokens")
+    if document_counts.sum() == 0:
+        raise ValueError("document_counts holds no document")
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice(np.arange(1, document_counts.size + 1), size=num_documents,
+                         p=document_counts / document_counts.sum())
+    lengths = np.maximum(1, np.rint(lengths * np.exp(rng.normal(0.0, jitter, num_documents))))
+    lengths = lengths.astype(np.int64)
+    full, rest = np.divmod(lengths, room)
+    counts = np.bincount(rest[rest > 0] + special_tokens,
+                         minlength=max_sequence_length + 1)[1:]
+    counts[room + special_tokens - 1] += full.sum()
+    return counts

@@ -46,7 +46,8 @@ def test_bad_files_are_rejected_naming_the_file(tmp_path, content, message):
 def test_an_unknown_name_says_where_it_looked(tmp_path, monkeypatch):
     monkeypatch.setenv(histograms.HISTOGRAM_DIR_ENV, str(tmp_path))
     with pytest.raises(FileNotFoundError, match="neither a file nor a known name "
-                       r"\(squad_1_1_384, wikipedia_512; looked in") as error:
+                       r"\(builtin_corpus_documents, squad_1_1_384, wikipedia_512; "
+                       "looked in") as error:
         load_histogram("no_such_histogram")
     assert str(tmp_path) in str(error.value)
     assert histograms.HISTOGRAM_DIR_ENV in str(error.value)
@@ -72,3 +73,38 @@ def test_a_users_folder_comes_before_the_packaged_histograms(tmp_path, monkeypat
     (tmp_path / "wikipedia_512.json").write_text("[1, 2]")
     monkeypatch.setenv(histograms.HISTOGRAM_DIR_ENV, str(tmp_path))
     np.testing.assert_array_equal(load_histogram("wikipedia_512").counts, [1, 2])
+
+
+def test_the_builtin_corpus_document_lengths_ship_with_the_package():
+    documents = load_histogram("builtin_corpus_documents")
+    assert int(documents.counts.sum()) == 487
+    assert documents.max_sequence_length == documents.counts.size == 8506
+    assert (documents.counts * np.arange(1, 8507)).sum() == 393_100
+
+
+def test_split_documents_cuts_long_documents_into_full_sequences():
+    # One document length, 1000 tokens, no jitter: at S = 512 (510 tokens a
+    # sequence beside [CLS] and [SEP]) each becomes 510 + 490 tokens.
+    documents = np.zeros(1000, dtype=np.int64)
+    documents[999] = 1
+    counts = histograms.split_documents(documents, 512, num_documents=7, jitter=0.0)
+    assert counts.size == 512
+    assert counts[511] == 7 and counts[491] == 7 and counts.sum() == 14
+    short = histograms.split_documents(documents, 2048, num_documents=3, jitter=0.0)
+    assert short[1001] == 3 and short.sum() == 3
+
+
+def test_split_documents_is_deterministic_per_seed():
+    documents = load_histogram("builtin_corpus_documents").counts
+    first = histograms.split_documents(documents, 2048, num_documents=5000, seed=4)
+    np.testing.assert_array_equal(
+        first, histograms.split_documents(documents, 2048, num_documents=5000, seed=4))
+    assert not np.array_equal(
+        first, histograms.split_documents(documents, 2048, num_documents=5000, seed=5))
+    # Every token kept: the sequences hold the documents' tokens plus 2 each.
+    assert first.sum() >= 5000
+
+
+def test_split_documents_rejects_a_length_with_no_room():
+    with pytest.raises(ValueError, match="max_sequence_length=2 leaves no room"):
+        histograms.split_documents([1], 2, num_documents=1)

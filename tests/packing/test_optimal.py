@@ -1,0 +1,113 @@
+"""The optimal packer's parts against brute force, and long contexts."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packed_bert_tf.packing import histograms, optimal, pack_histogram
+
+
+def _all_patterns(lengths, capacity, max_items):
+    """Every multiset of at most `max_items` item indices within capacity."""
+    found = []
+    for size in range(1, max_items + 1):
+        for pattern in itertools.combinations_with_replacement(range(len(lengths)), size):
+            if sum(lengths[i] for i in pattern) <= capacity:
+                found.append(pattern)
+    return found
+
+
+def _is_maximal(pattern, lengths, capacity, max_items):
+    total = sum(lengths[i] for i in pattern)
+    if len(pattern) < max_items and total + lengths[0] <= capacity:
+        return False  # an item could be added
+    for position, item in enumerate(pattern):
+        if item + 1 < len(lengths) and total - lengths[item] + lengths[item + 1] <= capacity:
+            return False  # this item could be lengthened
+    return True
+
+
+_item_sets = st.integers(4, 40).flatmap(lambda capacity: st.tuples(
+    st.just(capacity),
+    st.lists(st.integers(1, capacity), min_size=1, max_size=12, unique=True).map(sorted),
+    st.integers(1, 3)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=_item_sets)
+def test_maximal_patterns_are_exactly_the_maximal_ones(case):
+    capacity, lengths, max_items = case
+    table = optimal.maximal_patterns(np.array(lengths), capacity, max_items)
+    found = [tuple(int(i) for i in row if i < len(lengths)) for row in table]
+    assert len(found) == len(set(found))  # each once
+    expected = {p for p in _all_patterns(lengths, capacity, max_items)
+                if _is_maximal(p, lengths, capacity, max_items)}
+    assert set(found) == expected
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=_item_sets, seed=st.integers(0, 1000))
+def test_the_best_pattern_is_maximal_for_increasing_values(case, seed):
+    # Why pricing may look only at the table: with non-decreasing values,
+    # no pattern beats the best maximal one.
+    capacity, lengths, max_items = case
+    values = np.sort(np.random.default_rng(seed).random(len(lengths)))
+    table = optimal.maximal_patterns(np.array(lengths), capacity, max_items)
+    best = max(sum(values[i] for i in p)
+               for p in _all_patterns(lengths, capacity, max_items))
+    assert optimal.pattern_values(table, values).max() == pytest.approx(best)
+
+
+@settings(max_examples=100, deadline=None)
+@given(case=_item_sets, extra_items=st.integers(1, 3), seed=st.integers(0, 1000))
+def test_knapsack_pricing_finds_each_items_best_pattern(case, extra_items, seed):
+    capacity, lengths, max_items = case
+    max_items += extra_items  # the dynamic program serves more than 3 per pack
+    values = np.random.default_rng(seed).random(len(lengths))
+    best_values, pattern_of = optimal.knapsack_pricing(values, np.array(lengths),
+                                                       capacity, max_items)
+    patterns = _all_patterns(lengths, capacity, max_items)
+    for item in range(len(lengths)):
+        best = max(sum(values[i] for i in p) for p in patterns if item in p)
+        assert best_values[item] == pytest.approx(best)
+        pattern = pattern_of(item)
+        assert item in pattern and len(pattern) <= max_items
+        assert sum(lengths[i] for i in pattern) <= capacity
+        assert sum(values[i] for i in pattern) == pytest.approx(best)
+
+
+@settings(max_examples=200, deadline=None)
+@given(demand=st.lists(st.integers(0, 5), min_size=1, max_size=10),
+       slots=st.lists(st.integers(0, 5), min_size=10, max_size=10))
+def test_unplaced_is_longest_first_into_any_slot_at_least_as_long(demand, slots):
+    demand = np.array(demand)
+    slots = np.array(slots[:demand.size])
+    free, left = 0, demand.copy()
+    for item in range(demand.size - 1, -1, -1):  # one item at a time
+        free += slots[item]
+        placed = min(free, demand[item])
+        free -= placed
+        left[item] -= placed
+    np.testing.assert_array_equal(optimal._unplaced(demand, slots), left)
+
+
+def test_a_residual_pack_a_half_used_pattern_cannot_fill_is_not_dived_into():
+    # Two items; the LP uses (0, 0) half a time for the one sequence of item
+    # 0 and (0, 1) less: diving must take the pack both sequences fill.
+    patterns = np.array([[0, 0], [0, 1]])
+    picked = optimal._dive_patterns(patterns, np.array([0.5, 0.4]), np.array([1, 1]), 1)
+    assert picked.tolist() == [1]
+
+
+@pytest.mark.parametrize("max_sequence_length, cap", [(2048, 3), (4096, 2), (1024, 4)])
+def test_long_contexts_pack_exactly_near_the_bound(max_sequence_length, cap):
+    documents = histograms.load_histogram("builtin_corpus_documents")
+    counts = histograms.split_documents(documents.counts, max_sequence_length,
+                                        num_documents=20_000, seed=1)
+    plan = pack_histogram(counts, max_sequence_length, cap, "optimal")
+    # PackingPlan has checked that every sequence is packed exactly once.
+    assert plan.num_sequences == counts.sum()
+    assert plan.lp_lower_bound <= plan.num_packs <= plan.lp_lower_bound * 1.0005 + 1
