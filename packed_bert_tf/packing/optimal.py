@@ -38,16 +38,20 @@ The fractional solution is then made integral. Whole packs are taken (the
 floor, less one pack of each pattern the first time, so that the residual is
 not too constrained); sequences are placed into the taken packs' slots (a
 slot holds a sequence no longer than itself, longest sequences first, which
-places as many as possible); the residual histogram becomes the master's
-demand and is solved again, warm, and rounded down again; once nothing is
-used a whole time, every pattern used at least 0.7 is rounded up to one pack
-(diving). When a few hundred sequences remain and every pattern of them can
-be listed, the integer master over all of them (HiGHS branch-and-bound)
-finishes the job exactly, which is why small histograms are packed
-optimally. Slots left without a sequence become padding. Cutting-stock LPs
-are famously tight (the integer optimum is almost always ceil(LP) or
-ceil(LP) + 1); on the paper's histograms the result is at most a few packs
-above the LP bound.
+places as many as possible); the sequences left form a residual histogram,
+whose LP is solved again in a model of its own (over its lengths only,
+started from the patterns the last round used) and rounded down again. Once
+nothing is used a whole time, diving takes one pack of each pattern used at
+least 0.7, or of a few percent of the residual's patterns in order of use,
+and one pack at a time once few sequences remain, always preferring patterns
+whose slots the residual fills (degenerate LPs use patterns half a time that
+it cannot). If diving ends above the bound, the first small residual (at most
+200 sequences of at most 40 lengths) goes to the integer master over every
+maximal pattern (HiGHS branch-and-bound), which with the substitution columns
+is the exact problem: so small histograms are packed optimally. Slots left
+without a sequence become padding. Cutting-stock LPs are famously tight (the
+integer optimum is almost always ceil(LP) or ceil(LP) + 1); on the paper's
+histograms the result is the LP bound rounded up.
 
 Cost: listing the table is O(n^2) for n distinct lengths (n <= S) and takes
 O(S^2 / 12) memory for D >= 3 (67 MB at S = 8192); a round of pricing is one
@@ -77,15 +81,18 @@ _INTEGER_SAFETY_SECONDS = 60.0
 # Packs of each pattern left to the residual after the first LP: a larger
 # residual gives the integer master room to do better.
 RESIDUAL_MARGIN = 1
-# Residuals this small go to the integer master when all their patterns can
-# be listed (at most ALL_PATTERNS_LIMIT of them).
+# Residuals of at most this many sequences are dived into one pack at a
+# time, and may go to the integer master.
 SMALL_PROBLEM_SEQUENCES = 200
-ALL_PATTERNS_LIMIT = 5_000
 # HiGHS' branch-and-cut spends about a millisecond per pattern at its root:
-# residuals with more lengths or patterns are finished by diving (which
-# reaches ceil(LP) on the paper's histograms too).
+# the integer master takes residuals of at most this many lengths and
+# (after reduced-cost fixing) patterns; larger ones are finished by diving,
+# which reaches ceil(LP) on the paper's histograms too.
 INTEGER_MASTER_ITEMS = 40
 INTEGER_MASTER_PATTERNS = 150
+# More than 3 sequences per pack: the integer master also gets every pattern
+# when there are at most this many.
+ALL_PATTERNS_LIMIT = 5_000
 # Diving rounds up every pattern the residual LP uses at least this much:
 # 0.7 matches one-pack-at-a-time diving in quality (0 to 1 pack above the LP
 # bound on the paper's histograms) at a fraction of the rounds.
@@ -369,8 +376,9 @@ class _Pricer:
         return float(best)
 
     def improving(self, duals: np.ndarray) -> np.ndarray:
-        """Up to `columns_per_round` new patterns of value above 1 (sorted by
-        value), or an empty array."""
+        """New patterns of value above 1, or an empty array: from the table,
+        the `columns_per_round` most valuable; from the dynamic program (only
+        when the table has none), the best pattern of each item."""
         values = pattern_values(self.table, duals)
         values[self.in_master] = -np.inf
         candidates = np.flatnonzero(values > 1 + _PRICING_TOLERANCE)
