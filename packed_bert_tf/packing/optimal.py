@@ -236,14 +236,16 @@ def knapsack_pricing(values: np.ndarray, item_lengths: np.ndarray, capacity: int
     block = max(1, _BLOCK_ELEMENTS // lengths.size)
     for _ in range(layers - 1):  # the item itself takes the last layer
         previous = best[-1]
+        # best[k - 1][r - length], -inf where r < length: a padded gather.
+        padded = np.concatenate([np.full(capacity, -np.inf), previous])
         value = np.empty(capacity + 1)
         item = np.empty(capacity + 1, dtype=np.int64)
         for start in range(0, capacity + 1, block):
             rows = room[start:start + block, None]
-            source = rows - lengths[None, :]
-            candidates = np.where(source >= 0, previous[source.clip(0)] + values, -np.inf)
-            item[start:start + block] = candidates.argmax(axis=1)
-            value[start:start + block] = candidates.max(axis=1)
+            candidates = padded[rows + (capacity - lengths)[None, :]] + values
+            chosen = candidates.argmax(axis=1)
+            item[start:start + block] = chosen
+            value[start:start + block] = candidates[np.arange(len(chosen)), chosen]
         take = value > previous + 1e-12
         if not take.any():
             break  # no further layer can improve either
@@ -405,7 +407,8 @@ class _Pricer:
         return np.array(found, dtype=np.int32).reshape(-1, self.max_items)
 
 
-def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
+def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations,
+              want_bound=True):
     """The cutting-stock LP of one histogram by column generation.
 
     Returns the master's patterns ([m, width] item indices padded with n),
@@ -433,7 +436,10 @@ def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
             pricer.forget()
             x, duals, _ = master.solve()  # the same optimum; keeps x aligned
         master.add(new)
-    bound = float(demand @ monotone) / max(pricer.best_value(monotone), 1e-300)
+    # The bound needs the best pattern's value: for more than 3 items per
+    # pack, one more round of the dynamic program, so only when asked for.
+    bound = (float(demand @ monotone) / max(pricer.best_value(monotone), 1e-300)
+             if want_bound else None)
     return master.patterns[:len(x)], x, bound, monotone
 
 
@@ -657,14 +663,15 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         # last round used (a warm re-solve of the whole model would pivot
         # through hundreds of rows whose demand is now zero).
         active = np.flatnonzero(remaining)
-        patterns, x, bound, duals = _solve_lp(item_lengths[active], remaining[active],
-                                              max_len, width,
-                                              _restrict(seeds, active, num_items),
-                                              max_iterations)
+        could_be_small = (small is None and remaining.sum() <= SMALL_PROBLEM_SEQUENCES
+                          and active.size <= INTEGER_MASTER_ITEMS)
+        patterns, x, bound, duals = _solve_lp(
+            item_lengths[active], remaining[active], max_len, width,
+            _restrict(seeds, active, num_items), max_iterations,
+            want_bound=lp_lower_bound is None or could_be_small)
         if lp_lower_bound is None:
             lp_lower_bound = bound
-        if (small is None and remaining.sum() <= SMALL_PROBLEM_SEQUENCES
-                and active.size <= INTEGER_MASTER_ITEMS):
+        if could_be_small:
             small = (len(chosen_counts), active, remaining[active], patterns, bound,
                      duals)
         whole = np.floor(x + 1e-9).astype(np.int64)
