@@ -336,8 +336,12 @@ def main(argv):
             logging.info("L=%d %s: packed/keras-hub %.4f, unpacked/keras-hub %.4f",
                          num_layers, row["clock"], row["packed"][0], row["unpacked"][0])
         results.append((num_layers, rows))
+    # One section per precision and dropout: peer_benchmark, peer_benchmark_bf16,
+    # peer_benchmark_dropout_0, ...
     section = "peer_benchmark" + ("" if FLAGS.mixed_precision == "none"
                                   else f"_{FLAGS.mixed_precision}")
+    if FLAGS.dropout != FLAGS["dropout"].default:
+        section += f"_dropout_{FLAGS.dropout:g}"
     publish_section(section, markdown(results, plan,
                                       int(tf.math.count_nonzero(packed["input_mask"])),
                                       int(arrays["input_mask"].sum())))
