@@ -30,5 +30,7 @@ setup(
         "apache-beam[tfrecord]",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"]},
+    extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"],
+                    # benchmarks/peer_benchmark.py: keras-hub's BERT beside ours.
+                    "keras-hub": ["keras-hub==0.32.0"]},
 )
