@@ -21,7 +21,7 @@ bytes wide, so a batch is laid out as one [N, W] byte matrix, each field in
 its own columns (each varint of an array in as many columns as its longest
 needs, rounded up to a two- or four-byte word), with a matching matrix that
 marks the bytes in use; one boolean compress of the matrix gives all the
-records, one after the other.
+records, one after the other (Arrow's filter kernel: `_select`).
 """
 
 from __future__ import annotations
@@ -190,7 +190,24 @@ def _concatenate_rows(fields: list[_Field], num_records: int):
         column += field.width
     offsets = np.zeros(num_records + 1, dtype=np.int64)
     np.cumsum(record_lengths, out=offsets[1:])
-    return data.reshape(-1)[used.reshape(-1)], offsets
+    return _select(data.reshape(-1), used.reshape(-1)), offsets
+
+
+def _select(data: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``data[mask]`` for a 1-D uint8 array and a boolean mask, by Arrow's
+    filter kernel (pyarrow comes with Apache Beam).
+
+    The masks here alternate every few bytes (one run per varint), where
+    numpy's boolean indexing pays per run: Arrow's bitmap filter is about 1.5x
+    faster on them, the largest single cost of encoding. Read-only result.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bits = np.packbits(mask, bitorder="little")
+    selection = pa.Array.from_buffers(pa.bool_(), mask.size, [None, pa.py_buffer(bits)])
+    return pc.filter(pa.array(data, type=pa.uint8()), selection).to_numpy(
+        zero_copy_only=False)
 
 
 def encode_examples(features: Mapping[str, np.ndarray],

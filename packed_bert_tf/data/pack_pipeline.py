@@ -341,7 +341,8 @@ def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
             for first in range(0, len(packs), WRITE_CHUNK_PACKS):
                 chunk = packs.take(np.arange(first, min(first + WRITE_CHUNK_PACKS,
                                                         len(packs))))
-                writer.write_arrays(pack_sequences(batch, chunk, job.packed_format))
+                writer.write_arrays(pack_sequences(batch, chunk, job.packed_format,
+                                                   compact=True))
     except tf.errors.OpError as error:  # a full disk, a folder gone, ...
         # TensorFlow's message names the file it wrote: "PATH.tmp-X; No space ..."
         reason = tfrecords.first_line(error.message)

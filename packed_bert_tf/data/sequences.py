@@ -81,13 +81,20 @@ class SequenceBatch:
         if bad.size:
             raise ValueError(f"{source}: record {first_record + bad[0]}: a masked-LM "
                              "position lies outside the sequence")
-        token_ids = np.asarray(arrays["input_ids"])[prefix]
+        input_ids = np.asarray(arrays["input_ids"])
         # Compact: BERT vocabularies fit 16 bits (this batch may travel).
-        narrow = token_ids.size and 0 <= token_ids.min() and token_ids.max() < 1 << 16
+        # Narrowed before the selection when every value fits (selecting
+        # 2-byte values is faster than 8-byte ones; the same result).
+        if input_ids.size and 0 <= input_ids.min() and input_ids.max() < 1 << 16:
+            token_ids = input_ids.astype(np.uint16)[prefix]
+        else:
+            token_ids = input_ids[prefix]
+            narrow = token_ids.size and 0 <= token_ids.min() and token_ids.max() < 1 << 16
+            token_ids = token_ids.astype(np.uint16 if narrow else np.int32)
         return cls(
             lengths=lengths,
-            token_ids=token_ids.astype(np.uint16 if narrow else np.int32),
-            segment_ids=np.asarray(arrays["segment_ids"])[prefix].astype(np.int8),
+            token_ids=token_ids,
+            segment_ids=np.asarray(arrays["segment_ids"]).astype(np.int8)[prefix],
             masked_counts=real_masked.sum(axis=1).astype(np.int32),
             masked_positions=positions[real_masked].astype(np.int16),
             masked_ids=np.asarray(arrays["masked_lm_ids"])[real_masked].astype(np.int32),
@@ -198,9 +205,15 @@ def masked_overflow_fix(lengths: np.ndarray, masked_counts: np.ndarray,
 
 
 def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
-                   record_format: RecordFormat) -> dict[str, np.ndarray]:
+                   record_format: RecordFormat, *, compact: bool = False
+                   ) -> dict[str, np.ndarray]:
     """Lays sequences out as packed records: name -> [num_packs, length] int32
     (masked_lm_weights float32).
+
+    With ``compact``, the four [num_packs, S] token features come in narrower
+    integer types that hold their values (input_ids in the batch's token
+    type, segment_ids int8, input_mask uint8, positions int16): the same
+    values, a quarter to half the memory for the encoder to read.
 
     Pack k holds ``batch.take(packs[k])`` in that order. Vectorised over all
     tokens; cost O(tokens + packs x S x D).
@@ -239,6 +252,12 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
 
     out = {name: np.zeros((num_packs, length), dtype=np.int32)
            for name, length in record_format.feature_lengths().items()}
+    if compact:
+        narrow = {"input_ids": batch.token_ids.dtype, "segment_ids": batch.segment_ids.dtype,
+                  "input_mask": np.uint8 if max_depth <= 0xFF else np.int32,
+                  "positions": np.int16 if max_len <= 1 << 15 else np.int32}
+        out.update({name: np.zeros((num_packs, max_len), dtype=dtype)
+                    for name, dtype in narrow.items()})
     out["masked_lm_weights"] = out["masked_lm_weights"].astype(np.float32)
 
     column = np.arange(max_len, dtype=np.int32)[None, :]

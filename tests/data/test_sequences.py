@@ -106,6 +106,44 @@ def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
         assert out[name].dtype == (np.float32 if name == "masked_lm_weights" else np.int32)
 
 
+@pytest.mark.parametrize("max_depth, vocab", [(3, 3000), (5, 30522), (3, 70_000)])
+def test_compact_layout_is_the_same_records(rng, max_depth, vocab):
+    from packed_bert_tf.data.example_encoding import encode_examples
+    from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
+
+    lengths = rng.integers(5, S + 1, 300)
+    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
+                                       max_predictions_per_seq=P, vocab_size=vocab, seed=6)
+    batch = SequenceBatch.from_unpacked_arrays(arrays)
+    assert batch.token_ids.dtype == (np.uint16 if vocab < 1 << 16 else np.int32)
+    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, max_depth),
+                             seed=4)
+    record_format = RecordFormat.packed(S, P * max_depth, max_depth)
+    wide = pack_sequences(batch, packs, record_format)
+    compact = pack_sequences(batch, packs, record_format, compact=True)
+    assert compact["input_mask"].dtype == np.uint8
+    assert compact["positions"].dtype == np.int16
+    for name in wide:
+        np.testing.assert_array_equal(compact[name], wide[name], err_msg=name)
+    encoded = [encode_examples(out, float_features=FLOAT_FEATURE_NAMES)
+               for out in (wide, compact)]
+    for ours, reference in zip(*encoded):
+        assert ours.tobytes() == reference.tobytes()
+
+
+@pytest.mark.parametrize("padding", [0, 70_000, -3])
+def test_token_ids_compacted_whatever_the_padding_holds(padding):
+    arrays, batch = _batch([6, 5, 12])
+    arrays = dict(arrays)
+    ids = arrays["input_ids"].astype(np.int64)
+    ids[arrays["input_mask"] == 0] = padding  # ignored: only real tokens are kept
+    arrays["input_ids"] = ids
+    again = SequenceBatch.from_unpacked_arrays(arrays)
+    assert again.token_ids.dtype == np.uint16
+    np.testing.assert_array_equal(again.token_ids, batch.token_ids)
+    np.testing.assert_array_equal(again.segment_ids, batch.segment_ids)
+
+
 def test_take_keeps_each_sequence_whole(rng):
     lengths = rng.integers(5, S + 1, 50)
     _, batch = _batch(lengths, seed=5)
