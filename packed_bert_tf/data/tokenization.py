@@ -11,7 +11,9 @@ run by the Rust `tokenizers` library:
 * ``BertPreTokenizer``: splits at white space and around every punctuation
   character;
 * ``WordPiece``: longest match first with ``##`` continuations; a word with no
-  complete split, or longer than 100 characters, becomes one ``[UNK]``.
+  complete split, or longer than 200 characters (BERT's
+  ``max_input_chars_per_word``; Hugging Face's ``BertTokenizer`` says 100),
+  becomes one ``[UNK]``.
 
 No special tokens are registered with the tokenizer, so text that reads
 ``[SEP]`` is split into ``[``, ``sep``, ``]`` like BERT's tokenizer does; the
@@ -34,8 +36,9 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 #: Prefix of WordPiece continuation pieces.
 CONTINUATION_PREFIX = "##"
-#: Words longer than this many characters become [UNK] (as in BERT).
-MAX_INPUT_CHARS_PER_WORD = 100
+#: Words longer than this many characters become [UNK] (as in google-research/bert's
+#: WordpieceTokenizer; Hugging Face's BertTokenizer uses 100).
+MAX_INPUT_CHARS_PER_WORD = 200
 
 
 def load_vocab(vocab_file: str) -> dict[str, int]:

@@ -32,7 +32,10 @@ def vocab_file(tmp_path):
     ("hello\x00\x07\tworld\u00a0.", ["hello", "world", "."]),  # control chars dropped
     ("日本", ["日", "[UNK]"]),                   # every CJK character is a word
     ("  ", []),
-    ("a" * 101, ["[UNK]"]),                   # words over 100 characters
+    ("a" * 201, ["[UNK]"]),                   # words over 200 characters
+    # 200 characters or fewer: split as any word (as google-research/bert).
+    ("unaff" + "able" * 36, ["un", "##aff"] + ["##able"] * 36),
+    ("unaff" + "able" * 49, ["[UNK]"]),       # 201 characters
 ])
 def test_uncased_tokenization(vocab_file, text, tokens):
     tokenizer = tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True)
