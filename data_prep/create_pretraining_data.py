@@ -30,14 +30,17 @@ any file and a file's last document run on into the next file when the file
 does not end with a blank line.
 
 Files are written under temporary names and renamed when all are complete, so
-a failed run leaves no file that looks finished. TensorFlow (for globs and
-TFRecords) is imported only after the flags and the vocabulary are checked, so
+a failed run leaves no file that looks finished. Local output files are
+written without TensorFlow (`local_tfrecords`: the same bytes, without
+TensorFlow's seconds of start-up); for other file systems (``gs://``, ...)
+TensorFlow is imported, after the flags and the vocabulary are checked, so
 mistakes there are reported at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import multiprocessing
 import os
 import random
@@ -49,7 +52,8 @@ import numpy as np
 from absl import app, flags, logging
 
 from data_prep import tool_output
-from packed_bert_tf.data import pretraining_instances, tokenization
+from packed_bert_tf.data import (file_patterns, local_tfrecords, pretraining_instances,
+                                  tokenization)
 
 #: Records serialised per batch.
 WRITE_BATCH_SIZE = 4096
@@ -142,20 +146,36 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     tokenizer = (tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
                  if vocab_file else None)
 
-    # TensorFlow takes seconds to import: only now that flags and vocabulary are good.
-    import tensorflow as tf
-    from packed_bert_tf.data import tfrecords
-    input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+    if all(map(local_tfrecords.is_local, output_files)):
+        # Local files need no TensorFlow (seconds of start-up).
+        input_files = file_patterns.expand_file_patterns(input_patterns, glob=glob.glob,
+                                                         flag="input_file")
+        folders = [path for path in input_files if os.path.isdir(path)]
+        if folders:
+            raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
+        megabytes = sum(os.path.getsize(path) for path in input_files) / 1e6
+        record_writer, write_errors = local_tfrecords.RecordWriter, ()
+        try:
+            for output_file in output_files:  # fail on an unwritable place before the work
+                os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
+        except OSError as error:
+            raise OSError(f"--output_file: {error.filename}: {error.strerror}") from None
+    else:
+        # TensorFlow takes seconds to import: only now that flags and vocabulary are good.
+        import tensorflow as tf
+        from packed_bert_tf.data import tfrecords
+        input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+        megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
+        record_writer, write_errors = tfrecords.RecordWriter, tf.errors.OpError
+        try:
+            for output_file in output_files:  # fail on an unwritable place before the work
+                tfrecords.make_parent_dirs(output_file)
+        except tf.errors.OpError as error:
+            raise OSError(f"--output_file: {error.message}") from None
     logging.info("*** Reading from %d input files ***", len(input_files))
     for input_file in input_files:
         logging.info("  %s", input_file)
-    megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
     report(f"reading {len(input_files)} input files ({megabytes:,.1f} MB) ...")
-    try:
-        for output_file in output_files:  # fail on an unwritable place before the work
-            tfrecords.make_parent_dirs(output_file)
-    except tf.errors.OpError as error:
-        raise OSError(f"--output_file: {error.message}") from None
     if tokenizer is None:
         vocab_file = os.path.join(os.path.dirname(output_files[0]), "vocab.txt")
         start = time.perf_counter()
@@ -205,13 +225,13 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             writers = []
             for output_file in output_files:
                 logging.info("  %s", output_file)
-                writers.append(stack.enter_context(tfrecords.RecordWriter(output_file)))
+                writers.append(stack.enter_context(record_writer(output_file)))
             for writer, part in zip(writers, pretraining_instances.split_round_robin(
                     arrays, len(output_files))):
                 for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
                     writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
                                          for name, values in part.items()})
-    except tf.errors.OpError as error:
+    except write_errors as error:
         raise OSError(f"--output_file: {error.message}") from None
     num_tokens = int(arrays["input_mask"].sum())
     return {"input_files": len(input_files),
