@@ -244,10 +244,14 @@ def shuffle(items: list, rng: random.Random) -> None:
     its time here (a shuffle of every candidate position of every instance).
     Tested equal to ``random.Random.shuffle``.
     """
+    num_items = len(items)
+    if num_items < 2:
+        return
     getrandbits = rng.getrandbits
-    bit_lengths = _BIT_LENGTHS if len(items) <= len(_BIT_LENGTHS) else None
-    for i in range(len(items) - 1, 0, -1):
-        bits = bit_lengths[i] if bit_lengths is not None else (i + 1).bit_length()
+    steps = range(num_items - 1, 0, -1)
+    bit_lengths = (_BIT_LENGTHS[num_items - 1:0:-1] if num_items <= len(_BIT_LENGTHS)
+                   else [(i + 1).bit_length() for i in steps])
+    for i, bits in zip(steps, bit_lengths):
         j = getrandbits(bits)
         while j > i:
             j = getrandbits(bits)
