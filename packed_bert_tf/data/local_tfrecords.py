@@ -56,19 +56,23 @@ class RecordWriter:
         self.path = path
         self._temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
         self._file = open(self._temporary, "wb")
+        self._headers: dict[int, bytes] = {}
         self.num_records = 0
 
     def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
         """Writes records ``buffer[offsets[i]:offsets[i + 1]]``."""
         data = buffer.tobytes()
         bounds = offsets.tolist()
-        pack_length, pack_crc = struct.Struct("<Q").pack, struct.Struct("<I").pack
+        pack_crc = struct.Struct("<I").pack
+        headers = self._headers
         parts = []
         for begin, end in zip(bounds[:-1], bounds[1:]):
-            length = pack_length(end - begin)
+            header = headers.get(end - begin)
+            if header is None:  # length and its CRC, the same for every equal length
+                length = struct.pack("<Q", end - begin)
+                header = headers[end - begin] = length + pack_crc(masked_crc32c(length))
             record = data[begin:end]
-            parts += (length, pack_crc(masked_crc32c(length)), record,
-                      pack_crc(masked_crc32c(record)))
+            parts += (header, record, pack_crc(masked_crc32c(record)))
         self._file.write(b"".join(parts))
         self.num_records += len(bounds) - 1
 

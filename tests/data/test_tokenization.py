@@ -150,3 +150,14 @@ def test_bad_training_input(tmp_path, lines, size, message):
     with pytest.raises(ValueError, match=message):
         tokenization.train_wordpiece_vocab(lines, size, str(tmp_path / "vocab.txt"))
     assert not list(tmp_path.iterdir())
+
+
+def test_batch_encoding_of_many_lines_equals_one_at_a_time(vocab_file):
+    tokenizer = tokenization.WordPieceTokenizer(vocab_file)
+    texts = ["Hello, world!", "", "unaffable cafés", " ", "xyz", "the [SEP]", "日本"] * 40
+    assert len(texts) > 2 * tokenization.LINES_PER_TEXT
+    assert tokenizer.encode_batch(texts) == [tokenizer.encode(t) for t in texts]
+    # Texts with line breaks are encoded one by one (a line break is white space).
+    assert tokenizer.encode_batch(["hello\nworld", "the"]) == [[5, 6], [19]]
+    assert tokenizer.encode("hello\nworld") == [5, 6]
+    assert tokenizer.encode_batch([]) == []
