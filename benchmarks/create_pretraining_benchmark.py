@@ -210,7 +210,9 @@ def main(argv):
         f"**{less_startup:.2f}x** less start-up. Same instances as the reference (one input "
         f"file, records read back and compared): {same['reference']}. "
         f"`--num_workers=2` on {FLAGS.num_files} files: the same bytes as one worker: "
-        f"{same['workers']}; wall time {workers_speedup:.2f}x shorter on this 2-core machine.",
+        f"{same['workers']}; wall time of 1 worker / 2 workers: {workers_speedup:.2f} "
+        "(2 cores, shared with other work while this ran; each spawned worker imports "
+        "numpy and `tokenizers` and sends its arrays back).",
         "",
         "What matches the reference, and what does not "
         "(`tests/data_prep/test_reference_bert_equivalence.py`): tokenization is "
