@@ -17,24 +17,43 @@ Input files hold one sentence per line and a blank line between documents
 Without ``--vocab_file``, ``--vocab_size`` trains a WordPiece vocabulary on
 the input and writes it as ``vocab.txt`` beside the first output file.
 
+Instances are made per input file, as the reference makes them for a run on
+that file alone: file i (in sorted glob order) with its own
+``random.Random(random_seed + i)``, its random next segments from its own
+documents, its instances shuffled by that generator. With several files, all
+files' instances are then put in one order by ``random.Random(random_seed)``
+(one file: its order, so a one-file run is the reference's, instance for
+instance). ``--num_workers`` processes make the files' instances in parallel;
+the output is the same bytes for any number of workers. Differences from the
+reference on several files: its one pool lets a random next segment come from
+any file and a file's last document run on into the next file when the file
+does not end with a blank line.
+
 Files are written under temporary names and renamed when all are complete, so
-a failed run leaves no file that looks finished. TensorFlow (for globs and
-TFRecords) is imported only after the flags and the vocabulary are checked, so
+a failed run leaves no file that looks finished. Local output files are
+written without TensorFlow (`local_tfrecords`: the same bytes, without
+TensorFlow's seconds of start-up); for other file systems (``gs://``, ...)
+TensorFlow is imported, after the flags and the vocabulary are checked, so
 mistakes there are reported at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import multiprocessing
 import os
+import random
 import sys
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
+import numpy as np
 from absl import app, flags, logging
 
 from data_prep import tool_output
-from packed_bert_tf.data import pretraining_instances, tokenization
+from packed_bert_tf.data import (file_patterns, local_tfrecords, pretraining_instances,
+                                  tokenization)
 
 #: Records serialised per batch.
 WRITE_BATCH_SIZE = 4096
@@ -85,6 +104,11 @@ def define_flags():
         "short_seq_prob", 0.1,
         "Probability of creating sequences which are shorter than the maximum "
         "length.")
+    flags.DEFINE_integer(
+        "num_workers", 1,
+        "Processes that make instances, input files split among them (at most one "
+        "per file). The output does not depend on it: input file i is always "
+        "seeded random_seed + i.")
     flags.mark_flags_as_required(["input_file", "output_file"])
 
 
@@ -93,11 +117,13 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
                             do_lower_case: bool, do_whole_word_mask: bool,
                             max_seq_length: int, max_predictions_per_seq: int,
                             masked_lm_prob: float, short_seq_prob: float,
-                            dupe_factor: int, random_seed: int,
+                            dupe_factor: int, random_seed: int, num_workers: int = 1,
                             report: Callable[[str], None] = logging.info) -> dict:
     """Reads, tokenizes, makes instances and writes them; returns a summary.
 
-    ``report`` gets a line when the long work starts (the tool prints it).
+    Instances are made per input file (seeded ``random_seed + index``), by
+    `num_workers` processes; see the module docstring. ``report`` gets a line
+    when the long work starts (the tool prints it).
 
     Raises ValueError or OSError naming the flag or file at fault; a failure
     leaves no output file behind (a trained vocabulary is complete when
@@ -107,6 +133,8 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
         masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
         dupe_factor=dupe_factor)
+    if num_workers < 1:
+        raise ValueError(f"--num_workers must be >= 1, got {num_workers}")
     if not output_files:
         raise ValueError("--output_file is empty")
     _check_distinct_files(output_files, flag="output_file")
@@ -118,28 +146,44 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     tokenizer = (tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
                  if vocab_file else None)
 
-    # TensorFlow takes seconds to import: only now that flags and vocabulary are good.
-    import tensorflow as tf
-    from packed_bert_tf.data import tfrecords
-    input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+    if all(map(local_tfrecords.is_local, output_files)):
+        # Local files need no TensorFlow (seconds of start-up).
+        input_files = file_patterns.expand_file_patterns(input_patterns, glob=glob.glob,
+                                                         flag="input_file")
+        folders = [path for path in input_files if os.path.isdir(path)]
+        if folders:
+            raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
+        megabytes = sum(os.path.getsize(path) for path in input_files) / 1e6
+        record_writer, write_errors = local_tfrecords.RecordWriter, ()
+        try:
+            for output_file in output_files:  # fail on an unwritable place before the work
+                os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
+        except OSError as error:
+            raise OSError(f"--output_file: {error.filename}: {error.strerror}") from None
+    else:
+        # TensorFlow takes seconds to import: only now that flags and vocabulary are good.
+        import tensorflow as tf
+        from packed_bert_tf.data import tfrecords
+        input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+        megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
+        record_writer, write_errors = tfrecords.RecordWriter, tf.errors.OpError
+        try:
+            for output_file in output_files:  # fail on an unwritable place before the work
+                tfrecords.make_parent_dirs(output_file)
+        except tf.errors.OpError as error:
+            raise OSError(f"--output_file: {error.message}") from None
     logging.info("*** Reading from %d input files ***", len(input_files))
     for input_file in input_files:
         logging.info("  %s", input_file)
-    megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
     report(f"reading {len(input_files)} input files ({megabytes:,.1f} MB) ...")
-    try:
-        for output_file in output_files:  # fail on an unwritable place before the work
-            tfrecords.make_parent_dirs(output_file)
-    except tf.errors.OpError as error:
-        raise OSError(f"--output_file: {error.message}") from None
-    text_documents = pretraining_instances.read_text_documents(input_files)
-
     if tokenizer is None:
         vocab_file = os.path.join(os.path.dirname(output_files[0]), "vocab.txt")
         start = time.perf_counter()
+        text_documents = pretraining_instances.read_text_documents(input_files)
         vocab = tokenization.train_wordpiece_vocab(
             [sentence for document in text_documents for sentence in document],
             vocab_size, vocab_file, do_lower_case=do_lower_case)
+        del text_documents
         logging.info("Trained a vocabulary of %d tokens in %.1f s: %s", len(vocab),
                      time.perf_counter() - start, vocab_file)
         if len(vocab) != vocab_size:
@@ -148,17 +192,29 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         tokenizer = tokenization.WordPieceTokenizer(vocab_file,
                                                     do_lower_case=do_lower_case)
 
-    documents = pretraining_instances.tokenize_documents(text_documents,
-                                                         tokenizer.encode_batch)
-    if not documents:
+    start = time.perf_counter()
+    tasks = [_FileTask(index, path, vocab_file, do_lower_case, random_seed + index,
+                       dict(max_seq_length=max_seq_length,
+                            max_predictions_per_seq=max_predictions_per_seq,
+                            masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
+                            dupe_factor=dupe_factor,
+                            do_whole_word_mask=do_whole_word_mask))
+             for index, path in enumerate(input_files)]
+    num_workers = min(num_workers, len(tasks))
+    if num_workers == 1:
+        results = [_instances_of_file(task) for task in tasks]
+    else:
+        # 'spawn': the workers start clean (this process has TensorFlow's
+        # threads, which 'fork' would copy half-way); they import no TensorFlow.
+        with multiprocessing.get_context("spawn").Pool(
+                num_workers, initializer=_start_worker) as pool:
+            results = pool.map(_instances_of_file, tasks, chunksize=1)
+    num_documents = sum(result.num_documents for result in results)
+    if not num_documents:
         raise ValueError(f"--input_file: no sentence of {', '.join(input_files)} has "
                          f"a token")
-    start = time.perf_counter()
-    arrays = pretraining_instances.create_training_instances(
-        documents, tokenizer.vocab, max_seq_length=max_seq_length,
-        max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
-        short_seq_prob=short_seq_prob, dupe_factor=dupe_factor, random_seed=random_seed,
-        do_whole_word_mask=do_whole_word_mask)
+    arrays = merge_file_instances([result.arrays for result in results if
+                                   result.arrays is not None], random_seed)
     seconds = time.perf_counter() - start
     num_instances = len(arrays["input_ids"])
     _log_instances(arrays, tokenizer)
@@ -169,18 +225,18 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             writers = []
             for output_file in output_files:
                 logging.info("  %s", output_file)
-                writers.append(stack.enter_context(tfrecords.RecordWriter(output_file)))
+                writers.append(stack.enter_context(record_writer(output_file)))
             for writer, part in zip(writers, pretraining_instances.split_round_robin(
                     arrays, len(output_files))):
                 for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
                     writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
                                          for name, values in part.items()})
-    except tf.errors.OpError as error:
+    except write_errors as error:
         raise OSError(f"--output_file: {error.message}") from None
     num_tokens = int(arrays["input_mask"].sum())
     return {"input_files": len(input_files),
-            "documents": len(documents),
-            "sentences": sum(len(document) for document in documents),
+            "documents": num_documents,
+            "sentences": sum(result.num_sentences for result in results),
             "instances": num_instances,
             "tokens": num_tokens,
             "mean_length": num_tokens / max(num_instances, 1),
@@ -189,6 +245,55 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             "instances_per_second": num_instances / max(seconds, 1e-9),
             "vocab_file": vocab_file,
             "output_files": output_files}
+
+
+class _FileTask(NamedTuple):
+    """What a worker needs to make one input file's instances."""
+    index: int
+    path: str
+    vocab_file: str
+    do_lower_case: bool
+    random_seed: int
+    options: dict
+
+
+class _FileInstances(NamedTuple):
+    """One input file's instances (None: no sentence has a token)."""
+    arrays: dict | None
+    num_documents: int
+    num_sentences: int
+
+
+def _start_worker() -> None:
+    """A worker tokenizes on its own core (`tokenizers` would use all of them)."""
+    os.environ["RAYON_NUM_THREADS"] = "1"
+
+
+def _instances_of_file(task: _FileTask) -> _FileInstances:
+    """Reads, tokenizes and makes the instances of one input file, as the
+    reference does for a run on that file alone with ``task.random_seed``."""
+    tokenizer = tokenization.WordPieceTokenizer(task.vocab_file,
+                                                do_lower_case=task.do_lower_case)
+    documents = pretraining_instances.tokenize_documents(
+        pretraining_instances.read_text_documents([task.path]), tokenizer.encode_batch)
+    if not documents:
+        return _FileInstances(None, 0, 0)
+    arrays = pretraining_instances.create_training_instances(
+        documents, tokenizer.vocab, random_seed=task.random_seed, **task.options)
+    return _FileInstances(arrays, len(documents),
+                          sum(len(document) for document in documents))
+
+
+def merge_file_instances(parts: list[dict], random_seed: int) -> dict:
+    """The instances of several files in one order: one part as it is; more
+    concatenated in file order, then shuffled by ``random.Random(random_seed)``
+    (stable across Python versions, unlike numpy's Generator streams)."""
+    if len(parts) == 1:
+        return parts[0]
+    order = list(range(sum(len(part["input_ids"]) for part in parts)))
+    random.Random(random_seed).shuffle(order)
+    return {name: np.concatenate([part[name] for part in parts])[order]
+            for name in parts[0]}
 
 
 def _check_distinct_files(paths: list[str], *, flag: str) -> None:
@@ -235,7 +340,7 @@ def main(argv):
             max_predictions_per_seq=options.max_predictions_per_seq,
             masked_lm_prob=options.masked_lm_prob,
             short_seq_prob=options.short_seq_prob, dupe_factor=options.dupe_factor,
-            random_seed=options.random_seed,
+            random_seed=options.random_seed, num_workers=options.num_workers,
             report=lambda line: print(line, flush=True))
     except (ValueError, OSError) as error:
         sys.exit(f"create_pretraining_data: {error}")

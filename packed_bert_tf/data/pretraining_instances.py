@@ -189,40 +189,73 @@ class _Masker:
         Returns the sorted masked positions and the original ids there.
         """
         num_tokens = len(tokens)
+        num_to_predict = min(self.max_predictions_per_seq,
+                             max(1, int(round(num_tokens * self.masked_lm_prob))))
         # Every position except [CLS] (0), the middle [SEP] and the last.
         if self.continuation_ids is None:
-            cand_indexes = [[i] for i in range(1, len_a + 1)]
-            cand_indexes.extend([i] for i in range(len_a + 2, num_tokens - 1))
+            # Candidates of one position each, none twice: the masked ones are
+            # the first num_to_predict after the shuffle.
+            candidates = list(range(1, len_a + 1))
+            candidates.extend(range(len_a + 2, num_tokens - 1))
+            shuffle(candidates, rng)
+            chosen = candidates[:num_to_predict]
         else:  # word pieces join the word before, as BERT's do_whole_word_mask
-            cand_indexes = []
+            cand_indexes: list[list[int]] = []
             continuation_ids = self.continuation_ids
             for i in (*range(1, len_a + 1), *range(len_a + 2, num_tokens - 1)):
                 if cand_indexes and tokens[i] in continuation_ids:
                     cand_indexes[-1].append(i)
                 else:
                     cand_indexes.append([i])
-        rng.shuffle(cand_indexes)
+            shuffle(cand_indexes, rng)
+            chosen = []
+            for index_set in cand_indexes:  # indexes are never covered twice here
+                if len(chosen) >= num_to_predict:
+                    break
+                if len(chosen) + len(index_set) <= num_to_predict:
+                    chosen.extend(index_set)
 
-        num_to_predict = min(self.max_predictions_per_seq,
-                             max(1, int(round(num_tokens * self.masked_lm_prob))))
-        masked: list[tuple[int, int]] = []
-        vocab_ids = self.vocab_ids
-        for index_set in cand_indexes:
-            if len(masked) >= num_to_predict:
-                break
-            if len(masked) + len(index_set) > num_to_predict:
-                continue
-            for index in index_set:  # indexes are never covered twice here
-                if rng.random() < 0.8:
-                    masked_token = self.mask_id
-                elif rng.random() < 0.5:
-                    masked_token = tokens[index]
-                else:
-                    masked_token = vocab_ids[rng.randint(0, len(vocab_ids) - 1)]
-                masked.append((index, tokens[index]))
-                tokens[index] = masked_token
-        masked.sort()
+        # BERT draws for each masked position in turn (the choice above draws
+        # nothing, so drawing afterwards gives the same numbers).
+        draw = rng.random
+        mask_id, vocab_ids = self.mask_id, self.vocab_ids
+        labels = []
+        for index in chosen:
+            labels.append(tokens[index])
+            if draw() < 0.8:
+                tokens[index] = mask_id
+            elif draw() >= 0.5:  # else kept
+                tokens[index] = vocab_ids[rng.randint(0, len(vocab_ids) - 1)]
+        masked = sorted(zip(chosen, labels))
         return [index for index, _ in masked], [label for _, label in masked]
+
+
+#: (i + 1).bit_length() for the shuffles of up to this many items by table.
+_BIT_LENGTHS = [(i + 1).bit_length() for i in range(4096)]
+
+
+def shuffle(items: list, rng: random.Random) -> None:
+    """``rng.shuffle(items)``, the same draws, about twice as fast.
+
+    CPython's Fisher-Yates written out: for i from the last index down to 1,
+    ``j = rng._randbelow(i + 1)`` (``getrandbits(k)`` of k = (i + 1).bit_length()
+    bits, drawn again while above i), then swap. Calling ``getrandbits``
+    directly saves a Python function call per item; masking spends most of
+    its time here (a shuffle of every candidate position of every instance).
+    Tested equal to ``random.Random.shuffle``.
+    """
+    num_items = len(items)
+    if num_items < 2:
+        return
+    getrandbits = rng.getrandbits
+    steps = range(num_items - 1, 0, -1)
+    bit_lengths = (_BIT_LENGTHS[num_items - 1:0:-1] if num_items <= len(_BIT_LENGTHS)
+                   else [(i + 1).bit_length() for i in steps])
+    for i, bits in zip(steps, bit_lengths):
+        j = getrandbits(bits)
+        while j > i:
+            j = getrandbits(bits)
+        items[i], items[j] = items[j], items[i]
 
 
 class _InstanceBuffer:
@@ -406,7 +439,8 @@ def create_training_instances(
     google-research/bert ``create_pretraining_data.py`` (Devlin et al. 2018),
     draw for draw; working on ids instead of strings changes nothing, since
     text never tokenizes to [CLS] or [SEP]. O(dupe_factor x tokens) Python
-    steps; about 10^4 instances per second at S = 128.
+    steps; about 25,000 instances per second at S = 128 (a shuffle of the
+    candidate positions per instance is half of it).
 
     Example
     -------
@@ -445,7 +479,7 @@ def create_training_instances(
         raise ValueError("no documents: every document is empty")
 
     rng = random.Random(random_seed)
-    rng.shuffle(all_documents)
+    shuffle(all_documents, rng)
     masker = _Masker(vocab, masked_lm_prob, max_predictions_per_seq, do_whole_word_mask)
     buffer = _InstanceBuffer()
     for _ in range(dupe_factor):
@@ -457,7 +491,7 @@ def create_training_instances(
     # BERT shuffles its list of instances; shuffling their indices draws the
     # same numbers and gives the same order.
     order = list(range(len(buffer)))
-    rng.shuffle(order)
+    shuffle(order, rng)
     return buffer.to_arrays(order, max_seq_length, max_predictions_per_seq)
 
 

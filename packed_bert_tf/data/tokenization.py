@@ -11,7 +11,9 @@ run by the Rust `tokenizers` library:
 * ``BertPreTokenizer``: splits at white space and around every punctuation
   character;
 * ``WordPiece``: longest match first with ``##`` continuations; a word with no
-  complete split, or longer than 100 characters, becomes one ``[UNK]``.
+  complete split, or longer than 200 characters (BERT's
+  ``max_input_chars_per_word``; Hugging Face's ``BertTokenizer`` says 100),
+  becomes one ``[UNK]``.
 
 No special tokens are registered with the tokenizer, so text that reads
 ``[SEP]`` is split into ``[``, ``sep``, ``]`` like BERT's tokenizer does; the
@@ -28,14 +30,21 @@ import collections
 import os
 from typing import Iterable, Sequence
 
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+import numpy as np
+from tokenizers import (AddedToken, Tokenizer, models, normalizers, pre_tokenizers,
+                        trainers)
 
 #: The special tokens every vocabulary needs, in the order a trained one has them.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+#: `WordPieceTokenizer.encode_batch` joins texts without one by this ...
+LINE_BREAK = "\n"
+#: ... this many at a time.
+LINES_PER_TEXT = 64
 #: Prefix of WordPiece continuation pieces.
 CONTINUATION_PREFIX = "##"
-#: Words longer than this many characters become [UNK] (as in BERT).
-MAX_INPUT_CHARS_PER_WORD = 100
+#: Words longer than this many characters become [UNK] (as in google-research/bert's
+#: WordpieceTokenizer; Hugging Face's BertTokenizer uses 100).
+MAX_INPUT_CHARS_PER_WORD = 200
 
 
 def load_vocab(vocab_file: str) -> dict[str, int]:
@@ -120,6 +129,14 @@ class WordPieceTokenizer:
         tokenizer.normalizer = _bert_normalizer(do_lower_case)
         tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         self._tokenizer = tokenizer
+        # For encode_batch: the same tokenizer with a line break as an added
+        # token, so that many lines are encoded as one text and split at its id.
+        self._lines_tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self._lines_tokenizer.add_special_tokens(
+            [AddedToken(LINE_BREAK, special=True, normalized=False)])
+        self._line_break_id = self._lines_tokenizer.token_to_id(LINE_BREAK)
+        if self._line_break_id in self._inverse:  # a vocabulary with holes
+            self._lines_tokenizer = None
 
     @property
     def vocab_size(self) -> int:
@@ -135,9 +152,29 @@ class WordPieceTokenizer:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """Ids of the word pieces of each text (batched, in Rust)."""
-        return [encoding.ids for encoding in
-                self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=False)]
+        """Ids of the word pieces of each text (batched, in Rust).
+
+        Texts without line breaks (sentences, say) are encoded
+        `LINES_PER_TEXT` at a time, joined by line breaks that the tokenizer
+        sees as an added token, and split at its id: the same ids (a line
+        break splits words as any white space does), a third less time than
+        an `Encoding` per text.
+        """
+        texts = list(texts)
+        if self._lines_tokenizer is None or any(LINE_BREAK in text for text in texts):
+            return [encoding.ids for encoding in
+                    self._tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+        joined = [LINE_BREAK.join(texts[start:start + LINES_PER_TEXT])
+                  for start in range(0, len(texts), LINES_PER_TEXT)]
+        line_break = self._line_break_id
+        ids: list[list[int]] = []
+        for encoding in self._lines_tokenizer.encode_batch_fast(joined,
+                                                               add_special_tokens=False):
+            pieces = np.array(encoding.ids, dtype=np.int64)
+            first, *rest = np.split(pieces, np.flatnonzero(pieces == line_break))
+            ids.append(first.tolist())
+            ids.extend(part[1:].tolist() for part in rest)  # each after a line break
+        return ids
 
     def convert_tokens_to_ids(self, tokens: Iterable[str]) -> list[int]:
         vocab = self.vocab

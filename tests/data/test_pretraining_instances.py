@@ -385,3 +385,13 @@ def test_split_round_robin():
 def test_docstring_examples():
     results = doctest.testmod(pretraining_instances)
     assert results.attempted > 0 and results.failed == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 5, 129, 4096, 4097, 10_000])
+def test_shuffle_is_random_shuffle_draw_for_draw(size):
+    ours, theirs = list(range(size)), list(range(size))
+    our_rng, their_rng = random.Random(size), random.Random(size)
+    pretraining_instances.shuffle(ours, our_rng)
+    their_rng.shuffle(theirs)
+    assert ours == theirs
+    assert our_rng.getstate() == their_rng.getstate()

@@ -32,7 +32,10 @@ def vocab_file(tmp_path):
     ("hello\x00\x07\tworld\u00a0.", ["hello", "world", "."]),  # control chars dropped
     ("日本", ["日", "[UNK]"]),                   # every CJK character is a word
     ("  ", []),
-    ("a" * 101, ["[UNK]"]),                   # words over 100 characters
+    ("a" * 201, ["[UNK]"]),                   # words over 200 characters
+    # 200 characters or fewer: split as any word (as google-research/bert).
+    ("unaff" + "able" * 36, ["un", "##aff"] + ["##able"] * 36),
+    ("unaff" + "able" * 49, ["[UNK]"]),       # 201 characters
 ])
 def test_uncased_tokenization(vocab_file, text, tokens):
     tokenizer = tokenization.WordPieceTokenizer(vocab_file, do_lower_case=True)
@@ -147,3 +150,14 @@ def test_bad_training_input(tmp_path, lines, size, message):
     with pytest.raises(ValueError, match=message):
         tokenization.train_wordpiece_vocab(lines, size, str(tmp_path / "vocab.txt"))
     assert not list(tmp_path.iterdir())
+
+
+def test_batch_encoding_of_many_lines_equals_one_at_a_time(vocab_file):
+    tokenizer = tokenization.WordPieceTokenizer(vocab_file)
+    texts = ["Hello, world!", "", "unaffable cafés", " ", "xyz", "the [SEP]", "日本"] * 40
+    assert len(texts) > 2 * tokenization.LINES_PER_TEXT
+    assert tokenizer.encode_batch(texts) == [tokenizer.encode(t) for t in texts]
+    # Texts with line breaks are encoded one by one (a line break is white space).
+    assert tokenizer.encode_batch(["hello\nworld", "the"]) == [[5, 6], [19]]
+    assert tokenizer.encode("hello\nworld") == [5, 6]
+    assert tokenizer.encode_batch([]) == []

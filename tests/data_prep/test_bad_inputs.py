@@ -70,6 +70,8 @@ def _cases(root):
          "/a.tfrecord as '{out}/a.tfrecord' and '{out}/./a.tfrecord'", None),
         ("create_pretraining_data", [*create, "--max_seq_length=4"],
          "max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP]", None),
+        ("create_pretraining_data", [*create, "--num_workers=0"],
+         "--num_workers must be >= 1, got 0", None),
         ("pack_pretraining_data", [*pack, "--max_seq_length=0"],
          "--max_seq_length must be >= 1, got 0", None),
         ("pack_pretraining_data", [*pack, "--max_predictions_per_seq=0"],

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.create_pretraining_data import create_pretraining_data
+from data_prep.create_pretraining_data import create_pretraining_data, merge_file_instances
 from packed_bert_tf.data import features, pretraining_instances, tfrecords, tokenization
 from tests.conftest import tool_command, tool_environment
 
@@ -109,13 +109,17 @@ def test_records_read_back_and_equal_the_library_output(runs, tmp_path):
     assert not [p for p in (root / "seed_1").iterdir() if ".tmp" in p.name]
     shards = [tfrecords.read_arrays(path, FORMAT) for path in files]
 
+    # Instances per input file, file i seeded random_seed + i, then merged in
+    # one seeded order.
     tokenizer = tokenization.WordPieceTokenizer(str(vocab))
-    documents = pretraining_instances.tokenize_documents(
-        pretraining_instances.read_text_documents([str(p) for p in inputs]),
-        tokenizer.encode_batch)
-    expected = pretraining_instances.create_training_instances(
+    per_file = [pretraining_instances.tokenize_documents(
+        pretraining_instances.read_text_documents([str(path)]), tokenizer.encode_batch)
+        for path in inputs]
+    expected = merge_file_instances([pretraining_instances.create_training_instances(
         documents, tokenizer.vocab, max_seq_length=64, max_predictions_per_seq=10,
-        masked_lm_prob=0.15, dupe_factor=3, random_seed=1)
+        masked_lm_prob=0.15, dupe_factor=3, random_seed=1 + index)
+        for index, documents in enumerate(per_file)], random_seed=1)
+    documents = [document for file_documents in per_file for document in file_documents]
     parts = pretraining_instances.split_round_robin(expected, 2)
     for shard, part, path in zip(shards, parts, files):
         assert list(shard) == list(features.UNPACKED_FEATURE_NAMES)
@@ -278,3 +282,30 @@ def test_whole_word_masking_and_cased_options_reach_the_library(corpus):
     assert len(arrays["input_ids"]) == summary["instances"] > 10
     # Cased: the capitalised first words of sentences are not in the vocabulary.
     assert (arrays["input_ids"] == 1).sum() > 0
+
+
+def test_the_output_is_the_same_bytes_for_any_number_of_workers(tmp_path):
+    (first, second), vocab = _write_corpus(tmp_path)
+    (tmp_path / "more").mkdir()
+    (third, fourth), _ = _write_corpus(tmp_path / "more", seed=1)
+    inputs = ",".join(map(str, (first, second, third, fourth)))
+    contents = {}
+    for num_workers in (1, 2, 3, 5):
+        outputs = [str(tmp_path / f"workers-{num_workers}" / f"shard-{i}.tfrecord")
+                   for i in range(3)]
+        summary = create_pretraining_data(
+            inputs, outputs, vocab_file=str(vocab), vocab_size=None, do_lower_case=True,
+            do_whole_word_mask=False, max_seq_length=64, max_predictions_per_seq=10,
+            masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, random_seed=3,
+            num_workers=num_workers)
+        assert summary["input_files"] == 4 and summary["documents"] == 100
+        contents[num_workers] = [open(path, "rb").read() for path in outputs]
+    assert all(len(data) > 1000 for data in contents[1])
+    assert contents[2] == contents[1] and contents[3] == contents[1]
+    assert contents[5] == contents[1]  # more workers than files: one per file
+
+
+def test_num_workers_below_one_is_named(corpus):
+    directory, inputs, vocab = corpus
+    with pytest.raises(ValueError, match="--num_workers must be >= 1, got 0"):
+        _create(inputs, str(directory / "out.tfrecord"), vocab_file=vocab, num_workers=0)

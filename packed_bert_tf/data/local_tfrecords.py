@@ -1,0 +1,101 @@
+"""TFRecord files on the local disk, written without TensorFlow.
+
+Importing TensorFlow costs seconds of CPU (about 3 to 4 s here), more than a
+tool that writes a few thousand records spends on them. A TFRecord file is a
+simple framing of each record::
+
+    uint64 length            little-endian
+    uint32 masked_crc32c(the 8 length bytes)
+    byte   data[length]
+    uint32 masked_crc32c(data)
+
+with ``masked_crc32c(x) = ((crc >> 15) | (crc << 17)) + 0xa282ead8`` (mod
+2**32) of the CRC-32C (Castagnoli). `RecordWriter` writes that with Python's
+files and `crcmod`'s C CRC (a dependency of ``apache-beam[tfrecord]``): the
+bytes of ``tf.io.TFRecordWriter`` (tested), about 5 us a record. It has the
+interface of `tfrecords.RecordWriter`: atomic (a temporary name renamed on
+`close`), batches of arrays encoded by `example_encoding.encode_examples`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import uuid
+from typing import Mapping
+
+import numpy as np
+from crcmod.predefined import mkPredefinedCrcFun
+
+from packed_bert_tf.data.example_encoding import encode_examples
+from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
+
+_crc32c = mkPredefinedCrcFun("crc-32c")
+_MASK_DELTA = 0xA282EAD8
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C of `data`."""
+    crc = _crc32c(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def is_local(path: str) -> bool:
+    """Whether a path is on the local disk (no ``scheme://``)."""
+    return "://" not in path
+
+
+class RecordWriter:
+    """Writes one TFRecord file on the local disk, atomically, without TensorFlow.
+
+    Records go to ``PATH.tmp-<random>``; `close` renames it to ``PATH``. Used
+    as a context manager, an exception deletes the temporary file instead.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        self._file = open(self._temporary, "wb")
+        self._headers: dict[int, bytes] = {}
+        self.num_records = 0
+
+    def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+        """Writes records ``buffer[offsets[i]:offsets[i + 1]]``."""
+        data = buffer.tobytes()
+        bounds = offsets.tolist()
+        pack_crc = struct.Struct("<I").pack
+        headers = self._headers
+        parts = []
+        for begin, end in zip(bounds[:-1], bounds[1:]):
+            header = headers.get(end - begin)
+            if header is None:  # length and its CRC, the same for every equal length
+                length = struct.pack("<Q", end - begin)
+                header = headers[end - begin] = length + pack_crc(masked_crc32c(length))
+            record = data[begin:end]
+            parts += (header, record, pack_crc(masked_crc32c(record)))
+        self._file.write(b"".join(parts))
+        self.num_records += len(bounds) - 1
+
+    def write_arrays(self, features: Mapping[str, np.ndarray]) -> None:
+        """Writes one record per row of the [N, K] arrays (weights as float)."""
+        self.write_serialized(*encode_examples(
+            features, float_features=FLOAT_FEATURE_NAMES & set(features)))
+
+    def close(self) -> None:
+        self._file.close()
+        os.replace(self._temporary, self.path)
+
+    def abort(self) -> None:
+        self._file.close()
+        if os.path.exists(self._temporary):
+            os.remove(self._temporary)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
