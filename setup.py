@@ -28,6 +28,7 @@ setup(
         "absl-py",
         "tokenizers",
         "apache-beam[tfrecord]",
+        "crcmod",  # TFRecord framing without TensorFlow (also needed by Beam's tfrecord)
         "matplotlib",
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"],
