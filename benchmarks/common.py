@@ -162,3 +162,19 @@ def replace_section(path: str, name: str, body: str) -> None:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def zero_packed_features(batch_size: int, sequence_length: int,
+                         max_sequences_per_pack: int, max_predictions: int) -> dict:
+    """Zeroed feature arrays of a packed pre-training batch, for a benchmark
+    to fill: int32 everywhere, float32 masked-LM weights."""
+    import numpy as np
+
+    B, S, D, M = batch_size, sequence_length, max_sequences_per_pack, max_predictions
+    features = {name: np.zeros(shape, np.int32) for name, shape in [
+        ("input_ids", (B, S)), ("input_mask", (B, S)), ("segment_ids", (B, S)),
+        ("positions", (B, S)), ("masked_lm_positions", (B, M)), ("masked_lm_ids", (B, M)),
+        ("next_sentence_positions", (B, D)), ("next_sentence_labels", (B, D)),
+        ("next_sentence_weights", (B, D))]}
+    features["masked_lm_weights"] = np.zeros((B, M), np.float32)
+    return features

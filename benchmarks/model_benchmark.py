@@ -27,7 +27,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from common import (MODEL_SIZE_FLAGS, define_model_size_flags, define_write_markdown,
-                    model_size, publish_section, section_header)  # benchmarks/, beside this script
+                    model_size, publish_section, section_header, zero_packed_features)  # benchmarks/, beside this script
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
@@ -50,12 +50,7 @@ def synthetic_packed_batch(rng, *, batch_size, sequence_length, max_sequences_pe
                            max_predictions, vocab_size):
     """A packed batch of random tokens: 1..D sequences per row filling most of S."""
     B, S, D, M = batch_size, sequence_length, max_sequences_per_pack, max_predictions
-    f = {name: np.zeros(shape, np.int32) for name, shape in [
-        ("input_ids", (B, S)), ("input_mask", (B, S)), ("segment_ids", (B, S)),
-        ("positions", (B, S)), ("masked_lm_positions", (B, M)), ("masked_lm_ids", (B, M)),
-        ("next_sentence_positions", (B, D)), ("next_sentence_labels", (B, D)),
-        ("next_sentence_weights", (B, D))]}
-    f["masked_lm_weights"] = np.zeros((B, M), np.float32)
+    f = zero_packed_features(B, S, D, M)
     for row in range(B):
         count = int(rng.integers(1, D + 1))
         cuts = np.sort(rng.choice(np.arange(8, S - 8), count - 1, replace=False))

@@ -43,7 +43,7 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from common import (define_model_size_flags, define_write_markdown, publish_section,
-                    section_header)  # benchmarks/, beside this script
+                    section_header, zero_packed_features)  # benchmarks/, beside this script
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
@@ -108,12 +108,7 @@ def packed_batch(plan, *, B, S, M, vocab_size, seed):
     D = plan.max_sequences_per_pack
     counts = np.asarray(plan.counts, np.float64)
     chosen = rng.choice(len(plan.strategies), size=B, p=counts / counts.sum())
-    f = {name: np.zeros(shape, np.int32) for name, shape in [
-        ("input_ids", (B, S)), ("input_mask", (B, S)), ("segment_ids", (B, S)),
-        ("positions", (B, S)), ("masked_lm_positions", (B, M)), ("masked_lm_ids", (B, M)),
-        ("next_sentence_positions", (B, D)), ("next_sentence_labels", (B, D)),
-        ("next_sentence_weights", (B, D))]}
-    f["masked_lm_weights"] = np.zeros((B, M), np.float32)
+    f = zero_packed_features(B, S, D, M)
     for row, strategy in enumerate(chosen):
         lengths = np.asarray(plan.strategies[strategy])
         sequences = unpacked_arrays(np.maximum(lengths, 5), max_seq_length=S,

@@ -45,19 +45,49 @@ def is_local(path: str) -> bool:
     return "://" not in path
 
 
-class RecordWriter:
-    """Writes one TFRecord file on the local disk, atomically, without TensorFlow.
-
-    Records go to ``PATH.tmp-<random>``; `close` renames it to ``PATH``. Used
-    as a context manager, an exception deletes the temporary file instead.
-    """
+class AtomicRecordWriter:
+    """What every TFRecord writer here shares: records go to
+    ``PATH.tmp-<random>``, `close` renames it to ``PATH``; used as a context
+    manager, an exception deletes the temporary file instead. Subclasses
+    write (`write_serialized`), `close` and `abort`."""
 
     def __init__(self, path: str):
         self.path = path
         self._temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        self.num_records = 0
+
+    def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def abort(self) -> None:
+        raise NotImplementedError
+
+    def write_arrays(self, features: Mapping[str, np.ndarray]) -> None:
+        """Writes one record per row of the [N, K] arrays (weights as float)."""
+        self.write_serialized(*encode_examples(
+            features, float_features=FLOAT_FEATURE_NAMES & set(features)))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+class RecordWriter(AtomicRecordWriter):
+    """Writes one TFRecord file on the local disk, atomically, without TensorFlow."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
         self._file = open(self._temporary, "wb")
         self._headers: dict[int, bytes] = {}
-        self.num_records = 0
 
     def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
         """Writes records ``buffer[offsets[i]:offsets[i + 1]]``."""
@@ -76,11 +106,6 @@ class RecordWriter:
         self._file.write(b"".join(parts))
         self.num_records += len(bounds) - 1
 
-    def write_arrays(self, features: Mapping[str, np.ndarray]) -> None:
-        """Writes one record per row of the [N, K] arrays (weights as float)."""
-        self.write_serialized(*encode_examples(
-            features, float_features=FLOAT_FEATURE_NAMES & set(features)))
-
     def close(self) -> None:
         self._file.close()
         os.replace(self._temporary, self.path)
@@ -89,13 +114,3 @@ class RecordWriter:
         self._file.close()
         if os.path.exists(self._temporary):
             os.remove(self._temporary)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, traceback):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False

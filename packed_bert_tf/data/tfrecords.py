@@ -10,15 +10,14 @@ where one is at fault, the record index.
 from __future__ import annotations
 
 import os
-import uuid
 from typing import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.data import file_patterns
-from packed_bert_tf.data.example_encoding import encode_examples
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
+from packed_bert_tf.data.local_tfrecords import AtomicRecordWriter
 
 
 class RecordError(ValueError):
@@ -158,8 +157,8 @@ def read_arrays(path: str, record_format: RecordFormat, *,
     return {name: np.concatenate(chunks) for name, chunks in parts.items()}
 
 
-class RecordWriter:
-    """Writes one TFRecord file, atomically.
+class RecordWriter(AtomicRecordWriter):
+    """Writes one TFRecord file, atomically, anywhere `tf.io.gfile` writes.
 
     Records go to ``PATH.tmp-<random>``; `close` renames it to ``PATH``. Used as a
     context manager, an exception deletes the temporary file instead.
@@ -169,10 +168,8 @@ class RecordWriter:
     """
 
     def __init__(self, path: str):
-        self.path = path
-        self._temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        super().__init__(path)
         self._writer = tf.io.TFRecordWriter(self._temporary)
-        self.num_records = 0
 
     def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
         """Writes records ``buffer[offsets[i]:offsets[i + 1]]``."""
@@ -183,11 +180,6 @@ class RecordWriter:
             write(data[begin:end])
         self.num_records += len(bounds) - 1
 
-    def write_arrays(self, features: Mapping[str, np.ndarray]) -> None:
-        """Writes one record per row of the [N, K] arrays (weights as float)."""
-        self.write_serialized(*encode_examples(
-            features, float_features=FLOAT_FEATURE_NAMES & set(features)))
-
     def close(self) -> None:
         self._writer.close()
         tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
@@ -196,16 +188,6 @@ class RecordWriter:
         self._writer.close()
         if tf.io.gfile.exists(self._temporary):
             tf.io.gfile.remove(self._temporary)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, traceback):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
 
 def write_arrays(path: str, features: Mapping[str, np.ndarray], *,
