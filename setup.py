@@ -29,6 +29,7 @@ setup(
         "tokenizers",
         "apache-beam[tfrecord]",
         "crcmod",  # TFRecord framing without TensorFlow (also needed by Beam's tfrecord)
+        "pyarrow",  # the record encoder's filter kernel (Beam depends on it too)
         "matplotlib",
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"],
