@@ -281,10 +281,10 @@ class _Master:
         self.num_items = demand.size
         self.width = width
         self.model = _highs_model()
-        self.demand = demand.astype(np.float64)
         n = self.num_items
         empty_i, empty_f = np.zeros(0, dtype=np.int32), np.zeros(0)
-        self.model.addRows(n, self.demand, np.full(n, np.inf), 0, empty_i, empty_i,
+        self.model.addRows(n, demand.astype(np.float64), np.full(n, np.inf), 0,
+                           empty_i, empty_i,
                            empty_f)
         if n > 1:
             starts = np.arange(0, 2 * (n - 1), 2, dtype=np.int32)
@@ -310,7 +310,8 @@ class _Master:
             (np.ones(real.sum()), (rows[real], cols[real])),
             shape=(self.num_items, m)).tocsc()
         matrix.sum_duplicates()
-        self.model.setOptionValue("simplex_strategy", 4)  # primal: still feasible
+        # Primal simplex: the last basis stays feasible when columns are added.
+        self.model.setOptionValue("simplex_strategy", 4)
         self.model.addCols(m, np.ones(m), np.zeros(m), np.full(m, np.inf),
                            matrix.nnz, matrix.indptr[:-1].astype(np.int32),
                            matrix.indices.astype(np.int32),
@@ -320,7 +321,9 @@ class _Master:
     def drop_unused(self, x: np.ndarray, duals: np.ndarray, keep: int):
         """Deletes patterns unused by `x` with the highest reduced cost,
         keeping `keep` patterns, so that each solve stays fast; a dropped
-        pattern comes back if pricing finds it again."""
+        pattern comes back if pricing finds it again. Returns the mask of the
+        patterns kept (the dropped ones are unused: x restricted to it is
+        the same solution)."""
         reduced_cost = 1 - pattern_values(self.patterns[:len(x)], duals)
         reduced_cost[x > 0] = -np.inf
         drop = np.argsort(-reduced_cost, kind="stable")[:len(x) - keep]
@@ -329,14 +332,7 @@ class _Master:
         kept = np.ones(len(self.patterns), dtype=bool)
         kept[drop] = False
         self.patterns = self.patterns[kept]
-        return len(drop)
-
-    def set_demand(self, demand: np.ndarray):
-        changed = np.flatnonzero(demand != self.demand)
-        for row in changed:
-            self.model.changeRowBounds(int(row), float(demand[row]), np.inf)
-        self.demand = demand.astype(np.float64)
-        self.model.setOptionValue("simplex_strategy", 1)  # dual: still optimal
+        return kept
 
     def solve(self):
         """Returns (x over patterns, duals y >= 0, objective value)."""
@@ -363,6 +359,7 @@ class _Pricer:
         self.in_master = np.zeros(len(self.table), dtype=bool)
         self.known: set[tuple[int, ...]] = set()
         self.columns_per_round = columns_per_round
+        self._priced = None  # (duals, best pattern value) of the last pricing
 
     def forget(self):
         """Patterns may have left the master: offer every one again."""
@@ -370,7 +367,10 @@ class _Pricer:
         self.known.clear()
 
     def best_value(self, duals: np.ndarray) -> float:
-        """The largest value of any pattern (exact for non-decreasing duals)."""
+        """The largest value of any pattern (exact for non-decreasing duals);
+        from the last `improving` call when it priced these duals."""
+        if self._priced is not None and np.array_equal(self._priced[0], duals):
+            return self._priced[1]
         best = pattern_values(self.table, duals).max()
         if self.max_items > 3:
             best = max(best, knapsack_pricing(duals, self.item_lengths, self.capacity,
@@ -382,6 +382,8 @@ class _Pricer:
         the `columns_per_round` most valuable; from the dynamic program (only
         when the table has none), the best pattern of each item."""
         values = pattern_values(self.table, duals)
+        self._priced = None
+        best = values.max()
         values[self.in_master] = -np.inf
         candidates = np.flatnonzero(values > 1 + _PRICING_TOLERANCE)
         if candidates.size:
@@ -391,9 +393,11 @@ class _Pricer:
             self.in_master[candidates] = True
             return self.table[candidates]
         if self.max_items <= 3:
+            self._priced = (duals, float(best))
             return self.table[:0]
         best_values, pattern_of = knapsack_pricing(
             duals, self.item_lengths, self.capacity, self.max_items)
+        self._priced = (duals, float(max(best, best_values.max())))
         found = []
         for j in np.argsort(-best_values):
             # Up to a pattern per item: each round of the dynamic program is
@@ -431,10 +435,10 @@ def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations,
         new = pricer.improving(monotone)
         if not len(new):
             break
-        if len(master.patterns) + len(new) > most_columns and \
-                master.drop_unused(x, monotone, most_columns // 2):
+        if len(master.patterns) + len(new) > most_columns:
+            kept = master.drop_unused(x, monotone, most_columns // 2)
+            x = x[kept]
             pricer.forget()
-            x, duals, _ = master.solve()  # the same optimum; keeps x aligned
         master.add(new)
     # The bound needs the best pattern's value: for more than 3 items per
     # pack, one more round of the dynamic program, so only when asked for.
@@ -644,13 +648,13 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         return ([((int(length),), int(count)) for length, count
                  in zip(item_lengths, demand)], float(demand.sum()))
 
-    row_of_length = np.full(max_len + 1, -1)
+    # Item index of each length; max_len + 1 pads a strategy (no item).
+    row_of_length = np.full(max_len + 2, num_items)
     row_of_length[item_lengths] = np.arange(num_items)
     strategies = [strategy for strategy in initial_strategies if len(strategy) <= width]
     seeds = np.full((len(strategies), width), max_len + 1)
     for row, strategy in enumerate(strategies):
         seeds[row, :len(strategy)] = strategy
-    row_of_length = np.append(row_of_length, num_items)
     seeds = np.sort(row_of_length[seeds], axis=1).astype(np.int32)
 
     remaining = demand.copy()

@@ -101,8 +101,8 @@ def test_split_documents_is_deterministic_per_seed():
         first, histograms.split_documents(documents, 2048, num_documents=5000, seed=4))
     assert not np.array_equal(
         first, histograms.split_documents(documents, 2048, num_documents=5000, seed=5))
-    # Every token kept: the sequences hold the documents' tokens plus 2 each.
-    assert first.sum() >= 5000
+    # At least one sequence per document (long ones make several).
+    assert first.sum() > 5000
 
 
 def test_split_documents_rejects_a_length_with_no_room():
