@@ -320,8 +320,9 @@ def test_label_ids_and_names():
         glue.GlueTask("bad", ("0",), ("pearson",), True)
 
 
-def test_reading_glue_never_imports_tensorflow():
-    code = ("import sys, packed_bert_tf.classification.glue; "
+def test_glue_and_metrics_never_import_tensorflow():
+    code = ("import sys, packed_bert_tf.classification.glue, "
+            "packed_bert_tf.classification.metrics; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'keras')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
