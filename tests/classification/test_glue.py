@@ -304,7 +304,8 @@ def test_label_ids_and_names():
     assert mnli.label_name(2) == "neutral"
     assert sts.label_id("3.800") == 3.8
     assert sts.label_name(np.float32(3.14159)) == "3.142"
-    assert sts.label_name(-0.0004) == "-0.000"
+    assert sts.label_name(-0.0004) == "0.000"
+    assert sts.label_name(-0.0006) == "-0.001"
     with pytest.raises(ValueError, match="label 'Neutral' is not one of mnli's labels "
                                          "'contradiction', 'entailment', 'neutral'"):
         mnli.label_id("Neutral")
