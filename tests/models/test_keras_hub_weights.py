@@ -3,6 +3,7 @@
 import builtins
 import dataclasses
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -158,6 +159,33 @@ def test_squad_model_loads_the_backbone_and_reports_the_pooler_unused(backbone, 
                       f"sequence {u.row}")
 
 
+def test_a_preset_fine_tunes_packed(keras_hub, backbone, batches, tmp_path):
+    """The documented flow on a preset saved here (``from_preset`` reads a local
+    directory the same way it reads a downloaded one): convert, then one packed
+    training step that changes the loaded encoder."""
+    (packed, _), (unpacked, placements) = batches
+    backbone.save_to_preset(str(tmp_path / "preset"))
+    preset = keras_hub.models.BertBackbone.from_preset(str(tmp_path / "preset"))
+    model = BertPretrainingModel(bert_config_from_keras_hub(preset), packed=True)
+    load_keras_hub_backbone(model, preset)
+    theirs = _keras_hub_outputs(backbone, unpacked)["sequence_output"]
+    p = placements[0]
+    _assert_close(model(unpacked)["sequence_output"][p.row, :p.length],
+                  theirs[p.row, :p.length], "from the preset")
+
+    # The step of ``fit`` (its loss is the model's compute_loss), run eagerly:
+    # tracing train_on_batch would cost seconds on this tiny model.
+    query = model.encoder.blocks[0].attention.query.kernel
+    before = query.numpy().copy()
+    optimizer = keras.optimizers.Adam(1e-3)
+    with tf.GradientTape() as tape:
+        loss = model.compute_loss(x=packed, y_pred=model(packed, training=True))
+    optimizer.apply(tape.gradient(loss, model.trainable_variables),
+                    model.trainable_variables)
+    assert np.isfinite(float(loss)) and float(loss) > 0
+    assert np.abs(query.numpy() - before).max() > 1e-4
+
+
 def test_way_back_gives_the_same_outputs(keras_hub, batches):
     (_, _), (unpacked, placements) = batches
     tf.random.set_seed(3)
@@ -219,8 +247,6 @@ def test_config_mismatch_names_every_difference_and_assigns_nothing(backbone):
 
 
 def test_a_backbone_that_computes_something_else_is_refused(keras_hub):
-    import keras
-
     erf_gelu = _tiny_backbone(keras_hub)
     erf_gelu.transformer_layers[0].activation = keras.activations.gelu  # exact erf form
     with pytest.raises(ValueError, match="transformer_layer_0's activation is not the "
@@ -263,9 +289,12 @@ VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "bro
               "fox", "jump", "##ed", "over", "lazy", "dog", ".", ",", "!", "a", "##s"]
 
 
-def test_vocabulary_is_written_for_our_tokenizer(keras_hub, tmp_path):
-    tokenizer = keras_hub.models.BertTokenizer(vocabulary=VOCABULARY, lowercase=True,
-                                               strip_accents=True)
+def test_vocabulary_is_written_for_our_tokenizer(keras_hub, backbone, tmp_path):
+    # A preset as a user has one: a backbone and its tokenizer in one directory.
+    backbone.save_to_preset(str(tmp_path))
+    keras_hub.models.BertTokenizer(vocabulary=VOCABULARY, lowercase=True,
+                                   strip_accents=True).save_to_preset(str(tmp_path))
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(str(tmp_path))
     path = write_keras_hub_vocabulary(tokenizer, tmp_path / "vocab.txt")
     assert (tmp_path / "vocab.txt").read_text().splitlines() == VOCABULARY
     ours = WordPieceTokenizer(path, do_lower_case=tokenizer.lowercase)
