@@ -87,10 +87,10 @@ class _Mapping:
 
     def assign(self, value) -> None:
         """Assigns a checkpoint-layout array (of `checkpoint_shape`)."""
+        shape = tuple(self.variable.shape)
         value = np.asarray(value)
-        if self.transpose:
-            value = value.T
-        value = value.reshape(tuple(self.variable.shape))
+        # The inverse of `read`: undo the reshape, then the transpose.
+        value = value.reshape(shape[::-1]).T if self.transpose else value.reshape(shape)
         self.variable.assign(value.astype(self.variable.dtype))
 
 

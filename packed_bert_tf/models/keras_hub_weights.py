@@ -114,12 +114,13 @@ def bert_config_from_keras_hub(backbone) -> BertConfig:
     layers = backbone.transformer_layers
     probe = np.linspace(-5.0, 5.0, 41, dtype=np.float32)
     problems = []
-    # Compared by value, not by name: the erf GELU differs from the tanh one
-    # by up to 5e-4 in this range, far above float32 rounding.
+    # Compared by value, not by name: the erf GELU differs from the tanh one by
+    # up to 4.7e-4 here (near x = -2.7); keras's tanh GELU and ours differ by
+    # 1e-7 (float32 rounding).
     expected = np.asarray(gelu(probe))
     problems.extend(f"{layer.name}'s activation is not the tanh-approximated GELU "
                     f"(BertConfig hidden_act 'gelu')" for layer in layers
-                    if np.abs(np.asarray(layer.activation(probe)) - expected).max() > 1e-6)
+                    if np.abs(np.asarray(layer.activation(probe)) - expected).max() > 1e-5)
     epsilons = {"embeddings_layer_norm": backbone.embeddings_layer_norm.epsilon}
     epsilons.update((layer.name, layer.layer_norm_epsilon) for layer in layers)
     problems.extend(f"{name} has layer-norm epsilon {epsilon}, the models here "
