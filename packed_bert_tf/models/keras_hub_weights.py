@@ -81,7 +81,12 @@ def _keras_hub():
     try:
         import keras_hub
     except ImportError as error:
-        raise ImportError(MISSING_KERAS_HUB) from error
+        if error.name == "keras_hub":  # absent, not broken
+            raise ImportError(MISSING_KERAS_HUB) from error
+        # E.g. a tensorflow-text built for another TensorFlow: say so, not "missing".
+        raise ImportError(f"keras-hub is installed but does not import ({error}); "
+                          f"reinstall the extra with pip install -e '.[keras-hub]'"
+                          ) from error
     return keras_hub
 
 

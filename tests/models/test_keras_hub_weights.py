@@ -264,15 +264,21 @@ def test_a_backbone_that_computes_something_else_is_refused(keras_hub):
         bert_config_from_keras_hub(BertSquadModel(TINY_CONFIG))
 
 
-def test_missing_keras_hub_is_one_clear_import_error(monkeypatch):
+def _failing_import(monkeypatch, error):
     real_import = builtins.__import__
 
-    def no_keras_hub(name, *args, **kwargs):
+    def importer(name, *args, **kwargs):
         if name == "keras_hub" or name.startswith("keras_hub."):
-            raise ModuleNotFoundError("No module named 'keras_hub'")
+            raise error
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_keras_hub)
+    monkeypatch.setattr(builtins, "__import__", importer)
+
+
+def test_missing_keras_hub_is_one_clear_import_error(monkeypatch):
+    # What Python raises for a package that is not installed.
+    _failing_import(monkeypatch, ModuleNotFoundError("No module named 'keras_hub'",
+                                                     name="keras_hub"))
     model = BertSquadModel(TINY_CONFIG)
     for call in (lambda: to_keras_hub_backbone(model),
                  lambda: load_keras_hub_backbone(model, object()),
@@ -283,6 +289,16 @@ def test_missing_keras_hub_is_one_clear_import_error(monkeypatch):
                                     "extra with pip install -e '.[keras-hub]'")
         assert str(error.value) == MISSING_KERAS_HUB
         assert isinstance(error.value.__cause__, ModuleNotFoundError)
+
+
+def test_a_broken_keras_hub_is_not_called_missing(monkeypatch):
+    _failing_import(monkeypatch, ImportError("tensorflow_text: undefined symbol",
+                                             name="tensorflow_text"))
+    with pytest.raises(ImportError) as error:
+        to_keras_hub_backbone(BertSquadModel(TINY_CONFIG))
+    assert str(error.value) == ("keras-hub is installed but does not import "
+                                "(tensorflow_text: undefined symbol); reinstall the extra "
+                                "with pip install -e '.[keras-hub]'")
 
 
 VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "quick", "brown",
