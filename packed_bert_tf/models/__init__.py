@@ -1,12 +1,24 @@
-"""Packed BERT models: the config, the pre-training and SQuAD models, Google checkpoint I/O."""
+"""Packed BERT models: the config, the pre-training and SQuAD models, Google checkpoint
+and keras-hub weight I/O."""
 
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.models.bert_squad import BertSquadModel
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.google_checkpoint import (CheckpointLoadReport,
+                                                     google_named_weights,
                                                      google_variable_shapes,
                                                      load_google_checkpoint,
+                                                     load_google_weights,
                                                      save_google_checkpoint)
+from packed_bert_tf.models.keras_hub_weights import (bert_config_from_keras_hub,
+                                                     keras_hub_named_weights,
+                                                     load_keras_hub_backbone,
+                                                     to_keras_hub_backbone,
+                                                     write_keras_hub_backbone,
+                                                     write_keras_hub_vocabulary)
 
 __all__ = ["BertConfig", "BertPretrainingModel", "BertSquadModel", "CheckpointLoadReport",
-           "google_variable_shapes", "load_google_checkpoint", "save_google_checkpoint"]
+           "bert_config_from_keras_hub", "google_named_weights", "google_variable_shapes",
+           "keras_hub_named_weights", "load_google_checkpoint", "load_google_weights",
+           "load_keras_hub_backbone", "save_google_checkpoint", "to_keras_hub_backbone",
+           "write_keras_hub_backbone", "write_keras_hub_vocabulary"]

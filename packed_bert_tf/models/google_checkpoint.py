@@ -24,6 +24,11 @@ The original checkpoints name every variable by its TF1 scope::
 
 (every dense also has a ``bias``). Optimizer state (``.../adam_m``,
 ``.../adam_v``, ``global_step`` and the like) is ignored on load.
+
+These names are also the common currency of other weight sources: any
+mapping {name: array} loads with `load_google_weights` (keras-hub's
+`BertBackbone` does, through `packed_bert_tf.models.keras_hub_weights`), and
+`google_named_weights` gives a model's weights under these names.
 """
 
 import dataclasses
@@ -42,12 +47,12 @@ _OPTIMIZER_STATE = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointLoadReport:
-    """What `load_google_checkpoint` did.
+    """What `load_google_checkpoint` (or another loader by these names) did.
 
     Attributes:
-      loaded: checkpoint names copied into the model.
-      missing: names the model has but the checkpoint lacks (left as they were).
-      unused: checkpoint names that are neither model weights nor optimizer state.
+      loaded: source names copied into the model.
+      missing: names the model has but the source lacks (left as they were).
+      unused: source names that are neither model weights nor optimizer state.
     """
     loaded: tuple
     missing: tuple
@@ -56,8 +61,37 @@ class CheckpointLoadReport:
 
 @dataclasses.dataclass(frozen=True)
 class _Mapping:
+    """Where a named array lives: ``variable``, transposed and/or reshaped.
+
+    ``shape``: the named array's shape when the variable holds it reshaped
+    (keras-hub's attention kernels are [H, N, E] for the checkpoint's
+    [H, H]); None when it is the variable's shape (transposed if
+    ``transpose``).
+    """
     variable: object  # keras.Variable
     transpose: bool = False
+    shape: tuple | None = None
+
+    def checkpoint_shape(self) -> tuple:
+        if self.shape is not None:
+            return tuple(self.shape)
+        shape = tuple(self.variable.shape)
+        return shape[::-1] if self.transpose else shape
+
+    def read(self) -> np.ndarray:
+        """The variable's value in the checkpoint layout, float32."""
+        value = tf.cast(tf.convert_to_tensor(self.variable), tf.float32).numpy()
+        if self.transpose:
+            value = value.T
+        return value.reshape(self.checkpoint_shape())
+
+    def assign(self, value) -> None:
+        """Assigns a checkpoint-layout array (of `checkpoint_shape`)."""
+        shape = tuple(self.variable.shape)
+        value = np.asarray(value)
+        # The inverse of `read`: undo the reshape, then the transpose.
+        value = value.reshape(shape[::-1]).T if self.transpose else value.reshape(shape)
+        self.variable.assign(value.astype(self.variable.dtype))
 
 
 def _variable_map(model) -> dict:
@@ -118,12 +152,97 @@ def google_variable_shapes(model) -> dict:
 
     In checkpoint order; builds the model if needed.
     """
-    return {name: _checkpoint_shape(target) for name, target in _variable_map(model).items()}
+    return {name: target.checkpoint_shape() for name, target in _variable_map(model).items()}
 
 
-def _checkpoint_shape(mapping: _Mapping) -> tuple:
-    shape = tuple(mapping.variable.shape)
-    return shape[::-1] if mapping.transpose else shape
+def google_named_weights(model) -> dict:
+    """Checkpoint name -> the model's weight as a float32 numpy array.
+
+    In checkpoint order and layout (``cls/seq_relationship/output_weights``
+    transposed to [2, H]), exactly what `save_google_checkpoint` writes;
+    builds the model if needed.
+    """
+    return _read_arrays(_variable_map(model))
+
+
+def _read_arrays(mapping: dict) -> dict:
+    return {name: target.read() for name, target in mapping.items()}
+
+
+def load_google_weights(model, weights, *, source: str = "weights") -> CheckpointLoadReport:
+    """Copies arrays named as in original BERT checkpoints into ``model``.
+
+    `load_google_checkpoint` for a source that is not a checkpoint file: a
+    mapping {checkpoint name: array in the checkpoint layout}, such as
+    `google_named_weights` of another model or
+    `packed_bert_tf.models.keras_hub_weights.keras_hub_named_weights` of a
+    keras-hub backbone. Same checks, same report.
+
+    Args:
+      model: a model that `load_google_checkpoint` accepts.
+      weights: mapping name -> array-like.
+      source: what the arrays are, for the messages.
+
+    Returns:
+      `CheckpointLoadReport`.
+
+    Raises:
+      ValueError: listing every name whose shape differs from the model's.
+    """
+    weights = {name: np.asarray(value) for name, value in weights.items()}
+    return _assign_arrays(_variable_map(model),
+                          {name: value.shape for name, value in weights.items()},
+                          weights.__getitem__, source=source, kind="source")
+
+
+def _assign_arrays(mapping: dict, shapes: dict, read, *, source: str, kind: str,
+                   target: str = "model") -> CheckpointLoadReport:
+    """Assigns ``read(name)`` to every target of ``mapping`` that ``shapes`` has.
+
+    The one copy of the checks: nothing is assigned unless every shared name
+    has the same shape on both sides; names on one side only are reported
+    (optimizer state silently skipped).
+
+    Args:
+      mapping: name -> `_Mapping`, the targets.
+      shapes: name -> shape of every array the source holds.
+      read: name -> array in the checkpoint layout (called once per loaded
+        name, so a checkpoint is read lazily).
+      source: names the source in messages (a path, a backbone).
+      kind: what the source is, in the messages ("checkpoint").
+      target: what ``mapping`` belongs to, in the messages.
+
+    Raises:
+      ValueError: listing every name whose shape differs.
+    """
+    mismatches = [
+        f"{name}: {kind} {tuple(shapes[name])}, {target} expects "
+        f"{destination.checkpoint_shape()}"
+        for name, destination in mapping.items()
+        if name in shapes and tuple(shapes[name]) != destination.checkpoint_shape()]
+    if mismatches:
+        raise ValueError(f"{source}: {len(mismatches)} shape mismatch(es) between the "
+                         f"{kind} and the {target}'s config:\n  "
+                         + "\n  ".join(mismatches))
+
+    loaded = []
+    for name, destination in mapping.items():
+        if name not in shapes:
+            continue
+        destination.assign(read(name))
+        loaded.append(name)
+    missing = tuple(name for name in mapping if name not in shapes)
+    unused = tuple(sorted(name for name in shapes
+                          if name not in mapping and not _OPTIMIZER_STATE.search(name)))
+    logging.info("%s: loaded %d variables", source, len(loaded))
+    if missing:
+        logging.warning("%s: %d %s variables not in the %s (left as "
+                        "initialised): %s", source, len(missing), target, kind,
+                        ", ".join(missing))
+    if unused:
+        logging.warning("%s: %d %s variables unused: %s", source, len(unused), kind,
+                        ", ".join(unused))
+    return CheckpointLoadReport(tuple(loaded), missing, unused)
 
 
 def load_google_checkpoint(model, path) -> CheckpointLoadReport:
@@ -146,38 +265,9 @@ def load_google_checkpoint(model, path) -> CheckpointLoadReport:
     """
     reader = tf.train.load_checkpoint(os.fspath(path))
     shapes = reader.get_variable_to_shape_map()
-    mapping = _variable_map(model)
-
-    mismatches = [
-        f"{name}: checkpoint {tuple(shapes[name])}, model expects "
-        f"{_checkpoint_shape(target)}"
-        for name, target in mapping.items()
-        if name in shapes and tuple(shapes[name]) != _checkpoint_shape(target)]
-    if mismatches:
-        raise ValueError(f"{path}: {len(mismatches)} shape mismatch(es) between the "
-                         f"checkpoint and the model's config:\n  "
-                         + "\n  ".join(mismatches))
-
-    loaded = []
-    for name, target in mapping.items():
-        if name not in shapes:
-            continue
-        value = np.asarray(reader.get_tensor(name))
-        if target.transpose:
-            value = value.T
-        target.variable.assign(value.astype(target.variable.dtype))
-        loaded.append(name)
-    missing = tuple(name for name in mapping if name not in shapes)
-    unused = tuple(sorted(name for name in shapes
-                          if name not in mapping and not _OPTIMIZER_STATE.search(name)))
-    logging.info("%s: loaded %d variables", path, len(loaded))
-    if missing:
-        logging.warning("%s: %d model variables not in the checkpoint (left as "
-                        "initialised): %s", path, len(missing), ", ".join(missing))
-    if unused:
-        logging.warning("%s: %d checkpoint variables unused: %s", path, len(unused),
-                        ", ".join(unused))
-    return CheckpointLoadReport(tuple(loaded), missing, unused)
+    return _assign_arrays(_variable_map(model), shapes,
+                          lambda name: np.asarray(reader.get_tensor(name)),
+                          source=os.fspath(path), kind="checkpoint")
 
 
 def save_google_checkpoint(model, path) -> str:
@@ -196,14 +286,11 @@ def save_google_checkpoint(model, path) -> str:
       ``path`` as a string.
     """
     path = os.fspath(path)
-    mapping = _variable_map(model)
+    weights = google_named_weights(model)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    tensors = []
-    for target in mapping.values():
-        value = tf.cast(tf.convert_to_tensor(target.variable), tf.float32)
-        tensors.append(tf.transpose(value) if target.transpose else value)
-    tf.raw_ops.SaveV2(prefix=path, tensor_names=list(mapping),
-                      shape_and_slices=[""] * len(mapping), tensors=tensors)
+    tf.raw_ops.SaveV2(prefix=path, tensor_names=list(weights),
+                      shape_and_slices=[""] * len(weights),
+                      tensors=[tf.constant(value) for value in weights.values()])
     return path

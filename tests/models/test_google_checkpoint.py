@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.models import (BertPretrainingModel, google_variable_shapes,
-                                   load_google_checkpoint, save_google_checkpoint)
+from packed_bert_tf.models import (BertPretrainingModel, google_named_weights,
+                                   google_variable_shapes, load_google_checkpoint,
+                                   load_google_weights, save_google_checkpoint)
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
 H = TINY_CONFIG.hidden_size
@@ -122,3 +123,27 @@ def test_shape_mismatch_fails_clearly_and_assigns_nothing(tmp_path):
     assert "cls/predictions/output_bias: checkpoint (100,), model expects (120,)" in message
     for weight, old in zip(bigger.weights, before):
         np.testing.assert_array_equal(weight.numpy(), old)
+
+
+def test_named_weights_load_from_a_dict_like_a_checkpoint():
+    model, fresh = _model(1), _model(2)
+    weights = google_named_weights(model)
+    assert list(weights) == list(google_variable_shapes(model))
+    assert weights["cls/seq_relationship/output_weights"].shape == (2, H)
+    assert all(value.dtype == np.float32 for value in weights.values())
+    report = load_google_weights(fresh, weights, source="model one")
+    assert report.missing == () and report.unused == ()
+    features = _features()
+    for name, value in model(features).items():
+        np.testing.assert_array_equal(fresh(features)[name], value, err_msg=name)
+
+    del weights["cls/predictions/output_bias"]
+    weights["bert/pooler/dense/bias"] = np.zeros(H + 1, np.float32)
+    with pytest.raises(ValueError, match=r"^model one: 1 shape mismatch\(es\) between the "
+                                         r"source and the model's config:\n  "
+                                         r"bert/pooler/dense/bias: source \(33,\), model "
+                                         r"expects \(32,\)$"):
+        load_google_weights(fresh, weights, source="model one")
+    weights["bert/pooler/dense/bias"] = np.zeros(H, np.float32)
+    report = load_google_weights(fresh, weights, source="model one")
+    assert report.missing == ("cls/predictions/output_bias",) and report.unused == ()
