@@ -140,7 +140,6 @@ def convert_examples_to_features(examples, task, tokenizer, max_seq_length: int
     if max_seq_length < 4:
         raise ValueError(f"--max_seq_length={max_seq_length} leaves no room for text "
                          f"after [CLS] and two [SEP]")
-    num = len(examples)
     ids_a, length_a = _flatten(tokenizer.encode_batch([e.text_a for e in examples]))
     ids_b, length_b = _flatten(tokenizer.encode_batch([e.text_b or "" for e in examples]))
     # As the reference's ``if tokens_b``: a text_b without word pieces (None,

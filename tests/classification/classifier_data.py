@@ -81,3 +81,26 @@ def random_examples(num: int, seed: int, *, pairs: bool, regression: bool = Fals
                          label=(f"{rng.uniform(0, 5):.2f}" if regression
                                 else str(rng.integers(0, 2))))
             for i in range(num)]
+
+
+def random_features(lengths, max_seq_length: int, *, vocab_size: int, seed: int = 0,
+                    num_labels: int = 2, pairs: bool = True):
+    """`ClassifierFeatures` of the given lengths: random ids between [CLS] (2)
+    and [SEP] (3) tokens, segment 1 on the second half of a pair, random labels
+    (float targets in [0, 5) when ``num_labels`` is 1)."""
+    from packed_bert_tf.classification.features import ClassifierFeatures
+    from packed_bert_tf.packing import ragged
+
+    rng = np.random.default_rng(seed)
+    lengths = np.asarray(lengths, np.int64)
+    input_ids = rng.integers(5, vocab_size, int(lengths.sum())).astype(np.int32)
+    row_splits = ragged.row_splits_from_lengths(lengths)
+    input_ids[row_splits[:-1]] = 2
+    input_ids[row_splits[1:] - 1] = 3
+    position = ragged.position_in_row(lengths)
+    segment_ids = np.zeros_like(input_ids)
+    if pairs:
+        segment_ids[position >= np.repeat(lengths // 2, lengths)] = 1
+    labels = (rng.uniform(0, 5, lengths.size).astype(np.float32) if num_labels == 1
+              else rng.integers(0, num_labels, lengths.size).astype(np.int32))
+    return ClassifierFeatures(input_ids, segment_ids, row_splits, labels, max_seq_length)
