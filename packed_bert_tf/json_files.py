@@ -1,4 +1,4 @@
-"""JSON files written so that a reader never sees half of one."""
+"""JSON (and other text) files written so that a reader never sees half of one."""
 
 from __future__ import annotations
 
@@ -36,6 +36,16 @@ def write_json_atomically(path: str, value, *, indent: int | None = 2,
       ``path``.
     """
     text = json.dumps(value, indent=indent, sort_keys=sort_keys, **dump_kwargs) + "\n"
+    return write_text_atomically(path, text)
+
+
+def write_text_atomically(path: str, text: str) -> str:
+    """Writes ``text`` (UTF-8) under a temporary name, then renames it to ``path``;
+    as `write_json_atomically`, for any text file.
+
+    Returns:
+      ``path``.
+    """
     temporary = f"{path}.tmp-{os.getpid()}"
     if "://" in path:
         import tensorflow as tf
@@ -49,7 +59,8 @@ def write_json_atomically(path: str, value, *, indent: int | None = 2,
     if directory:
         os.makedirs(directory, exist_ok=True)
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
+        # newline="": the text's own line ends, "\n", on every platform.
+        with open(temporary, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
         os.replace(temporary, path)
     finally:

@@ -146,7 +146,9 @@ class GlueTask:
                                  ) from None
             if not math.isfinite(score):
                 raise ValueError(f"{self.name} prediction {prediction!r} is not finite")
-            return f"{score:.3f}"
+            text = f"{score:.3f}"
+            # A score that rounds to zero from below is 0, not "-0.000".
+            return "0.000" if text == "-0.000" else text
         if isinstance(prediction, bool) or not hasattr(prediction, "__index__"):
             raise ValueError(f"{self.name} prediction {prediction!r} is not an integer "
                              f"label id")
@@ -210,8 +212,6 @@ def _pair_with_index(split: str) -> _TsvFormat:
     return _TsvFormat(f"{split}.tsv", split, 1, 2, None if split == "test" else -1)
 
 
-_XNLI_EVAL = dict(language_column=0)
-
 _FORMATS: dict[str, dict[str, _TsvFormat]] = {
     "cola": {
         "train": _row_guid("train.tsv", "train", 3, None, 1, header=False, num_columns=4),
@@ -229,8 +229,8 @@ _FORMATS: dict[str, dict[str, _TsvFormat]] = {
         "train": _row_guid(os.path.join("multinli", "multinli.train.{language}.tsv"),
                            "train", 0, 1, 2,
                            label_aliases=(("contradictory", "contradiction"),)),
-        "dev": _row_guid("xnli.dev.tsv", "dev", 6, 7, 1, **_XNLI_EVAL),
-        "test": _row_guid("xnli.test.tsv", "test", 6, 7, None, **_XNLI_EVAL),
+        "dev": _row_guid("xnli.dev.tsv", "dev", 6, 7, 1, language_column=0),
+        "test": _row_guid("xnli.test.tsv", "test", 6, 7, None, language_column=0),
     },
     "sst-2": {
         "train": _row_guid("train.tsv", "train", 0, None, 1),

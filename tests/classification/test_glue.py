@@ -304,7 +304,8 @@ def test_label_ids_and_names():
     assert mnli.label_name(2) == "neutral"
     assert sts.label_id("3.800") == 3.8
     assert sts.label_name(np.float32(3.14159)) == "3.142"
-    assert sts.label_name(-0.0004) == "-0.000"
+    assert sts.label_name(-0.0004) == "0.000"
+    assert sts.label_name(-0.0006) == "-0.001"
     with pytest.raises(ValueError, match="label 'Neutral' is not one of mnli's labels "
                                          "'contradiction', 'entailment', 'neutral'"):
         mnli.label_id("Neutral")
@@ -320,8 +321,9 @@ def test_label_ids_and_names():
         glue.GlueTask("bad", ("0",), ("pearson",), True)
 
 
-def test_reading_glue_never_imports_tensorflow():
-    code = ("import sys, packed_bert_tf.classification.glue; "
+def test_glue_and_metrics_never_import_tensorflow():
+    code = ("import sys, packed_bert_tf.classification.glue, "
+            "packed_bert_tf.classification.metrics; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'keras')))")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
