@@ -44,7 +44,7 @@ def toy_sentences(num: int, seed: int):
     return sentences, labels
 
 
-def write_sst2(folder, *, train=384, dev=96, test=48) -> str:
+def write_sst2(folder, *, train=256, dev=96, test=48) -> str:
     """SST-2-format train/dev/test TSVs of the toy task (label: "good" occurs)."""
     train_text, train_labels = toy_sentences(train, 0)
     dev_text, dev_labels = toy_sentences(dev, 1)
