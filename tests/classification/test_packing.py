@@ -131,7 +131,7 @@ def test_pack_examples_without_the_front_end(tmp_path):
     tokenizer = WordPieceTokenizer(write_classifier_vocab(tmp_path / "vocab.txt"))
     examples = random_examples(64, 0, pairs=False)
     packs = pack_examples(examples, get_task("sst-2"), tokenizer, max_seq_length=128)
-    assert packs.max_sequences_per_pack == DEFAULT_MAX_SEQUENCES_PER_PACK == 8
+    assert packs.max_sequences_per_pack == DEFAULT_MAX_SEQUENCES_PER_PACK == 16
     assert packs.num_examples == 64 and packs.packing_factor > 4
     unpacked = pack_examples(examples, get_task("sst-2"), tokenizer, max_seq_length=128,
                              packed=False)
