@@ -207,6 +207,10 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
         train_packs = pack_features(features["train"], **pack_args)
         summary["train_examples"] = train_packs.describe()
         logging.info("training examples: %s", summary["train_examples"])
+        if train_packs.num_packs < options.train_batch_size:
+            raise ValueError(f"{train_packs.num_examples} training examples make "
+                             f"{train_packs.num_packs} rows, too few for one batch of "
+                             f"--train_batch_size={options.train_batch_size}")
 
     steps = _step_counting(options)
     clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,

@@ -126,6 +126,8 @@ def test_regression_writes_scores(files, tmp_path):
     (dict(do_train=False, do_eval=True), "--do_eval/--do_predict without --do_train needs "
                                          "trained weights"),
     (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
+    (dict(train_batch_size=100), "256 training examples make 7[0-9] rows, too few for "
+                                 "one batch of --train_batch_size=100"),
 ])
 def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, overrides,
                                                        message):

@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -46,6 +47,20 @@ def test_pooler_is_the_next_sentence_heads():
     np.testing.assert_allclose(classifier(SEQUENCE_OUTPUT, CLS_POSITIONS), logits,
                                atol=1e-6)
     assert classifier.pooler_dense.name == next_sentence.pooler_dense.name == "pooler"
+
+
+def test_keras_file_round_trip(tmp_path):
+    sequence_output = keras.Input((6, 8), name="sequence_output")
+    cls_positions = keras.Input((3,), dtype="int32", name="cls_positions")
+    logits = SequenceClassificationHead(3, initializer_range=0.3, name="head")(
+        sequence_output, cls_positions)
+    model = keras.Model([sequence_output, cls_positions], logits)
+    path = str(tmp_path / "head.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    assert isinstance(restored.get_layer("head"), SequenceClassificationHead)
+    np.testing.assert_array_equal(restored([SEQUENCE_OUTPUT, CLS_POSITIONS]),
+                                  model([SEQUENCE_OUTPUT, CLS_POSITIONS]))
 
 
 def test_logits_float32_under_mixed_precision():
