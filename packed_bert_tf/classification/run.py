@@ -172,7 +172,9 @@ def run_classifier(options: ClassifierOptions,
         bad line of a TSV naming ``path:line``), before anything is trained.
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
-    glue_task = get_task(options.task_name or "")
+    if not options.task_name:
+        raise ValueError("--task_name is required")
+    glue_task = get_task(options.task_name)
     config = read_bert_config(options.bert_config_file)
     return run_on_this_worker(
         options, functools.partial(_run_in, options=options, config=config,

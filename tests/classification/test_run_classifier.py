@@ -115,6 +115,7 @@ def test_regression_writes_scores(files, tmp_path):
 @pytest.mark.parametrize("overrides, message", [
     (dict(do_train=False), "nothing to do: give --do_train, --do_eval and/or --do_predict"),
     (dict(task_name="sst3"), "unknown --task_name=sst3; known tasks: cola, "),
+    (dict(task_name=None), "--task_name is required"),
     (dict(vocab_file="/nonexistent/vocab.txt"), "--vocab_file=/nonexistent/vocab.txt: no "
                                                 "such file"),
     (dict(data_dir="/nonexistent"), "--data_dir=/nonexistent: no such folder"),
