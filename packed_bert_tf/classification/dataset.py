@@ -4,10 +4,10 @@ Letters: B batch, S sequence length, D max sequences per pack, L labels.
 
 Every element is a dict of tensors with static shapes::
 
-    input_ids, segment_ids, input_mask, positions          [B, S] int32
-    cls_positions, sequence_weights                        [B, D] int32
-    label_ids                                              [B, D] int32 (float32: regression)
-    pack_index                                             [B]    int32 (-1: padding row)
+    input_ids, segment_ids, input_mask, positions   [B, S] int32
+    cls_positions, sequence_weights                 [B, D] int32
+    label_ids                                       [B, D] int32 (float32: regression)
+    pack_index                                      [B]    int32 (-1: padding row)
 
 The row pipelines are SQuAD's (`packed_bert_tf.squad.dataset`): they only
 read a layout's ``arrays``, ``num_packs``, ``feature_length``, ``packed``

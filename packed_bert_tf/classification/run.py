@@ -1,4 +1,4 @@
-"""A whole GLUE fine-tuning / evaluation / prediction run (``run_classifier.py``), from options.
+"""A whole GLUE fine-tuning, evaluation and prediction run (``run_classifier.py``).
 
 Order of events: the options and inputs are checked (task, config, vocab,
 data files, sizes, batch sizes); every split the run needs is read and
@@ -31,7 +31,8 @@ from packed_bert_tf.classification.metrics import glue_metrics, write_test_resul
 from packed_bert_tf.classification.packing import (DEFAULT_MAX_SEQUENCES_PER_PACK,
                                                    pack_features)
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
-from packed_bert_tf.json_files import write_json_atomically, write_text_atomically
+from packed_bert_tf.json_files import (write_json_atomically,
+                                       write_text_atomically)
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints

@@ -1,4 +1,4 @@
-"""google-research/bert's sentence(-pair) classifier, once per packed sequence, and its loss.
+"""run_classifier.py's sentence (pair) classifier per packed sequence, and its loss.
 
 Letters: B batch, S sequence length, D max sequences per pack, H hidden,
 L labels (1 for regression).
