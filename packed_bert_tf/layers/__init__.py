@@ -24,7 +24,11 @@ from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
 from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
 from packed_bert_tf.layers.ops import gather_positions, gelu, get_activation
 from packed_bert_tf.layers.position_embedding import PositionEmbedding
+from packed_bert_tf.layers.pooler import make_pooler_dense, pool
 from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention, masked_softmax
+from packed_bert_tf.layers.sequence_classification_head import (
+    SequenceClassificationHead, classification_loss_normalisers, classification_losses,
+    sequence_classification_loss)
 from packed_bert_tf.layers.squad_span_head import (SquadSpanHead, per_sequence_logits,
                                                    span_losses, squad_loss_normalisers,
                                                    squad_span_loss)
@@ -34,10 +38,12 @@ from packed_bert_tf.layers.transformer_encoder import BertEncoder
 __all__ = [
     "BertEmbeddings", "BertEncoder", "BertTransformerBlock",
     "BlockDiagonalAttentionMask", "MaskedLMHead", "MultiHeadSelfAttention",
-    "NextSentenceHead", "PositionEmbedding", "SquadSpanHead", "WeightedSum",
-    "block_diagonal_attention_mask", "cross_replica_sum", "gather_positions", "gelu",
-    "get_activation", "loss_normalisers", "masked_lm_accuracy", "masked_lm_loss",
-    "masked_softmax", "next_sentence_accuracy", "next_sentence_loss",
-    "padding_attention_mask", "per_sequence_logits", "pretraining_losses",
+    "NextSentenceHead", "PositionEmbedding", "SequenceClassificationHead",
+    "SquadSpanHead", "WeightedSum", "block_diagonal_attention_mask",
+    "classification_loss_normalisers", "classification_losses", "cross_replica_sum",
+    "gather_positions", "gelu", "get_activation", "loss_normalisers",
+    "make_pooler_dense", "masked_lm_accuracy", "masked_lm_loss", "masked_softmax",
+    "next_sentence_accuracy", "next_sentence_loss", "padding_attention_mask",
+    "per_sequence_logits", "pool", "pretraining_losses", "sequence_classification_loss",
     "span_losses", "squad_loss_normalisers", "squad_span_loss", "weighted_mean",
 ]

@@ -6,7 +6,7 @@ Letters: B batch, S sequence length, D max sequences per pack, H hidden.
 import keras
 import tensorflow as tf
 
-from packed_bert_tf.layers.ops import gather_positions
+from packed_bert_tf.layers.pooler import make_pooler_dense, pool
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
@@ -41,9 +41,7 @@ class NextSentenceHead(keras.layers.Layer):
         hidden_size = sequence_output_shape[-1]
         gathered_shape = (sequence_output_shape[0], None, hidden_size)
         initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
-        self.pooler_dense = keras.layers.Dense(
-            hidden_size, activation="tanh", kernel_initializer=initializer,
-            dtype=self.dtype_policy, name="pooler")
+        self.pooler_dense = make_pooler_dense(hidden_size, initializer, self.dtype_policy)
         self.pooler_dense.build(gathered_shape)
         self.classifier = keras.layers.Dense(
             2, kernel_initializer=initializer, dtype=self.dtype_policy,
@@ -52,9 +50,8 @@ class NextSentenceHead(keras.layers.Layer):
         self.built = True
 
     def call(self, sequence_output, next_sentence_positions):
-        first_tokens = gather_positions(sequence_output,
-                                        next_sentence_positions)  # [B, D, H]
-        pooled_output = self.pooler_dense(first_tokens)  # [B, D, H]
+        pooled_output = pool(self.pooler_dense, sequence_output,
+                             next_sentence_positions)  # [B, D, H]
         logits = tf.cast(self.classifier(pooled_output), tf.float32)  # [B, D, 2]
         return logits, pooled_output
 

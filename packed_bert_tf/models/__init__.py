@@ -1,6 +1,7 @@
-"""Packed BERT models: the config, the pre-training and SQuAD models, Google checkpoint
-and keras-hub weight I/O."""
+"""Packed BERT models: the config, the pre-training, SQuAD and classifier models,
+Google checkpoint and keras-hub weight I/O."""
 
+from packed_bert_tf.models.bert_classifier import BertClassifierModel
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.models.bert_squad import BertSquadModel
 from packed_bert_tf.models.config import BertConfig
@@ -17,8 +18,8 @@ from packed_bert_tf.models.keras_hub_weights import (bert_config_from_keras_hub,
                                                      write_keras_hub_backbone,
                                                      write_keras_hub_vocabulary)
 
-__all__ = ["BertConfig", "BertPretrainingModel", "BertSquadModel", "CheckpointLoadReport",
-           "bert_config_from_keras_hub", "google_named_weights", "google_variable_shapes",
-           "keras_hub_named_weights", "load_google_checkpoint", "load_google_weights",
-           "load_keras_hub_backbone", "save_google_checkpoint", "to_keras_hub_backbone",
-           "write_keras_hub_backbone", "write_keras_hub_vocabulary"]
+__all__ = ["BertClassifierModel", "BertConfig", "BertPretrainingModel", "BertSquadModel",
+           "CheckpointLoadReport", "bert_config_from_keras_hub", "google_named_weights",
+           "google_variable_shapes", "keras_hub_named_weights", "load_google_checkpoint",
+           "load_google_weights", "load_keras_hub_backbone", "save_google_checkpoint",
+           "to_keras_hub_backbone", "write_keras_hub_backbone", "write_keras_hub_vocabulary"]

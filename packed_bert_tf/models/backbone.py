@@ -43,3 +43,17 @@ def encode(embeddings, encoder, features, *, packed: bool, training: bool):
     hidden = embeddings(features["input_ids"], features["segment_ids"],
                         positions=positions, training=training)
     return encoder(hidden, attention_mask, training=training)  # [B, S, H]
+
+
+def copy_layer_weights(target, source) -> None:
+    """Assigns ``source``'s weights to ``target`` (layers of the same structure),
+    one clear error on a count or shape mismatch before anything differs."""
+    if len(target.weights) != len(source.weights):
+        raise ValueError(f"{source.name}: {len(source.weights)} weights, "
+                         f"{target.name} has {len(target.weights)}")
+    for mine, theirs in zip(target.weights, source.weights):
+        if tuple(mine.shape) != tuple(theirs.shape):
+            raise ValueError(f"{theirs.path}: shape {tuple(theirs.shape)}, "
+                             f"{mine.path} is {tuple(mine.shape)}")
+    for mine, theirs in zip(target.weights, source.weights):
+        mine.assign(theirs)

@@ -1,0 +1,356 @@
+"""A whole GLUE fine-tuning, evaluation and prediction run (``run_classifier.py``).
+
+Order of events: the options and inputs are checked (task, config, vocab,
+data files, sizes, batch sizes); every split the run needs is read and
+tokenised (google-research/bert's ``convert_single_example``, unpadded) and
+packed; the model and optimizer are made under the strategy and restored from
+the output folder's latest checkpoint (else the encoder and pooler come from
+``init_checkpoint``); training runs on the shared loop of
+`packed_bert_tf.training`; evaluation unpacks the per-example logits of the
+dev set and writes the GLUE metrics to ``eval_results.json``; prediction
+writes the GLUE submission file ``test_results.tsv`` (and, for
+classification, the reference's per-class probabilities to
+``test_probabilities.tsv``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from packed_bert_tf.classification import task as classifier_task
+from packed_bert_tf.classification.dataset import predict_logits
+from packed_bert_tf.classification.features import convert_examples_to_features
+from packed_bert_tf.classification.glue import get_task, read_examples
+from packed_bert_tf.classification.metrics import glue_metrics, write_test_results
+from packed_bert_tf.classification.packing import (DEFAULT_MAX_SEQUENCES_PER_PACK,
+                                                   pack_features)
+from packed_bert_tf.data.tokenization import WordPieceTokenizer
+from packed_bert_tf.json_files import (write_json_atomically,
+                                       write_text_atomically)
+from packed_bert_tf.models.bert_classifier import BertClassifierModel
+from packed_bert_tf.packing import ALGORITHMS
+from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
+                                                  check_global_batch_size, check_static_shapes)
+from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
+                                          run_on_this_worker, start_training,
+                                          train_and_export)
+from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
+from packed_bert_tf.training.steps import StepCounting, clipping
+
+SUMMARY_FILE = "classifier_summary.json"
+EVAL_FILE = "eval_results.json"
+TEST_FILE = "test_results.tsv"
+PROBABILITIES_FILE = "test_probabilities.tsv"
+BATCHING = ("packed", "bucketed", "padded")
+
+
+@dataclasses.dataclass
+class ClassifierOptions:
+    """The options of a run; ``run_classifier.py``'s flags of the same names."""
+
+    task_name: str | None = None
+    data_dir: str | None = None
+    bert_config_file: str | None = None
+    vocab_file: str | None = None
+    do_lower_case: bool = True
+    init_checkpoint: str | None = None
+    output_dir: str | None = None
+    max_seq_length: int = 128
+    do_train: bool = False
+    do_eval: bool = False
+    do_predict: bool = False
+    train_batch_size: int = 32
+    eval_batch_size: int = 8
+    predict_batch_size: int = 8
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 3
+    iterations_per_loop: int = 100
+    log_every_n_steps: int = 100
+    optimizer: str = "adamw"
+    steps_per_update: int = 1
+    step_unit: str = "micro_batch"
+    clip_by_global_norm_after_gradient_allreduce: bool = False
+    max_sequences_per_pack: int = DEFAULT_MAX_SEQUENCES_PER_PACK
+    algorithm: str = "optimal"
+    distribution_strategy: str = "default"
+    tpu: str | None = None
+    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
+    jit_compile: bool = True
+    mixed_precision: str = "none"
+    seed: int | None = None
+    batching: str = "packed"
+    bucket_boundaries: tuple | None = None
+    pool_size: int = 8192
+    progress_bar: bool | None = None
+
+
+def check_options(options: ClassifierOptions, config, strategy) -> None:
+    """Checks that can fail before any example is read; one clear error each."""
+    if not (options.do_train or options.do_eval or options.do_predict):
+        raise ValueError("nothing to do: give --do_train, --do_eval and/or --do_predict")
+    for name in ("max_seq_length", "train_batch_size", "eval_batch_size",
+                 "predict_batch_size", "iterations_per_loop", "log_every_n_steps",
+                 "max_sequences_per_pack", "steps_per_update"):
+        if getattr(options, name) < 1:
+            raise ValueError(f"--{name} must be >= 1, got {getattr(options, name)}")
+    if not 0 <= options.warmup_proportion <= 1:
+        raise ValueError(f"--warmup_proportion must be in [0, 1], got "
+                         f"{options.warmup_proportion}")
+    if options.algorithm not in ALGORITHMS:
+        raise ValueError(f"--algorithm={options.algorithm!r} is not one of "
+                         f"{', '.join(ALGORITHMS)}")
+    if options.batching not in BATCHING:
+        raise ValueError(f"--batching={options.batching!r} is not one of "
+                         f"{', '.join(BATCHING)}")
+    if options.batching == "bucketed" and options.steps_per_update != 1:
+        raise ValueError("--batching=bucketed gives batches of different shapes, which "
+                         "cannot be stacked for accumulation: use --steps_per_update=1")
+    _step_counting(options)  # a valid --step_unit
+    if options.max_seq_length > config.max_position_embeddings:
+        raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
+                         f"max_position_embeddings {config.max_position_embeddings} of "
+                         f"--bert_config_file")
+    if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
+        raise ValueError(f"--vocab_file={options.vocab_file}: no such file")
+    if not options.data_dir or not tf.io.gfile.isdir(options.data_dir):
+        raise ValueError(f"--data_dir={options.data_dir}: no such folder")
+    if (options.do_eval or options.do_predict) and not options.do_train \
+            and not options.init_checkpoint \
+            and not TrainingCheckpoints.exists(options.output_dir):
+        raise ValueError(f"--do_eval/--do_predict without --do_train needs trained "
+                         f"weights, but --output_dir={options.output_dir} holds no "
+                         f"checkpoint and no --init_checkpoint is given (random weights "
+                         f"would score nonsense)")
+    if options.do_train:
+        check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
+        check_static_shapes(options.batching, strategy)
+    for flag, needed in (("eval_batch_size", options.do_eval),
+                         ("predict_batch_size", options.do_predict)):
+        if needed:
+            check_global_batch_size(getattr(options, flag), strategy, f"--{flag}")
+
+
+def make_tokenizer(options: ClassifierOptions, config) -> WordPieceTokenizer:
+    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
+                         f"tokens but vocab_size in --bert_config_file is "
+                         f"{config.vocab_size}")
+    return tokenizer
+
+
+def num_train_steps(num_rows: int, options: ClassifierOptions) -> int:
+    """Global steps for ``num_train_epochs`` passes over the rows (packs or
+    examples): whole updates of ``--steps_per_update`` micro-batches, counted
+    in ``--step_unit`` (micro-batches by default)."""
+    rows_per_update = options.train_batch_size * options.steps_per_update
+    updates = max(1, int(num_rows / rows_per_update * options.num_train_epochs))
+    return updates * _step_counting(options).global_steps_per_update
+
+
+def _step_counting(options: ClassifierOptions) -> StepCounting:
+    return StepCounting(options.step_unit, options.steps_per_update,
+                        options.steps_per_update)
+
+
+def run_classifier(options: ClassifierOptions,
+                   strategy: tf.distribute.Strategy | None = None) -> dict:
+    """Fine-tunes, evaluates and/or predicts as the options say; returns the summary.
+
+    Raises:
+      ValueError: a bad option or input (an unknown task, a missing file, a
+        bad line of a TSV naming ``path:line``), before anything is trained.
+      NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
+    """
+    if not options.task_name:
+        raise ValueError("--task_name is required")
+    glue_task = get_task(options.task_name)
+    config = read_bert_config(options.bert_config_file)
+    return run_on_this_worker(
+        options, functools.partial(_run_in, options=options, config=config,
+                                   glue_task=glue_task),
+        strategy=strategy, batch_flags={"train_batch_size": options.do_train,
+                                        "eval_batch_size": options.do_eval,
+                                        "predict_batch_size": options.do_predict})
+
+
+def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
+    """`run_classifier` once it holds the output folder (``dirs.own``: where
+    this worker writes)."""
+    output_dir = dirs.own
+    check_options(options, config, strategy)
+    tokenizer = make_tokenizer(options, config)
+    packed = options.batching == "packed"
+    pack_args = dict(packed=packed, max_sequences_per_pack=options.max_sequences_per_pack,
+                     algorithm=options.algorithm, seed=options.seed or 0)
+    summary: dict = {"options": dataclasses.asdict(options), "task": glue_task.name,
+                     "batching": options.batching,
+                     "replicas": strategy.num_replicas_in_sync}
+
+    # Every split is read (and every bad line reported) before training starts.
+    splits = {split: read_examples(glue_task, options.data_dir, split)
+              for split, wanted in (("train", options.do_train), ("dev", options.do_eval),
+                                    ("test", options.do_predict)) if wanted}
+    features = {split: convert_examples_to_features(examples, glue_task, tokenizer,
+                                                    options.max_seq_length)
+                for split, examples in splits.items()}
+    train_packs = None
+    if options.do_train:
+        train_packs = pack_features(features["train"], **pack_args)
+        summary["train_examples"] = train_packs.describe()
+        logging.info("training examples: %s", summary["train_examples"])
+        if train_packs.num_packs < options.train_batch_size:
+            raise ValueError(f"{train_packs.num_examples} training examples make "
+                             f"{train_packs.num_packs} rows, too few for one batch of "
+                             f"--train_batch_size={options.train_batch_size}")
+
+    steps = _step_counting(options)
+    clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
+                    micro_batches_per_update=steps.micro_batches_per_update)
+    total_steps = (num_train_steps(train_packs.num_packs, options) if train_packs
+                   else steps.global_steps_per_update)
+    if options.do_train:
+        logging.info("steps: %s", steps.describe(
+            num_train_steps=total_steps, train_batch_size=options.train_batch_size,
+            sequences_per_row=train_packs.packing_factor))
+    with mixed_precision_policy(options.mixed_precision):
+        if options.seed is not None:
+            tf.keras.utils.set_random_seed(options.seed)
+        schedule = PolynomialDecayWithWarmup(
+            options.learning_rate, total_steps,
+            int(total_steps * options.warmup_proportion))
+        with strategy.scope():
+            model = BertClassifierModel(config, glue_task.num_labels, packed=packed)
+            model.build()
+            optimizer = create_optimizer(
+                options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
+                global_clipnorm=clip.optimizer_clipnorm,
+                loss_scaling=options.mixed_precision == "fp16")
+        trainer, checkpoints, start_step = start_training(
+            model, optimizer, classifier_task.classification_task(glue_task.is_regression),
+            strategy=strategy, output_dir=output_dir, steps=steps, clip=clip,
+            jit_compile=options.jit_compile,
+            keep_checkpoint_max=options.keep_checkpoint_max,
+            init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
+
+        if options.do_train:
+            summary["train"] = _train(options, trainer, checkpoints, schedule, train_packs,
+                                      total_steps, start_step, output_dir)
+        global_step = int(trainer.step.numpy())
+        if options.do_eval:
+            summary["eval"] = evaluate(glue_task, model, features["dev"], strategy,
+                                       batch_size=options.eval_batch_size,
+                                       jit_compile=options.jit_compile,
+                                       output_dir=output_dir, global_step=global_step,
+                                       **pack_args)
+        if options.do_predict:
+            summary["predict"] = predict(glue_task, model, features["test"], strategy,
+                                         batch_size=options.predict_batch_size,
+                                         jit_compile=options.jit_compile,
+                                         output_dir=output_dir, **pack_args)
+    write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
+    return summary
+
+
+def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_step,
+           output_dir) -> dict:
+    dataset_fn = classifier_task.train_dataset_fn(
+        packs, global_batch_size=options.train_batch_size,
+        steps_per_update=trainer.steps_per_update, seed=options.seed,
+        skip_steps=start_step // trainer.global_steps_per_update,
+        bucketed=options.batching == "bucketed",
+        bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
+    train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
+                             num_train_steps=total_steps, schedule=schedule,
+                             checkpoints=checkpoints,
+                             iterations_per_loop=options.iterations_per_loop,
+                             log_every_n_steps=options.log_every_n_steps,
+                             save_checkpoints_steps=options.save_checkpoints_steps,
+                             progress_bar=options.progress_bar)
+    train.update(num_train_steps=total_steps, epochs=options.num_train_epochs)
+    return train
+
+
+def example_logits(model, features, strategy, *, batch_size: int, jit_compile: bool,
+                   **pack_args):
+    """([F, L] logits in example order, the `ClassifierPacks` they came from)."""
+    packs = pack_features(features, **pack_args)
+    return predict_logits(model, packs, batch_size, strategy=strategy,
+                          jit_compile=jit_compile), packs
+
+
+def predictions_of(glue_task, logits) -> np.ndarray:
+    """[F] label ids (argmax), or the regression outputs."""
+    if glue_task.is_regression:
+        return logits[:, 0]
+    return np.argmax(logits, axis=-1).astype(np.int64)
+
+
+def mean_loss(glue_task, logits, label_ids) -> float:
+    """The model's loss over the examples: mean cross entropy (or squared error)."""
+    if not len(label_ids):
+        return 0.0
+    logits = np.asarray(logits, np.float64)
+    if glue_task.is_regression:
+        return float(np.mean(np.square(logits[:, 0] - label_ids)))
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probabilities = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return float(-np.mean(log_probabilities[np.arange(len(label_ids)), label_ids]))
+
+
+def evaluate(glue_task, model, features, strategy, *, batch_size, jit_compile, output_dir,
+             global_step, **pack_args) -> dict:
+    """The dev set's GLUE metrics and loss, written to ``eval_results.json``."""
+    logits, packs = example_logits(model, features, strategy, batch_size=batch_size,
+                                   jit_compile=jit_compile, **pack_args)
+    results = glue_metrics(glue_task, predictions_of(glue_task, logits),
+                           features.label_ids)
+    results = {name: float(value) for name, value in results.items()}
+    results.update(loss=mean_loss(glue_task, logits, features.label_ids),
+                   global_step=global_step, **packs.describe())
+    write_json_atomically(os.path.join(output_dir, EVAL_FILE), results)
+    logging.info("eval: %s", results)
+    print(f"{glue_task.name} dev: " + ", ".join(
+        f"{name} {results[name]:.4f}" for name in (*glue_task.metric_names, "loss"))
+        + f" ({packs.num_examples:,} examples in {packs.num_packs:,} rows)")
+    return results
+
+
+def predict(glue_task, model, features, strategy, *, batch_size, jit_compile, output_dir,
+            **pack_args) -> dict:
+    """Writes the test set's predictions: ``test_results.tsv`` (GLUE submission)
+    and, for classification, ``test_probabilities.tsv`` (the reference's file:
+    one line of tab-separated class probabilities per example)."""
+    logits, packs = example_logits(model, features, strategy, batch_size=batch_size,
+                                   jit_compile=jit_compile, **pack_args)
+    write_test_results(glue_task, predictions_of(glue_task, logits),
+                       os.path.join(output_dir, TEST_FILE))
+    written = {"test_results": os.path.join(output_dir, TEST_FILE)}
+    if not glue_task.is_regression:
+        written["probabilities"] = write_probabilities(
+            logits, os.path.join(output_dir, PROBABILITIES_FILE))
+    return {**written, **packs.describe()}
+
+
+def write_probabilities(logits, path: str) -> str:
+    """Softmax of each example's logits, one tab-separated line each (atomically)."""
+    shifted = np.asarray(logits, np.float64)
+    shifted = shifted - shifted.max(axis=-1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=-1, keepdims=True)
+    return write_text_atomically(path, "".join(
+        "\t".join(str(p) for p in row) + "\n" for row in probabilities))
+
+
+__all__ = ["ClassifierOptions", "check_options", "evaluate", "num_train_steps", "predict",
+           "run_classifier"]

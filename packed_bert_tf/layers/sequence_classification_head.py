@@ -1,0 +1,157 @@
+"""run_classifier.py's sentence (pair) classifier per packed sequence, and its loss.
+
+Letters: B batch, S sequence length, D max sequences per pack, H hidden,
+L labels (1 for regression).
+
+Every sequence of a pack has its own [CLS]; the pooler and the classifier
+run at each of them (``cls_positions``), so a pack of D sequences gets D
+predictions (S = 8, D = 2)::
+
+    input_ids    C a1 a2 S  C b1 S  0
+    input_mask   1  1  1 1  2  2 2  0
+    cls_positions 0 4          label_ids 1 0      sequence_weights 1 1
+
+The loss (`sequence_classification_loss`) is the reference's mean cross
+entropy over examples (run_classifier.py's ``create_model``), or the mean
+squared error for regression (STS-B: google-research/bert has no regression;
+this is transformers' ``BertForSequenceClassification`` with one label),
+averaged over the real sequences of the (global) batch in float32.
+"""
+
+import keras
+import tensorflow as tf
+
+from packed_bert_tf.layers.losses import WeightedSum, cross_replica_sum, weighted_mean
+from packed_bert_tf.layers.pooler import make_pooler_dense, pool
+
+
+def classification_losses(logits, label_ids, sequence_weights, *, is_regression: bool):
+    """Per-sequence loss (and accuracy) as `WeightedSum`s over the real sequences.
+
+    Args:
+      logits: [B, D, L] float32.
+      label_ids: [B, D] int label ids, or float targets for regression (any
+        value in an empty slot).
+      sequence_weights: [B, D] 1 for a real sequence, 0 for an empty slot.
+      is_regression: squared error of ``logits[..., 0]`` instead of cross
+        entropy (L must then be 1).
+
+    Returns:
+      dict of `WeightedSum` (float32): ``loss``, and ``accuracy`` unless
+      ``is_regression``; each count is the number of real sequences.
+    """
+    logits = tf.cast(logits, tf.float32)  # [B, D, L]
+    weights = tf.cast(sequence_weights, tf.float32)  # [B, D]
+    count = tf.reduce_sum(weights)
+    if is_regression:
+        error = logits[..., 0] - tf.cast(label_ids, tf.float32)  # [B, D]
+        return {"loss": WeightedSum(tf.reduce_sum(tf.square(error) * weights), count)}
+    labels = tf.cast(label_ids, tf.int32)  # [B, D]
+    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                          logits=logits)  # [B, D]
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, D]
+    correct = tf.cast(tf.equal(predictions, labels), tf.float32)  # [B, D]
+    return {"loss": WeightedSum(tf.reduce_sum(loss * weights), count),
+            "accuracy": WeightedSum(tf.reduce_sum(correct * weights), count)}
+
+
+def classification_loss_normalisers(features, *, global_normaliser: bool = True):
+    """The count the loss divides by: real sequences of the (global) batch.
+
+    For an XLA per-replica step: compute (and all-reduce) it outside, pass it
+    to `sequence_classification_loss` as ``normalisers``.
+
+    Returns:
+      dict: ``sequences``, a float32 scalar.
+    """
+    count = tf.reduce_sum(tf.cast(features["sequence_weights"], tf.float32))
+    return {"sequences": cross_replica_sum(count) if global_normaliser else count}
+
+
+def sequence_classification_loss(features, outputs, *, is_regression: bool,
+                                 global_normaliser: bool = True, normalisers=None):
+    """The fine-tuning loss and metrics of a batch.
+
+    Args:
+      features: dict with ``label_ids``, ``sequence_weights`` [B, D] (see
+        `packed_bert_tf.classification.packing`).
+      outputs: the model's dict with ``logits`` [B, D, L].
+      is_regression: see `classification_losses`.
+      global_normaliser: divide by the real sequences of the global batch
+        inside a ``tf.distribute`` replica context (see `weighted_mean`).
+      normalisers: precomputed `classification_loss_normalisers`; None counts
+        here.
+
+    Returns:
+      dict of float32 scalars: ``loss`` and (classification) ``accuracy``.
+      Under ``tf.distribute`` each is this replica's share (sum over the
+      replicas for the global value).
+    """
+    parts = classification_losses(outputs["logits"], features["label_ids"],
+                                  features["sequence_weights"],
+                                  is_regression=is_regression)
+    if normalisers is None:
+        return {name: weighted_mean(part, global_normaliser=global_normaliser)
+                for name, part in parts.items()}
+    return {name: tf.math.divide_no_nan(part.total, normalisers["sequences"])
+            for name, part in parts.items()}
+
+
+@keras.saving.register_keras_serializable(package="packed_bert_tf")
+class SequenceClassificationHead(keras.layers.Layer):
+    """``bert/pooler`` (Dense + tanh), dropout, and the classifier (L outputs).
+
+    As run_classifier.py's ``create_model``: the pooled [CLS] output, dropout
+    (training only), ``output_weights`` / ``output_bias``; here at every
+    sequence's [CLS] of a pack.
+
+    Args:
+      num_labels: L (1 for regression).
+      initializer_range: stddev of the truncated-normal kernels.
+      dropout_rate: dropout on the pooled output (the reference's 0.1 =
+        ``hidden_dropout_prob``).
+
+    Call arguments:
+      sequence_output: [B, S, H] encoder output.
+      cls_positions: [B, D] int offset of each sequence's [CLS] (unused
+        slots may point anywhere valid; their weight is 0).
+      training: dropout on.
+
+    Returns:
+      logits [B, D, L] float32.
+    """
+
+    def __init__(self, num_labels: int, initializer_range: float = 0.02,
+                 dropout_rate: float = 0.1, **kwargs):
+        super().__init__(**kwargs)
+        if num_labels < 1:
+            raise ValueError(f"num_labels must be >= 1, got {num_labels}")
+        self.num_labels = num_labels
+        self.initializer_range = initializer_range
+        self.dropout_rate = dropout_rate
+
+    def build(self, sequence_output_shape):
+        hidden_size = sequence_output_shape[-1]
+        gathered_shape = (sequence_output_shape[0], None, hidden_size)
+        initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
+        self.pooler_dense = make_pooler_dense(hidden_size, initializer, self.dtype_policy)
+        self.pooler_dense.build(gathered_shape)
+        self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
+        self.classifier = keras.layers.Dense(
+            self.num_labels, kernel_initializer=initializer, dtype=self.dtype_policy,
+            name="output")
+        self.classifier.build(gathered_shape)
+        self.built = True
+
+    def call(self, sequence_output, cls_positions, training=False):
+        pooled_output = pool(self.pooler_dense, sequence_output,
+                             cls_positions)  # [B, D, H]
+        pooled_output = self.dropout(pooled_output, training=training)
+        return tf.cast(self.classifier(pooled_output), tf.float32)  # [B, D, L]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_labels=self.num_labels,
+                      initializer_range=self.initializer_range,
+                      dropout_rate=self.dropout_rate)
+        return config

@@ -1,0 +1,101 @@
+"""Run as a script: the classifier's loss and prediction under MirroredStrategy
+over 2 logical CPUs.
+
+Prints one JSON line: relative errors of the summed per-replica loss and
+gradients against the single-device batch (rows matched by ``pack_index``),
+with the normaliser counted inside the step (global and, wrongly, per
+replica) and precomputed for an XLA step; and the largest difference of
+per-example logits gathered from the replicas against single-device
+prediction. A separate process because the logical devices must be
+configured before TensorFlow runs any op.
+"""
+
+import json
+
+import tensorflow as tf
+
+tf.config.set_logical_device_configuration(
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import numpy as np  # noqa: E402
+
+from packed_bert_tf.classification.dataset import (classifier_dataset,  # noqa: E402
+                                                   predict_logits)
+from packed_bert_tf.classification.packing import pack_features  # noqa: E402
+from packed_bert_tf.layers import (classification_loss_normalisers,  # noqa: E402
+                                   sequence_classification_loss)
+from packed_bert_tf.models import BertClassifierModel  # noqa: E402
+from tests.classification.classifier_data import random_features  # noqa: E402
+from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
+                                         relative_error)
+
+BATCH_SIZE = 4  # global
+
+
+def main():
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    rng = np.random.default_rng(0)
+    # Short and long examples: packs of very different numbers of sequences.
+    lengths = np.concatenate([rng.integers(4, 10, 30), rng.integers(30, 48, 8)])
+    features = random_features(lengths, 48, vocab_size=TINY_CONFIG.vocab_size,
+                               num_labels=3)
+    packs = pack_features(features, max_sequences_per_pack=6)
+    with strategy.scope():
+        tf.random.set_seed(0)
+        model = BertClassifierModel(TINY_CONFIG, 3)
+        model.build()
+    variables = model.trainable_variables
+
+    def replica_step(batch, normalisers=None, global_normaliser=True):
+        with tf.GradientTape() as tape:
+            loss = sequence_classification_loss(
+                batch, model(batch, training=True), is_regression=False,
+                normalisers=normalisers, global_normaliser=global_normaliser)["loss"]
+        return loss, [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables)]
+
+    compiled_replica_step = tf.function(replica_step, jit_compile=True)
+
+    @tf.function
+    def distributed_step(batch, mode):
+        def replica_fn(batch):
+            if mode == "compiled":  # the all-reduce of the count stays outside XLA
+                return compiled_replica_step(batch,
+                                             classification_loss_normalisers(batch))
+            return replica_step(batch, global_normaliser=mode == "global")
+        loss, gradients = strategy.run(replica_fn, args=(batch,))
+        total = tf.distribute.ReduceOp.SUM
+        return (strategy.reduce(total, loss, axis=None),
+                [strategy.reduce(total, g, axis=None) for g in gradients])
+
+    distributed = strategy.distribute_datasets_from_function(
+        lambda context: classifier_dataset(packs, BATCH_SIZE, is_training=True, seed=1,
+                                           input_context=context))
+    for batch in distributed:  # the first batch whose replicas differ in sequences
+        sequences = [float(t.numpy().sum()) for t in
+                     strategy.experimental_local_results(batch["sequence_weights"])]
+        if sequences[0] != sequences[1]:
+            break
+    rows = np.concatenate([t.numpy() for t in
+                           strategy.experimental_local_results(batch["pack_index"])])
+    single = {name: tf.constant(value[rows]) for name, value in packs.arrays.items()}
+    want_loss, want_gradients = replica_step(single)
+    results = {"sequences_per_replica": sequences}
+    for mode in ("global", "local", "compiled"):
+        loss, gradients = distributed_step(batch, mode)
+        results[f"train_{mode}"] = {
+            "loss": relative_error(loss, want_loss),
+            "gradients": max(gradient_errors(gradients, want_gradients))}
+
+    # Prediction: every row once across the replicas, matched back by pack_index.
+    want = predict_logits(model, packs, BATCH_SIZE)  # the default strategy: one device
+    for mode, jit_compile in (("eager", False), ("compiled", True)):
+        got = predict_logits(model, packs, BATCH_SIZE, strategy=strategy,
+                             jit_compile=jit_compile)
+        results[f"predict_{mode}_max_abs_difference"] = float(np.abs(got - want).max())
+    results["predicted_examples"] = int(want.shape[0])
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+"""run_classifier.py end to end on a small learnable SST-2-format set (tiny model)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from packed_bert_tf.classification.run import ClassifierOptions, run_classifier
+from tests.classification.classifier_data import write_files
+from tests.classification.glue_files import write_glue_files, write_tsv
+from tests.conftest import finish_tool, one_line_error_problems, run_json_check, start_tool
+from tests.test_front_end_defaults import _SCRIPT
+
+# About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
+# to compile each; the compiled steps are tested in distributed_classifier_check).
+RUNS = {"packed": ["--train_batch_size=8", "--num_train_epochs=8", "--nojit_compile"],
+        "padded": ["--train_batch_size=8", "--num_train_epochs=3", "--nojit_compile"]}
+
+
+def _arguments(files, output_dir, *more):
+    return [f"--{name}={value}" for name, value in files.items()] + [
+        f"--output_dir={output_dir}", "--max_seq_length=32", "--learning_rate=5e-3",
+        "--iterations_per_loop=10", "--log_every_n_steps=10", "--seed=0", *more]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return write_files(tmp_path_factory.mktemp("sst2"))
+
+
+@pytest.fixture(scope="module")
+def trained(files, tmp_path_factory):
+    """Both batchings trained, evaluated and predicted by the script, concurrently."""
+    root = tmp_path_factory.mktemp("runs")
+    processes = {batching: start_tool("run_classifier.py", *_arguments(
+        files, root / batching, "--do_train", "--do_eval", "--do_predict",
+        f"--batching={batching}", *arguments), tmp_path=root)
+        for batching, arguments in RUNS.items()}
+    results = {batching: finish_tool(process, timeout=300)
+               for batching, process in processes.items()}
+    for batching, result in results.items():
+        assert result.returncode == 0, (batching, result.stderr[-3000:])
+    return root, results
+
+
+@pytest.mark.parametrize("batching", list(RUNS))
+def test_the_toy_task_is_learnt(trained, batching):
+    root, results = trained
+    evaluation = json.loads((root / batching / "eval_results.json").read_text())
+    assert evaluation["accuracy"] >= 0.9, evaluation
+    assert evaluation["examples"] == 96 and evaluation["global_step"] > 70
+    assert (evaluation["packing_factor"] > 2.5) == (batching == "packed")
+    assert f"sst-2 dev: accuracy {evaluation['accuracy']:.4f}" in results[batching].stdout
+    lines = (root / batching / "test_results.tsv").read_text().splitlines()
+    assert lines[0] == "index\tprediction" and len(lines) == 49
+    assert {line.split("\t")[1] for line in lines[1:]} <= {"0", "1"}
+    probabilities = np.loadtxt(root / batching / "test_probabilities.tsv")
+    assert probabilities.shape == (48, 2)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(probabilities.argmax(axis=1),
+                                  [int(line.split("\t")[1]) for line in lines[1:]])
+    summary = json.loads((root / batching / "classifier_summary.json").read_text())
+    assert summary["train"]["final_step"] == summary["train"]["num_train_steps"]
+    assert summary["train"]["train_steps_function_traces"] == 1
+
+
+def test_packed_and_unpacked_prediction_write_the_same_files(files, trained, tmp_path):
+    root, _ = trained
+    checkpoint = sorted((root / "packed").glob("model.ckpt-*.index"))[-1]
+    summaries = {}
+    for batching in ("packed", "padded"):
+        summaries[batching] = run_classifier(ClassifierOptions(
+            **files, output_dir=str(tmp_path / batching), do_eval=True, do_predict=True,
+            init_checkpoint=str(checkpoint)[:-len(".index")], batching=batching,
+            max_seq_length=32, eval_batch_size=4, predict_batch_size=4, seed=0,
+            jit_compile=False))
+    assert summaries["packed"]["predict"]["rows"] < 20
+    assert summaries["padded"]["predict"]["rows"] == 48
+    assert (tmp_path / "packed" / "test_results.tsv").read_text() == \
+        (tmp_path / "padded" / "test_results.tsv").read_text()
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "packed" / "test_probabilities.tsv"),
+                               np.loadtxt(tmp_path / "padded" / "test_probabilities.tsv"),
+                               atol=1e-5)
+    packed, padded = (summaries[b]["eval"] for b in ("packed", "padded"))
+    assert packed["accuracy"] == padded["accuracy"]
+    assert abs(packed["loss"] - padded["loss"]) < 1e-5
+
+
+def test_bucketed_training(files, tmp_path):
+    summary = run_classifier(ClassifierOptions(
+        **files, output_dir=str(tmp_path), do_train=True, batching="bucketed",
+        bucket_boundaries=(8, 16, 32), train_batch_size=8, num_train_epochs=1,
+        max_seq_length=32, seed=0, jit_compile=False, progress_bar=False))
+    assert summary["train"]["final_step"] == summary["train"]["num_train_steps"] == 32
+    assert summary["train_examples"]["rows"] == 256
+    # Batches at their bucket's length: far less padding than 32 tokens a row
+    # (0.31 of the tokens are real at 32).
+    assert summary["train"]["occupancy"] > 0.5
+
+
+def test_regression_writes_scores(files, tmp_path):
+    folder = write_glue_files(str(tmp_path / "glue"), tasks=["sts-b"])["sts-b"]
+    summary = run_classifier(ClassifierOptions(
+        **{**files, "task_name": "STS-B", "data_dir": folder},
+        output_dir=str(tmp_path / "out"), do_train=True, do_eval=True, do_predict=True,
+        train_batch_size=1, max_seq_length=32, num_train_epochs=1.0, seed=0,
+        jit_compile=False, progress_bar=False))
+    assert set(summary["eval"]) >= {"pearson", "spearman", "loss"}
+    lines = (tmp_path / "out" / "test_results.tsv").read_text().splitlines()
+    assert len(lines) == 3 and all(len(line.split("\t")[1].split(".")[1]) == 3
+                                   for line in lines[1:])
+    assert not (tmp_path / "out" / "test_probabilities.tsv").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(do_train=False), "nothing to do: give --do_train, --do_eval and/or --do_predict"),
+    (dict(task_name="sst3"), "unknown --task_name=sst3; known tasks: cola, "),
+    (dict(task_name=None), "--task_name is required"),
+    (dict(vocab_file="/nonexistent/vocab.txt"), "--vocab_file=/nonexistent/vocab.txt: no "
+                                                "such file"),
+    (dict(data_dir="/nonexistent"), "--data_dir=/nonexistent: no such folder"),
+    (dict(do_eval=True, data_dir="NO_DEV"), "NO_DEV/dev.tsv"),
+    (dict(max_seq_length=128), "--max_seq_length=128 exceeds max_position_embeddings 64"),
+    (dict(algorithm="best"), "--algorithm='best' is not one of"),
+    (dict(batching="sorted"), "--batching='sorted' is not one of"),
+    (dict(max_sequences_per_pack=0), "--max_sequences_per_pack must be >= 1, got 0"),
+    (dict(do_train=False, do_eval=True), "--do_eval/--do_predict without --do_train needs "
+                                         "trained weights"),
+    (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
+    (dict(train_batch_size=100), "256 training examples make 7[0-9] rows, too few for "
+                                 "one batch of --train_batch_size=100"),
+])
+def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, overrides,
+                                                       message):
+    if overrides.get("data_dir") == "NO_DEV":  # a folder with train.tsv only
+        no_dev = tmp_path / "no_dev"
+        write_tsv(str(no_dev / "train.tsv"), [["sentence", "label"], ["a film", "1"]])
+        overrides = {**overrides, "data_dir": str(no_dev)}
+        message = message.replace("NO_DEV", str(no_dev))
+    with pytest.raises(ValueError, match=message):
+        run_classifier(ClassifierOptions(**{**files, "output_dir": str(tmp_path),
+                                            "do_train": True, "max_seq_length": 32,
+                                            **overrides}))
+    assert not (tmp_path / "classifier_summary.json").exists()
+
+
+def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
+    bad_columns = tmp_path / "bad_columns"
+    write_tsv(str(bad_columns / "train.tsv"),
+              [["sentence", "label"], ["a good film", "1"], ["too", "many", "columns"]])
+    bad_label = tmp_path / "bad_label"
+    write_tsv(str(bad_label / "train.tsv"),
+              [["sentence", "label"], ["a good film", "1"], ["a dull film", "2"]])
+    # Three processes (each imports TensorFlow, seconds of CPU); the other
+    # errors are ValueErrors too (test_bad_options_are_rejected_...), which
+    # run_or_exit turns into the same one line.
+    cases = {
+        "columns": ([f"--data_dir={bad_columns}", "--do_train"],
+                    f"{bad_columns / 'train.tsv'}:3:"),
+        "label": ([f"--data_dir={bad_label}", "--do_train"],
+                  f"{bad_label / 'train.tsv'}:3:"),
+        "task": (["--task_name=GLUE", "--do_train"],
+                 "unknown --task_name=GLUE; known tasks: cola, mnli, mrpc"),
+    }
+    processes = {name: start_tool("run_classifier.py", *_arguments(
+        files, tmp_path / f"out_{name}", *arguments), tmp_path=tmp_path)
+        for name, (arguments, _) in cases.items()}
+    for name, process in processes.items():
+        result = finish_tool(process, timeout=240)
+        assert not one_line_error_problems(result, "run_classifier", cases[name][1]), \
+            (name, result.stderr[-2000:])
+
+
+def test_flag_defaults_are_the_options_and_the_references():
+    result = run_json_check("-c", _SCRIPT.format(
+        script="run_classifier", module="packed_bert_tf.classification.run",
+        options="ClassifierOptions"))
+    assert result == {"differ": {}, "without_flag": ["progress_bar"]}
+    # google-research/bert run_classifier.py's defaults.
+    defaults = ClassifierOptions()
+    assert (defaults.max_seq_length, defaults.train_batch_size, defaults.eval_batch_size,
+            defaults.predict_batch_size, defaults.learning_rate, defaults.num_train_epochs,
+            defaults.warmup_proportion, defaults.save_checkpoints_steps,
+            defaults.do_lower_case) == (128, 32, 8, 8, 5e-5, 3.0, 0.1, 1000, True)
