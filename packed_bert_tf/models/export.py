@@ -82,8 +82,10 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
     Args:
       model: a built `PackedModel` (`BertSquadModel`, `BertPretrainingModel`,
         ...), or any Keras model called on a feature dict that returns a dict,
-        with ``input_features``. Built under a ``tf.distribute`` strategy or
-        not; the SavedModel holds plain variables either way.
+        with ``input_features``. A model built under a ``tf.distribute``
+        strategy is exported from a plain copy (its config and weights), so
+        the SavedModel holds ordinary variables and no worker of a cluster
+        takes part: call this outside the strategy's scope.
       export_dir: the SavedModel folder (created; an existing SavedModel
         there is replaced).
       max_seq_length, max_sequences_per_pack, max_predictions_per_seq,
@@ -104,6 +106,7 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
     names = [spec.name for spec in signature]
     if not model.built:
         model.build()
+    model = _undistributed(model)
     if output_names is None:
         output_names = tuple(getattr(model, "SERVING_OUTPUTS", ()))
     output_names = tuple(output_names)
@@ -129,3 +132,22 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
     archive.add_endpoint(ENDPOINT, serve, input_signature=signature)
     archive.write_out(export_dir, verbose=False)
     return export_dir
+
+
+def _undistributed(model):
+    """``model``, or a copy with plain variables when it was built under a strategy.
+
+    Keras records the strategy a model was created under (None outside any);
+    reading the weights to copy them needs no collective, where a SavedModel
+    of mirrored or multi-worker variables would carry their placement.
+    """
+    if getattr(model, "_distribute_strategy", None) is None:
+        return model
+    if tf.distribute.has_strategy():
+        raise ValueError(f"export {type(model).__name__} outside the strategy's scope "
+                         f"(its copy must get plain variables)")
+    copy = type(model).from_config(model.get_config())
+    if not copy.built:
+        copy.build()
+    copy.set_weights(model.get_weights())
+    return copy

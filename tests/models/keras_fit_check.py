@@ -4,12 +4,14 @@ For each case of `tests.models.model_cases.MODEL_CASES` prints, in one JSON
 line: the relative error of one SGD ``fit`` step on 2 replicas against the
 gradient of the whole batch on one device, the loss ``fit`` reports against
 the global loss, the error of ``compile(jit_compile=True)``, and the losses
-of a ``mixed_bfloat16`` fit under the strategy. The logical devices must be
+of a ``mixed_bfloat16`` fit under the strategy, and how far the SavedModel
+exported from the mirrored model serves other logits. The logical devices must be
 configured before TensorFlow runs any op, hence a separate process (see
 test_keras_fit_distributed.py).
 """
 
 import json
+import tempfile
 
 import tensorflow as tf
 
@@ -18,8 +20,10 @@ tf.config.set_logical_device_configuration(
     [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
-from tests.models.model_cases import MODEL_CASES, as_tensors  # noqa: E402
+from packed_bert_tf.models import export_for_serving  # noqa: E402
+from tests.models.model_cases import MODEL_CASES, S, as_tensors  # noqa: E402
 from tests.models.packed_batches import gradient_errors, relative_error  # noqa: E402
 
 LEARNING_RATE = 0.1
@@ -53,6 +57,18 @@ def check(case, strategy) -> dict:
              for b, v in zip(before, model.trainable_variables)]
     results["fit_step_error"] = max(gradient_errors(steps, want_gradients))
     results["reported_loss_error"] = relative_error(history.history["loss"][0], want_loss)
+
+    # Exported outside the scope: a plain copy serves the mirrored model's logits.
+    with tempfile.TemporaryDirectory() as folder:
+        served = tf.saved_model.load(export_for_serving(
+            model, folder, max_seq_length=S, **case.export_sizes))
+        inputs = {name: batch[name] for name in model.input_features()}
+        got = served.signatures["serving_default"](**inputs)
+        want = model(inputs)
+        results["export_error"] = max(float(np.abs(got[name] - want[name]).max())
+                                      for name in model.SERVING_OUTPUTS)
+        results["export_variables_distributed"] = any(
+            isinstance(v, tf.distribute.DistributedValues) for v in served.variables)
 
     with strategy.scope():
         keras.utils.set_random_seed(0)

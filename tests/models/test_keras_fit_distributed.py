@@ -1,5 +1,6 @@
 """model.fit under MirroredStrategy (2 logical CPUs, in a subprocess), float32 and
-mixed_bfloat16, for every model of tests.models.model_cases.MODEL_CASES."""
+mixed_bfloat16, and the export of the mirrored model, for every model of
+tests.models.model_cases.MODEL_CASES."""
 
 import pytest
 
@@ -43,3 +44,9 @@ def test_xla_under_two_replicas_is_refused_with_one_line(results, case):
         f"replicas: Keras would XLA-compile the cross-replica sums, which fails; use "
         f"jit_compile=False (or 'auto'), or packed_bert_tf.training.trainer.Trainer for "
         f"XLA on several replicas")
+
+
+@CASES
+def test_a_mirrored_model_exports_for_serving(results, case):
+    assert results[case.name]["export_error"] <= 1e-6
+    assert results[case.name]["export_variables_distributed"] is False
