@@ -24,10 +24,12 @@ Reading it back needs TensorFlow alone, not this package::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import keras
 import tensorflow as tf
 
-from packed_bert_tf.models.packed_model import FEATURE_DIMENSIONS
+from packed_bert_tf.models.packed_model import FEATURE_DIMENSIONS, PackedModel
 
 #: The endpoint name; ``serving_default`` is the same function.
 ENDPOINT = "serve"
@@ -90,8 +92,9 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
         there is replaced).
       max_seq_length, max_sequences_per_pack, max_predictions_per_seq,
       input_features: as `serving_input_signature`.
-      output_names: the outputs to serve; default the model's
-        ``SERVING_OUTPUTS`` (else every output).
+      output_names: the outputs to serve, for a model that returns a dict;
+        default the model's ``SERVING_OUTPUTS`` (else every output). A model
+        that returns one tensor serves it as ``output_0``.
 
     Returns:
       ``export_dir``.
@@ -105,6 +108,9 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
         max_predictions_per_seq=max_predictions_per_seq, input_features=input_features)
     names = [spec.name for spec in signature]
     if not model.built:
+        if not isinstance(model, PackedModel):  # other models build on a first call
+            raise ValueError(f"{type(model).__name__} is not built: call it on a batch "
+                             f"first")
         model.build()
     model = _undistributed(model)
     if output_names is None:
@@ -113,10 +119,11 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
     if output_names:  # an unknown name fails here, with the names there are
         example = model({spec.name: tf.zeros([1, spec.shape[1]], tf.int32)
                          for spec in signature}, training=False)
-        unknown = [name for name in output_names if name not in example]
+        available = tuple(example) if isinstance(example, Mapping) else ()
+        unknown = [name for name in output_names if name not in available]
         if unknown:
             raise ValueError(f"{type(model).__name__} has no output {', '.join(unknown)} "
-                             f"(its outputs: {', '.join(example)})")
+                             f"(its outputs: {', '.join(available) or 'one tensor'})")
     if tf.io.gfile.exists(export_dir) and not tf.io.gfile.isdir(export_dir):
         raise ValueError(f"export folder {export_dir} is a file")
 
@@ -124,8 +131,9 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
         # Positional tensors named by the signature: a SavedModel signature
         # needs flat, named inputs, not a dict argument.
         outputs = model(dict(zip(names, tensors)), training=False)
-        chosen = output_names or tuple(outputs)
-        return {name: outputs[name] for name in chosen}
+        if not isinstance(outputs, Mapping):
+            return outputs  # one tensor: served as "output_0"
+        return {name: outputs[name] for name in output_names or tuple(outputs)}
 
     archive = keras.export.ExportArchive()
     archive.track(model)

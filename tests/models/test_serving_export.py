@@ -74,3 +74,11 @@ def test_a_model_without_declared_features_needs_them_given(tmp_path):
                                          r"outputs: logits\)$"):
         export_for_serving(model, str(tmp_path / "c"), max_seq_length=S,
                            input_features={"input_ids": "S"}, output_names=["scores"])
+
+
+def test_a_model_that_was_never_called_is_one_clear_error(tmp_path):
+    model = keras.Sequential([keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="^Sequential is not built: call it on a batch "
+                                         "first$"):
+        export_for_serving(model, str(tmp_path / "a"), max_seq_length=S,
+                           input_features={"input_ids": "S"})
