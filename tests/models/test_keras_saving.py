@@ -13,6 +13,7 @@ import pytest
 
 from packed_bert_tf.models import PackedModel, load_model
 from packed_bert_tf.training.lamb import LAMB
+from packed_bert_tf.training.optimizers import AdamW, create_optimizer
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from tests.models.model_cases import MODEL_CASES, as_tensors, model_of, packed_dataset
 
@@ -83,3 +84,28 @@ def test_files_that_are_not_keras_archives_are_one_clear_error(tmp_path):
         with pytest.raises(ValueError) as error:
             load_model(path)
         assert str(error.value) == message
+
+
+def test_the_projects_optimizers_and_schedules_are_registered(tmp_path):
+    schedule = AtUpdateSteps(PolynomialDecayWithWarmup(1e-3, 100, 10, end_learning_rate=1e-5),
+                             4)
+    for optimizer in (create_optimizer("lamb", schedule),
+                      create_optimizer("adamw", schedule, weight_decay_rate=0.02)):
+        restored = keras.saving.deserialize_keras_object(
+            keras.saving.serialize_keras_object(optimizer))
+        assert type(restored) is type(optimizer)
+        assert restored.get_config() == optimizer.get_config()
+    restored_schedule = keras.saving.deserialize_keras_object(
+        keras.saving.serialize_keras_object(schedule))
+    for step in (0, 5, 60):  # update 5 is global step 23, in the decay
+        assert float(restored_schedule(step)) == float(schedule(step))
+    # A compiled model with AdamW in a .keras file (no step taken: no state yet).
+    case = MODEL_CASES[-1]
+    model = model_of(case)
+    model.compile(optimizer=create_optimizer("adamw", schedule))
+    path = str(tmp_path / "adamw.keras")
+    model.save(path)
+    loaded = load_model(path, case.model_class)
+    assert type(loaded.optimizer) is AdamW
+    assert loaded.optimizer.get_config() == model.optimizer.get_config()
+    assert loaded.optimizer.weight_decay_exclusions == ["LayerNorm", "layer_norm", "bias"]
