@@ -6,8 +6,8 @@ r"""Fine-tunes BERT on SQuAD 1.1 with packing, predicts and scores the answers.
 
 Flags are those of google-research/bert's run_squad.py plus --batching
 (packed by default), --max_sequences_per_pack, --algorithm, --distribution_strategy,
---jit_compile and --mixed_precision. Features are cached as TFRecords in
---output_dir. The run's logic is `packed_bert_tf.squad.run.run_squad`.
+--jit_compile, --mixed_precision and --export_dir (a SavedModel for packed
+serving). Features are cached as TFRecords in --output_dir. The run's logic is `packed_bert_tf.squad.run.run_squad`.
 """
 
 from absl import app, flags
@@ -20,8 +20,8 @@ def define_flags():
     `SquadOptions`'."""
     from packed_bert_tf.squad.run import BATCHING, SquadOptions
     from packed_bert_tf.training.flags import (define_bucketing_flags,
-                                               define_hardware_flags, define_loop_flags,
-                                               define_step_flags)
+                                               define_export_flags, define_hardware_flags,
+                                               define_loop_flags, define_step_flags)
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
     defaults = SquadOptions
@@ -78,6 +78,7 @@ def define_flags():
                       "(google-research/bert). bucketed: one feature per row, batches "
                       "padded to their length bucket (packed_bert_tf.batching).")
     define_bucketing_flags("features", defaults)
+    define_export_flags(defaults)
 
 
 def main(argv):

@@ -31,10 +31,11 @@ from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
 from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
 from packed_bert_tf.models.backbone import LAYER_NORM_EPSILON, backbone_layers, encode
 from packed_bert_tf.models.config import BertConfig
+from packed_bert_tf.models.packed_model import PackedModel
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
-class BertPretrainingModel(keras.Model):
+class BertPretrainingModel(PackedModel):
     """BERT pre-training model on packed (or unpacked) batches.
 
     Args:
@@ -56,6 +57,11 @@ class BertPretrainingModel(keras.Model):
       float32, ``sequence_output`` [B, S, H] and ``pooled_output``
       [B, D, H] in the compute dtype.
     """
+
+    INPUT_FEATURES = {"input_ids": "S", "input_mask": "S", "segment_ids": "S",
+                      "positions": "S", "masked_lm_positions": "M",
+                      "next_sentence_positions": "D"}
+    SERVING_OUTPUTS = ("mlm_logits", "nsp_logits")
 
     def __init__(self, bert_config, *, packed: bool = True,
                  per_sequence_masked_lm_loss: bool = False, **kwargs):

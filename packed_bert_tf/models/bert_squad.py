@@ -23,10 +23,11 @@ import keras
 from packed_bert_tf.layers.squad_span_head import SquadSpanHead, squad_span_loss
 from packed_bert_tf.models.backbone import backbone_layers, encode
 from packed_bert_tf.models.config import BertConfig
+from packed_bert_tf.models.packed_model import PackedModel
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
-class BertSquadModel(keras.Model):
+class BertSquadModel(PackedModel):
     """BERT for SQuAD on packed (or unpacked) batches.
 
     Args:
@@ -50,6 +51,10 @@ class BertSquadModel(keras.Model):
     ``cls/squad/output_weights`` [2, H] and ``cls/squad/output_bias`` [2]),
     or from a `BertPretrainingModel` with `copy_encoder_weights`.
     """
+
+    INPUT_FEATURES = {"input_ids": "S", "input_mask": "S", "segment_ids": "S",
+                      "positions": "S"}
+    SERVING_OUTPUTS = ("start_logits", "end_logits")
 
     def __init__(self, bert_config, *, packed: bool = True, **kwargs):
         super().__init__(**kwargs)

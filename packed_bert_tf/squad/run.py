@@ -7,7 +7,8 @@ strategy and restored from the output folder's latest checkpoint (else the
 encoder comes from ``init_checkpoint``); training runs on the shared loop of
 `packed_bert_tf.training`; prediction unpacks the per-feature logits, writes
 ``predictions.json`` / ``nbest_predictions.json`` and scores them with the
-official SQuAD 1.1 rules into ``eval_results.json``.
+official SQuAD 1.1 rules into ``eval_results.json``; ``export_dir`` gets the
+model as a SavedModel for packed serving (on the chief, at the end).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from absl import logging
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_squad import BertSquadModel
+from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.squad import task
 from packed_bert_tf.squad.dataset import predict_logits
@@ -84,6 +86,7 @@ class SquadOptions:
     bucket_boundaries: tuple | None = None
     pool_size: int = 8192
     progress_bar: bool | None = None
+    export_dir: str | None = None
 
 
 BATCHING = ("packed", "bucketed", "padded")
@@ -91,8 +94,9 @@ BATCHING = ("packed", "bucketed", "padded")
 
 def check_options(options: SquadOptions, config, strategy) -> None:
     """Checks that can fail before any feature is made; one clear error each."""
-    if not (options.do_train or options.do_predict):
-        raise ValueError("nothing to do: give --do_train and/or --do_predict")
+    if not (options.do_train or options.do_predict or options.export_dir):
+        raise ValueError("nothing to do: give --do_train, --do_predict and/or "
+                         "--export_dir")
     for name in ("train_batch_size", "predict_batch_size", "n_best_size",
                  "max_answer_length", "iterations_per_loop", "log_every_n_steps",
                  "max_sequences_per_pack", "steps_per_update"):
@@ -123,12 +127,17 @@ def check_options(options: SquadOptions, config, strategy) -> None:
                                ("predict_file", options.do_predict, options.predict_file)):
         if needed and (not path or not tf.io.gfile.exists(path)):
             raise ValueError(f"--{flag}={path}: no such file")
-    if options.do_predict and not options.do_train and not options.init_checkpoint \
-            and not TrainingCheckpoints.exists(options.output_dir):
-        raise ValueError(f"--do_predict without --do_train needs trained weights, but "
-                         f"--output_dir={options.output_dir} holds no checkpoint and no "
-                         f"--init_checkpoint is given (random weights would score "
-                         f"nonsense)")
+    for flag, needed in (("do_predict", options.do_predict),
+                         ("export_dir", options.export_dir)):
+        if needed and not options.do_train and not options.init_checkpoint \
+                and not TrainingCheckpoints.exists(options.output_dir):
+            raise ValueError(f"--{flag} without --do_train needs trained weights, but "
+                             f"--output_dir={options.output_dir} holds no checkpoint and "
+                             f"no --init_checkpoint is given (random weights would "
+                             f"{'score' if flag == 'do_predict' else 'serve'} nonsense)")
+    if options.export_dir and tf.io.gfile.exists(options.export_dir) \
+            and not tf.io.gfile.isdir(options.export_dir):
+        raise ValueError(f"--export_dir={options.export_dir} is a file, not a folder")
     if options.do_train:
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
         check_static_shapes(options.batching, strategy)
@@ -238,8 +247,21 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
         if options.do_predict:
             summary["predict"] = predict(options, model, strategy, predict_data,
                                          output_dir, pack_args)
+    if options.export_dir and worker.is_chief:
+        summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary
+
+
+def export(options: SquadOptions, model) -> str:
+    """Writes the model to ``--export_dir`` as a SavedModel serving packed rows of
+    ``--max_seq_length`` tokens (`packed_bert_tf.models.export_for_serving`):
+    ``start_logits`` and ``end_logits`` [B, S] per token."""
+    path = export_for_serving(model, options.export_dir,
+                              max_seq_length=options.max_seq_length,
+                              max_sequences_per_pack=options.max_sequences_per_pack)
+    logging.info("SavedModel for packed serving: %s", path)
+    return path
 
 
 def _describe(data, packs) -> dict:
@@ -283,4 +305,5 @@ def predict(options, model, strategy, data, output_dir, pack_args) -> dict:
     return {**results, **_describe(data, packs)}
 
 
-__all__ = ["SquadOptions", "check_options", "num_train_steps", "predict", "run_squad"]
+__all__ = ["SquadOptions", "check_options", "export", "num_train_steps", "predict",
+           "run_squad"]

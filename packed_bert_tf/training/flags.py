@@ -80,6 +80,19 @@ def define_bucketing_flags(examples: str, defaults) -> None:
                          f"--batching=bucketed: {examples} sorted into buckets together.")
 
 
+def define_export_flags(defaults) -> None:
+    """--export_dir: the fine-tuned model as a SavedModel for packed serving;
+    ``defaults`` as for `define_hardware_flags` (its ``export_dir`` field)."""
+    flags.DEFINE_string(
+        "export_dir", defaults.export_dir,
+        "At the end of the run (on the chief), write the model as a TensorFlow "
+        "SavedModel for packed inference here: its serving_default signature takes "
+        "the packed features as int32 [batch, --max_seq_length] tensors (input_ids, "
+        "input_mask = each token's sequence index 1..--max_sequences_per_pack, "
+        "segment_ids, positions restarting in each sequence) and returns the "
+        "logits; load it with tf.saved_model.load.")
+
+
 def options_from_flags(options_class, values=None):
     """The options dataclass filled from the flags of the same names.
 

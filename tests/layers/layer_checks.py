@@ -1,4 +1,8 @@
-"""The shared layer checks: config round trip, eager and symbolic call, one training step."""
+"""The shared layer checks: config round trip, eager and symbolic call, a .keras
+save and load, one training step."""
+
+import os
+import tempfile
 
 import keras
 import numpy as np
@@ -12,6 +16,10 @@ def _flat(structure):
 def run_layer_checks(layer_class, init_kwargs, call_args, expected_output_shapes, *,
                      expected_num_trainable_weights=None, seed=0):
     """Checks every layer of the package must pass.
+
+    The config round trip, eager and symbolic calls (shapes, dtypes), the
+    same outputs after a ``.keras`` save and ``keras.models.load_model`` (the
+    layer registered with Keras), and one training step.
 
     Args:
       layer_class: the layer class.
@@ -64,6 +72,19 @@ def run_layer_checks(layer_class, init_kwargs, call_args, expected_output_shapes
         [tuple(s) for s in expected_output_shapes]
     assert [keras.backend.standardize_dtype(o.dtype) for o in _flat(symbolic_outputs)] \
         == [keras.backend.standardize_dtype(o.dtype) for o in _flat(outputs)]
+
+    # Saved in a .keras file (inside a functional model: only models are saved)
+    # and loaded back by Keras, which rebuilds the layer from its registered
+    # name and config: the same outputs, exactly.
+    saved = keras.Model(symbolic, call(layer, symbolic))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "layer.keras")
+        saved.save(path)
+        loaded = keras.models.load_model(path)
+    reloaded_layer = [sub for sub in loaded.layers if isinstance(sub, layer_class)]
+    assert len(reloaded_layer) == 1 and reloaded_layer[0].get_config() == config
+    for got, want in zip(_flat(loaded(tensors)), _flat(outputs)):
+        np.testing.assert_array_equal(got, want)
 
     # One training step: every trainable weight gets a gradient and moves.
     if layer.trainable_weights:

@@ -55,7 +55,8 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(do_train=False), "nothing to do"),
+    (dict(do_train=False), "nothing to do: give --do_train, --do_predict and/or "
+                           "--export_dir"),
     (dict(vocab_file="/nonexistent/vocab.txt"), "--vocab_file=/nonexistent/vocab.txt: no "
                                                 "such file"),
     (dict(train_file="/nonexistent/train.json"), "--train_file=/nonexistent/train.json"),
@@ -135,3 +136,60 @@ def test_a_file_without_usable_questions_is_refused(files, tmp_path, data, messa
     empty.write_text(json.dumps({"version": "1.1", "data": data}))
     with pytest.raises(ValueError, match=f"{empty}: {message}"):
         run_squad(options(files, tmp_path / "out", do_train=True, train_file=str(empty)))
+
+
+def _served_and_model_logits(files, export_dir, google_checkpoint):
+    """(SavedModel logits, logits of a model loaded with the final weights) on
+    packed rows of random features."""
+    import numpy as np
+    import tensorflow as tf
+
+    from packed_bert_tf.models import BertConfig, BertSquadModel, load_google_checkpoint
+    from packed_bert_tf.squad.packing import pack_features
+
+    config = BertConfig.from_json_file(files["bert_config_file"])
+    model = BertSquadModel(config)
+    model.build()
+    load_google_checkpoint(model, google_checkpoint)
+    lengths = np.random.default_rng(0).integers(4, 16, 9)
+    packs = pack_features(squad_data.make_features(lengths, 32, vocab_size=config.vocab_size),
+                          max_sequences_per_pack=3)
+    inputs = {name: tf.constant(packs.arrays[name])
+              for name in ("input_ids", "input_mask", "segment_ids", "positions")}
+    served = tf.saved_model.load(export_dir).signatures["serving_default"](**inputs)
+    return ({name: served[name].numpy() for name in ("start_logits", "end_logits")},
+            {name: value.numpy() for name, value in model(inputs).items()})
+
+
+def test_export_dir_serves_the_fine_tuned_model(files, tmp_path):
+    import numpy as np
+
+    summary = run_squad(options(files, tmp_path / "run", do_train=True, jit_compile=False,
+                                train_batch_size=8, num_train_epochs=1,
+                                export_dir=str(tmp_path / "serving")))
+    assert summary["export_dir"] == str(tmp_path / "serving")
+    served, want = _served_and_model_logits(files, summary["export_dir"],
+                                            summary["train"]["google_checkpoint"])
+    for name, value in served.items():
+        np.testing.assert_allclose(value, want[name], rtol=0, atol=1e-6, err_msg=name)
+    # --export_dir alone exports the run's last checkpoint: the same model.
+    again = run_squad(options(files, tmp_path / "run", jit_compile=False,
+                              export_dir=str(tmp_path / "again")))
+    assert "train" not in again and "predict" not in again
+    served_again, _ = _served_and_model_logits(files, again["export_dir"],
+                                               summary["train"]["google_checkpoint"])
+    for name, value in served.items():
+        np.testing.assert_array_equal(served_again[name], value, err_msg=name)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(do_train=False), "--export_dir without --do_train needs trained weights, but "
+                           "--output_dir=.* holds no checkpoint and no --init_checkpoint"),
+    (dict(export_dir=__file__), f"--export_dir={__file__} is a file, not a folder"),
+])
+def test_bad_export_options_are_rejected_before_anything_runs(files, tmp_path, overrides,
+                                                              message):
+    values = {"do_train": True, "export_dir": str(tmp_path / "serving"), **overrides}
+    with pytest.raises(ValueError, match=message):
+        run_squad(options(files, tmp_path, **values))
+    assert not (tmp_path / "serving").exists()
