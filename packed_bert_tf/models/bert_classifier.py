@@ -27,10 +27,11 @@ from packed_bert_tf.layers.sequence_classification_head import (
     SequenceClassificationHead, sequence_classification_loss)
 from packed_bert_tf.models.backbone import backbone_layers, copy_layer_weights, encode
 from packed_bert_tf.models.config import BertConfig
+from packed_bert_tf.models.packed_model import PackedModel
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
-class BertClassifierModel(keras.Model):
+class BertClassifierModel(PackedModel):
     """BERT for sentence (pair) classification on packed (or unpacked) batches.
 
     Args:
@@ -56,6 +57,10 @@ class BertClassifierModel(keras.Model):
     ``output_bias`` [L], absent from a pre-training checkpoint), or from a
     `BertPretrainingModel` with `copy_encoder_weights`.
     """
+
+    INPUT_FEATURES = {"input_ids": "S", "input_mask": "S", "segment_ids": "S",
+                      "positions": "S", "cls_positions": "D"}
+    SERVING_OUTPUTS = ("logits",)
 
     def __init__(self, bert_config, num_labels: int, *, packed: bool = True, **kwargs):
         super().__init__(**kwargs)

@@ -18,11 +18,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.models import BertPretrainingModel, BertSquadModel
+from packed_bert_tf.classification import packing as classifier_packing
+from packed_bert_tf.classification.task import classification_task
+from packed_bert_tf.models import BertClassifierModel, BertPretrainingModel, BertSquadModel
 from packed_bert_tf.packing import PackAssignment
 from packed_bert_tf.pretraining.task import PRETRAINING_TASK
 from packed_bert_tf.squad.packing import layout_packs
 from packed_bert_tf.squad.task import SQUAD_TASK
+from tests.classification.classifier_data import random_features
 from tests.models.packed_batches import TINY_CONFIG, layout, random_sequence
 from tests.squad.squad_data import make_features
 
@@ -53,9 +56,9 @@ class ModelCase:
     export_sizes: dict
 
 
-def _built(model_class):
+def _built(model_class, *args):
     def make(**kwargs):
-        model = model_class(TINY_CONFIG, **kwargs)
+        model = model_class(TINY_CONFIG, *args, **kwargs)
         model.build()
         return model
     return make
@@ -70,14 +73,34 @@ def pretraining_batch(seed: int) -> dict:
     return {name: value.numpy() for name, value in features.items()}
 
 
-def squad_batch(seed: int) -> dict:
+def _row_lengths(seed: int) -> list:
     rng = np.random.default_rng(seed)
-    lengths = [int(n) for count in SEQUENCES_PER_ROW
-               for n in rng.integers(4, S // count + 1, count)]
+    return [int(n) for count in SEQUENCES_PER_ROW
+            for n in rng.integers(4, S // count + 1, count)]
+
+
+def _assignment(num_sequences: int) -> PackAssignment:
+    return PackAssignment.from_sequences_per_pack(SEQUENCES_PER_ROW,
+                                                  np.arange(num_sequences))
+
+
+def squad_batch(seed: int) -> dict:
+    lengths = _row_lengths(seed)
     features = make_features(lengths, S, seed=seed, vocab_size=TINY_CONFIG.vocab_size)
-    assignment = PackAssignment.from_sequences_per_pack(SEQUENCES_PER_ROW,
-                                                        np.arange(len(lengths)))
-    return dict(layout_packs(features, assignment, D).arrays)
+    return dict(layout_packs(features, _assignment(len(lengths)), D).arrays)
+
+
+def classifier_batch(seed: int) -> dict:
+    """Sentence pairs of 3 labels, skewed as real GLUE sets are (every 4th
+    example label 2, the others 1), so that a few ``fit`` steps lower the
+    loss (random labels need many steps to be memorised)."""
+    lengths = _row_lengths(seed)
+    features = random_features(lengths, S, vocab_size=TINY_CONFIG.vocab_size, seed=seed,
+                               num_labels=3)
+    labels = np.where(np.arange(len(lengths)) % 4 == 0, 2, 1).astype(np.int32)
+    features = dataclasses.replace(features, label_ids=labels)
+    return dict(classifier_packing.layout_packs(features, _assignment(len(lengths)),
+                                                D).arrays)
 
 
 MODEL_CASES = [
@@ -86,6 +109,9 @@ MODEL_CASES = [
               dict(max_sequences_per_pack=D, max_predictions_per_seq=M)),
     ModelCase("squad", BertSquadModel, _built(BertSquadModel), squad_batch, SQUAD_TASK,
               {}),
+    ModelCase("classifier", BertClassifierModel, _built(BertClassifierModel, 3),
+              classifier_batch, classification_task(is_regression=False),
+              dict(max_sequences_per_pack=D)),
 ]
 
 CASES_BY_NAME = {case.name: case for case in MODEL_CASES}
