@@ -7,7 +7,8 @@ r"""Fine-tunes BERT on a GLUE task with packing, evaluates and predicts.
 
 Flags are those of google-research/bert's run_classifier.py plus --batching
 (packed by default), --max_sequences_per_pack, --algorithm,
---distribution_strategy, --jit_compile and --mixed_precision. The run's logic
+--distribution_strategy, --jit_compile, --mixed_precision and --export_dir (a
+SavedModel for packed serving). The run's logic
 is `packed_bert_tf.classification.run.run_classifier`.
 """
 
@@ -19,10 +20,11 @@ FLAGS = flags.FLAGS
 def define_flags():
     """Defines the script's flags (only when run as a program); their defaults are
     `ClassifierOptions`'."""
-    from packed_bert_tf.classification.run import BATCHING, ClassifierOptions
+    from packed_bert_tf.classification.run import ClassifierOptions
+    from packed_bert_tf.training.fine_tuning import BATCHING
     from packed_bert_tf.training.flags import (define_bucketing_flags,
-                                               define_hardware_flags, define_loop_flags,
-                                               define_step_flags)
+                                               define_export_flags, define_hardware_flags,
+                                               define_loop_flags, define_step_flags)
     from packed_bert_tf.training.optimizers import OPTIMIZERS
 
     defaults = ClassifierOptions
@@ -81,6 +83,7 @@ def define_flags():
                       "(google-research/bert). bucketed: one example per row, training "
                       "batches padded to their length bucket (packed_bert_tf.batching).")
     define_bucketing_flags("examples", defaults)
+    define_export_flags(defaults)
 
 
 def main(argv):

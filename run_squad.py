@@ -18,7 +18,8 @@ FLAGS = flags.FLAGS
 def define_flags():
     """Defines the script's flags (only when run as a program); their defaults are
     `SquadOptions`'."""
-    from packed_bert_tf.squad.run import BATCHING, SquadOptions
+    from packed_bert_tf.squad.run import SquadOptions
+    from packed_bert_tf.training.fine_tuning import BATCHING
     from packed_bert_tf.training.flags import (define_bucketing_flags,
                                                define_export_flags, define_hardware_flags,
                                                define_loop_flags, define_step_flags)

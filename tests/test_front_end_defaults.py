@@ -26,6 +26,8 @@ print(json.dumps({{"differ": {{name: [from_flags[name], defaults[name]] for name
     ("run_pretraining", "packed_bert_tf.pretraining.run", "PretrainingOptions",
      ["progress_bar"]),
     ("run_squad", "packed_bert_tf.squad.run", "SquadOptions", ["progress_bar"]),
+    ("run_classifier", "packed_bert_tf.classification.run", "ClassifierOptions",
+     ["progress_bar"]),
 ])
 def test_flag_defaults_are_the_options_defaults(script, module, options, without_flag):
     result = run_json_check("-c", _SCRIPT.format(script=script, module=module,

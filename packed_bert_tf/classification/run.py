@@ -30,26 +30,24 @@ from packed_bert_tf.classification.glue import get_task, read_examples
 from packed_bert_tf.classification.metrics import glue_metrics, write_test_results
 from packed_bert_tf.classification.packing import (DEFAULT_MAX_SEQUENCES_PER_PACK,
                                                    pack_features)
-from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import (write_json_atomically,
                                        write_text_atomically)
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
-from packed_bert_tf.packing import ALGORITHMS
-from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
-                                                  check_global_batch_size, check_static_shapes)
+from packed_bert_tf.training.distribution import CLUSTER_TIMEOUT_SECONDS
+from packed_bert_tf.training.fine_tuning import (check_fine_tuning_options, export,
+                                                 make_tokenizer, num_train_steps,
+                                                 step_counting)
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
                                           run_on_this_worker, start_training,
                                           train_and_export)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.steps import StepCounting, clipping
+from packed_bert_tf.training.steps import clipping
 
 SUMMARY_FILE = "classifier_summary.json"
 EVAL_FILE = "eval_results.json"
 TEST_FILE = "test_results.tsv"
 PROBABILITIES_FILE = "test_probabilities.tsv"
-BATCHING = ("packed", "bucketed", "padded")
 
 
 @dataclasses.dataclass
@@ -93,75 +91,24 @@ class ClassifierOptions:
     bucket_boundaries: tuple | None = None
     pool_size: int = 8192
     progress_bar: bool | None = None
+    export_dir: str | None = None
 
 
 def check_options(options: ClassifierOptions, config, strategy) -> None:
     """Checks that can fail before any example is read; one clear error each."""
-    if not (options.do_train or options.do_eval or options.do_predict):
-        raise ValueError("nothing to do: give --do_train, --do_eval and/or --do_predict")
-    for name in ("max_seq_length", "train_batch_size", "eval_batch_size",
-                 "predict_batch_size", "iterations_per_loop", "log_every_n_steps",
-                 "max_sequences_per_pack", "steps_per_update"):
-        if getattr(options, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(options, name)}")
-    if not 0 <= options.warmup_proportion <= 1:
-        raise ValueError(f"--warmup_proportion must be in [0, 1], got "
-                         f"{options.warmup_proportion}")
-    if options.algorithm not in ALGORITHMS:
-        raise ValueError(f"--algorithm={options.algorithm!r} is not one of "
-                         f"{', '.join(ALGORITHMS)}")
-    if options.batching not in BATCHING:
-        raise ValueError(f"--batching={options.batching!r} is not one of "
-                         f"{', '.join(BATCHING)}")
-    if options.batching == "bucketed" and options.steps_per_update != 1:
-        raise ValueError("--batching=bucketed gives batches of different shapes, which "
-                         "cannot be stacked for accumulation: use --steps_per_update=1")
-    _step_counting(options)  # a valid --step_unit
-    if options.max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
-                         f"max_position_embeddings {config.max_position_embeddings} of "
-                         f"--bert_config_file")
-    if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
-        raise ValueError(f"--vocab_file={options.vocab_file}: no such file")
+    check_fine_tuning_options(
+        options, config, strategy,
+        actions={"do_train": options.do_train, "do_eval": options.do_eval,
+                 "do_predict": options.do_predict, "export_dir": bool(options.export_dir)},
+        positive=("max_seq_length", "train_batch_size", "eval_batch_size",
+                  "predict_batch_size", "iterations_per_loop", "log_every_n_steps",
+                  "max_sequences_per_pack", "steps_per_update"),
+        batch_sizes={"train_batch_size": options.do_train,
+                     "eval_batch_size": options.do_eval,
+                     "predict_batch_size": options.do_predict},
+        need_weights=("do_eval", "do_predict", "export_dir"))
     if not options.data_dir or not tf.io.gfile.isdir(options.data_dir):
         raise ValueError(f"--data_dir={options.data_dir}: no such folder")
-    if (options.do_eval or options.do_predict) and not options.do_train \
-            and not options.init_checkpoint \
-            and not TrainingCheckpoints.exists(options.output_dir):
-        raise ValueError(f"--do_eval/--do_predict without --do_train needs trained "
-                         f"weights, but --output_dir={options.output_dir} holds no "
-                         f"checkpoint and no --init_checkpoint is given (random weights "
-                         f"would score nonsense)")
-    if options.do_train:
-        check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
-        check_static_shapes(options.batching, strategy)
-    for flag, needed in (("eval_batch_size", options.do_eval),
-                         ("predict_batch_size", options.do_predict)):
-        if needed:
-            check_global_batch_size(getattr(options, flag), strategy, f"--{flag}")
-
-
-def make_tokenizer(options: ClassifierOptions, config) -> WordPieceTokenizer:
-    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
-                         f"tokens but vocab_size in --bert_config_file is "
-                         f"{config.vocab_size}")
-    return tokenizer
-
-
-def num_train_steps(num_rows: int, options: ClassifierOptions) -> int:
-    """Global steps for ``num_train_epochs`` passes over the rows (packs or
-    examples): whole updates of ``--steps_per_update`` micro-batches, counted
-    in ``--step_unit`` (micro-batches by default)."""
-    rows_per_update = options.train_batch_size * options.steps_per_update
-    updates = max(1, int(num_rows / rows_per_update * options.num_train_epochs))
-    return updates * _step_counting(options).global_steps_per_update
-
-
-def _step_counting(options: ClassifierOptions) -> StepCounting:
-    return StepCounting(options.step_unit, options.steps_per_update,
-                        options.steps_per_update)
 
 
 def run_classifier(options: ClassifierOptions,
@@ -215,7 +162,7 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
                              f"{train_packs.num_packs} rows, too few for one batch of "
                              f"--train_batch_size={options.train_batch_size}")
 
-    steps = _step_counting(options)
+    steps = step_counting(options)
     clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
                     micro_batches_per_update=steps.micro_batches_per_update)
     total_steps = (num_train_steps(train_packs.num_packs, options) if train_packs
@@ -259,6 +206,8 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
                                          batch_size=options.predict_batch_size,
                                          jit_compile=options.jit_compile,
                                          output_dir=output_dir, **pack_args)
+    if options.export_dir and worker.is_chief:
+        summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary
 
@@ -352,5 +301,4 @@ def write_probabilities(logits, path: str) -> str:
         "\t".join(str(p) for p in row) + "\n" for row in probabilities))
 
 
-__all__ = ["ClassifierOptions", "check_options", "evaluate", "num_train_steps", "predict",
-           "run_classifier"]
+__all__ = ["ClassifierOptions", "check_options", "evaluate", "predict", "run_classifier"]

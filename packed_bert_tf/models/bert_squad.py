@@ -21,7 +21,7 @@ An unpacked batch is the same layout with D = 1.
 import keras
 
 from packed_bert_tf.layers.squad_span_head import SquadSpanHead, squad_span_loss
-from packed_bert_tf.models.backbone import backbone_layers, encode
+from packed_bert_tf.models.backbone import backbone_layers, copy_layer_weights, encode
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.packed_model import PackedModel
 
@@ -109,16 +109,8 @@ class BertSquadModel(PackedModel):
             self.build()
         if not source.built:
             source.build()
-        for mine, theirs in ((self.embeddings, source.embeddings),
-                             (self.encoder, source.encoder)):
-            if len(mine.weights) != len(theirs.weights):
-                raise ValueError(f"{source.name}: {len(theirs.weights)} {theirs.name} "
-                                 f"weights, this model has {len(mine.weights)}")
-            for target, value in zip(mine.weights, theirs.weights):
-                if tuple(target.shape) != tuple(value.shape):
-                    raise ValueError(f"{value.path}: shape {tuple(value.shape)}, this "
-                                     f"model's {target.path} is {tuple(target.shape)}")
-                target.assign(value)
+        copy_layer_weights(self.embeddings, source.embeddings)
+        copy_layer_weights(self.encoder, source.encoder)
 
     def get_config(self):
         config = super().get_config()

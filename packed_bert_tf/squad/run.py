@@ -20,25 +20,23 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_squad import BertSquadModel
-from packed_bert_tf.models.export import export_for_serving
-from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.squad import task
 from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
-from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
-                                                  check_global_batch_size, check_static_shapes)
+from packed_bert_tf.training.distribution import CLUSTER_TIMEOUT_SECONDS
+from packed_bert_tf.training.fine_tuning import (check_fine_tuning_options, export,
+                                                 make_tokenizer, num_train_steps,
+                                                 step_counting)
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
                                           run_on_this_worker, start_training,
                                           train_and_export)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.steps import StepCounting, clipping
+from packed_bert_tf.training.steps import clipping
 
 SUMMARY_FILE = "squad_summary.json"
 
@@ -89,84 +87,25 @@ class SquadOptions:
     export_dir: str | None = None
 
 
-BATCHING = ("packed", "bucketed", "padded")
-
 
 def check_options(options: SquadOptions, config, strategy) -> None:
     """Checks that can fail before any feature is made; one clear error each."""
-    if not (options.do_train or options.do_predict or options.export_dir):
-        raise ValueError("nothing to do: give --do_train, --do_predict and/or "
-                         "--export_dir")
-    for name in ("train_batch_size", "predict_batch_size", "n_best_size",
-                 "max_answer_length", "iterations_per_loop", "log_every_n_steps",
-                 "max_sequences_per_pack", "steps_per_update"):
-        if getattr(options, name) < 1:
-            raise ValueError(f"--{name} must be >= 1, got {getattr(options, name)}")
-    if not 0 <= options.warmup_proportion <= 1:
-        raise ValueError(f"--warmup_proportion must be in [0, 1], got "
-                         f"{options.warmup_proportion}")
-    if options.algorithm not in ALGORITHMS:
-        raise ValueError(f"--algorithm={options.algorithm!r} is not one of "
-                         f"{', '.join(ALGORITHMS)}")
-    if options.batching not in BATCHING:
-        raise ValueError(f"--batching={options.batching!r} is not one of "
-                         f"{', '.join(BATCHING)}")
-    if options.batching == "bucketed" and options.steps_per_update != 1:
-        raise ValueError("--batching=bucketed gives batches of different shapes, which "
-                         "cannot be stacked for accumulation: use --steps_per_update=1")
-    _step_counting(options)  # a valid --step_unit
+    check_fine_tuning_options(
+        options, config, strategy,
+        actions={"do_train": options.do_train, "do_predict": options.do_predict,
+                 "export_dir": bool(options.export_dir)},
+        positive=("train_batch_size", "predict_batch_size", "n_best_size",
+                  "max_answer_length", "iterations_per_loop", "log_every_n_steps",
+                  "max_sequences_per_pack", "steps_per_update"),
+        batch_sizes={"train_batch_size": options.do_train,
+                     "predict_batch_size": options.do_predict},
+        need_weights=("do_predict", "export_dir"))
     check_feature_arguments(options.max_seq_length, options.doc_stride,
                             options.max_query_length)
-    if options.max_seq_length > config.max_position_embeddings:
-        raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
-                         f"max_position_embeddings {config.max_position_embeddings} of "
-                         f"--bert_config_file")
-    if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
-        raise ValueError(f"--vocab_file={options.vocab_file}: no such file")
     for flag, needed, path in (("train_file", options.do_train, options.train_file),
                                ("predict_file", options.do_predict, options.predict_file)):
         if needed and (not path or not tf.io.gfile.exists(path)):
             raise ValueError(f"--{flag}={path}: no such file")
-    for flag, needed in (("do_predict", options.do_predict),
-                         ("export_dir", options.export_dir)):
-        if needed and not options.do_train and not options.init_checkpoint \
-                and not TrainingCheckpoints.exists(options.output_dir):
-            raise ValueError(f"--{flag} without --do_train needs trained weights, but "
-                             f"--output_dir={options.output_dir} holds no checkpoint and "
-                             f"no --init_checkpoint is given (random weights would "
-                             f"{'score' if flag == 'do_predict' else 'serve'} nonsense)")
-    if options.export_dir and tf.io.gfile.exists(options.export_dir) \
-            and not tf.io.gfile.isdir(options.export_dir):
-        raise ValueError(f"--export_dir={options.export_dir} is a file, not a folder")
-    if options.do_train:
-        check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
-        check_static_shapes(options.batching, strategy)
-    if options.do_predict:
-        check_global_batch_size(options.predict_batch_size, strategy,
-                                "--predict_batch_size")
-
-
-def make_tokenizer(options: SquadOptions, config) -> WordPieceTokenizer:
-    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
-                         f"tokens but vocab_size in --bert_config_file is "
-                         f"{config.vocab_size}")
-    return tokenizer
-
-
-def num_train_steps(num_rows: int, options: SquadOptions) -> int:
-    """Global steps for ``num_train_epochs`` passes over the rows (packs or
-    features): whole updates of ``--steps_per_update`` micro-batches, counted
-    in ``--step_unit`` (micro-batches by default)."""
-    rows_per_update = options.train_batch_size * options.steps_per_update
-    updates = max(1, int(num_rows / rows_per_update * options.num_train_epochs))
-    return updates * _step_counting(options).global_steps_per_update
-
-
-def _step_counting(options: SquadOptions) -> StepCounting:
-    return StepCounting(options.step_unit, options.steps_per_update,
-                        options.steps_per_update)
 
 
 def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = None) -> dict:
@@ -213,7 +152,7 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
                                                cache_dir=output_dir, is_training=False,
                                                **feature_args)
 
-    steps = _step_counting(options)
+    steps = step_counting(options)
     clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
                     micro_batches_per_update=steps.micro_batches_per_update)
     total_steps = (num_train_steps(train_packs.num_packs, options) if train_packs
@@ -251,17 +190,6 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
         summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary
-
-
-def export(options: SquadOptions, model) -> str:
-    """Writes the model to ``--export_dir`` as a SavedModel serving packed rows of
-    ``--max_seq_length`` tokens (`packed_bert_tf.models.export_for_serving`):
-    ``start_logits`` and ``end_logits`` [B, S] per token."""
-    path = export_for_serving(model, options.export_dir,
-                              max_seq_length=options.max_seq_length,
-                              max_sequences_per_pack=options.max_sequences_per_pack)
-    logging.info("SavedModel for packed serving: %s", path)
-    return path
 
 
 def _describe(data, packs) -> dict:
@@ -305,5 +233,4 @@ def predict(options, model, strategy, data, output_dir, pack_args) -> dict:
     return {**results, **_describe(data, packs)}
 
 
-__all__ = ["SquadOptions", "check_options", "export", "num_train_steps", "predict",
-           "run_squad"]
+__all__ = ["SquadOptions", "check_options", "predict", "run_squad"]

@@ -89,7 +89,8 @@ def define_export_flags(defaults) -> None:
         "SavedModel for packed inference here: its serving_default signature takes "
         "the packed features as int32 [batch, --max_seq_length] tensors (input_ids, "
         "input_mask = each token's sequence index 1..--max_sequences_per_pack, "
-        "segment_ids, positions restarting in each sequence) and returns the "
+        "segment_ids, positions restarting in each sequence), and the classifier's "
+        "cls_positions as int32 [batch, --max_sequences_per_pack], and returns the "
         "logits; load it with tf.saved_model.load.")
 
 

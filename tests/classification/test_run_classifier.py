@@ -8,8 +8,7 @@ import pytest
 from packed_bert_tf.classification.run import ClassifierOptions, run_classifier
 from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
-from tests.conftest import finish_tool, one_line_error_problems, run_json_check, start_tool
-from tests.test_front_end_defaults import _SCRIPT
+from tests.conftest import finish_tool, one_line_error_problems, start_tool
 
 # About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
 # to compile each; the compiled steps are tested in distributed_classifier_check).
@@ -86,6 +85,37 @@ def test_packed_and_unpacked_prediction_write_the_same_files(files, trained, tmp
     assert abs(packed["loss"] - padded["loss"]) < 1e-5
 
 
+def test_export_dir_serves_the_fine_tuned_model(files, trained, tmp_path):
+    import tensorflow as tf
+
+    from packed_bert_tf.classification.packing import pack_features
+    from packed_bert_tf.models import BertClassifierModel, BertConfig, load_google_checkpoint
+    from tests.classification.classifier_data import random_features
+
+    # --export_dir alone exports the trained run's last checkpoint.
+    root, _ = trained
+    checkpoint = sorted((root / "packed").glob("model.ckpt-*.index"))[-1]
+    summary = run_classifier(ClassifierOptions(
+        **files, output_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "serving"),
+        init_checkpoint=str(checkpoint)[:-len(".index")], max_seq_length=32,
+        jit_compile=False))
+    assert summary["export_dir"] == str(tmp_path / "serving")
+    assert "train" not in summary and "eval" not in summary
+    config = BertConfig.from_json_file(files["bert_config_file"])
+    model = BertClassifierModel(config, 2)
+    model.build()
+    load_google_checkpoint(model, str(checkpoint)[:-len(".index")])
+    lengths = np.random.default_rng(0).integers(3, 12, 20)
+    packs = pack_features(random_features(lengths, 32, vocab_size=config.vocab_size),
+                          max_sequences_per_pack=16)
+    inputs = {name: tf.constant(packs.arrays[name]) for name in
+              ("input_ids", "input_mask", "segment_ids", "positions", "cls_positions")}
+    served = tf.saved_model.load(summary["export_dir"]).signatures["serving_default"](
+        **inputs)
+    np.testing.assert_allclose(served["logits"].numpy(), model(inputs)["logits"].numpy(),
+                               rtol=0, atol=1e-6)
+
+
 def test_bucketed_training(files, tmp_path):
     summary = run_classifier(ClassifierOptions(
         **files, output_dir=str(tmp_path), do_train=True, batching="bucketed",
@@ -113,7 +143,8 @@ def test_regression_writes_scores(files, tmp_path):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(do_train=False), "nothing to do: give --do_train, --do_eval and/or --do_predict"),
+    (dict(do_train=False), "nothing to do: give --do_train, --do_eval, --do_predict and/or "
+                           "--export_dir"),
     (dict(task_name="sst3"), "unknown --task_name=sst3; known tasks: cola, "),
     (dict(task_name=None), "--task_name is required"),
     (dict(vocab_file="/nonexistent/vocab.txt"), "--vocab_file=/nonexistent/vocab.txt: no "
@@ -124,8 +155,11 @@ def test_regression_writes_scores(files, tmp_path):
     (dict(algorithm="best"), "--algorithm='best' is not one of"),
     (dict(batching="sorted"), "--batching='sorted' is not one of"),
     (dict(max_sequences_per_pack=0), "--max_sequences_per_pack must be >= 1, got 0"),
-    (dict(do_train=False, do_eval=True), "--do_eval/--do_predict without --do_train needs "
-                                         "trained weights"),
+    (dict(do_train=False, do_eval=True), "--do_eval without --do_train needs trained "
+                                         "weights"),
+    (dict(do_train=False, export_dir="SERVING"), "--export_dir without --do_train needs "
+                                                 "trained weights"),
+    (dict(export_dir=__file__), f"--export_dir={__file__} is a file, not a folder"),
     (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
     (dict(train_batch_size=100), "256 training examples make 7[0-9] rows, too few for "
                                  "one batch of --train_batch_size=100"),
@@ -137,6 +171,8 @@ def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, override
         write_tsv(str(no_dev / "train.tsv"), [["sentence", "label"], ["a film", "1"]])
         overrides = {**overrides, "data_dir": str(no_dev)}
         message = message.replace("NO_DEV", str(no_dev))
+    if overrides.get("export_dir") == "SERVING":
+        overrides = {**overrides, "export_dir": str(tmp_path / "serving")}
     with pytest.raises(ValueError, match=message):
         run_classifier(ClassifierOptions(**{**files, "output_dir": str(tmp_path),
                                             "do_train": True, "max_seq_length": 32,
@@ -171,12 +207,9 @@ def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
             (name, result.stderr[-2000:])
 
 
-def test_flag_defaults_are_the_options_and_the_references():
-    result = run_json_check("-c", _SCRIPT.format(
-        script="run_classifier", module="packed_bert_tf.classification.run",
-        options="ClassifierOptions"))
-    assert result == {"differ": {}, "without_flag": ["progress_bar"]}
-    # google-research/bert run_classifier.py's defaults.
+def test_option_defaults_are_the_references():
+    # google-research/bert run_classifier.py's defaults (the flags' are the
+    # options': tests/test_front_end_defaults.py).
     defaults = ClassifierOptions()
     assert (defaults.max_seq_length, defaults.train_batch_size, defaults.eval_batch_size,
             defaults.predict_batch_size, defaults.learning_rate, defaults.num_train_epochs,

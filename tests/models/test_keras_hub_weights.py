@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
-from packed_bert_tf.models import (BertPretrainingModel, BertSquadModel,
+from packed_bert_tf.models import (BertClassifierModel, BertPretrainingModel, BertSquadModel,
                                    bert_config_from_keras_hub, google_named_weights,
                                    keras_hub_named_weights, load_keras_hub_backbone,
                                    to_keras_hub_backbone, write_keras_hub_backbone,
@@ -157,6 +157,17 @@ def test_squad_model_loads_the_backbone_and_reports_the_pooler_unused(backbone, 
     for p, u in zip(packed_placements, placements):
         _assert_close(ours[p.row, p.offset:p.offset + p.length], theirs[u.row, :u.length],
                       f"sequence {u.row}")
+
+
+def test_classifier_loads_the_backbone_and_its_pooler(backbone):
+    # The classifier lists the pooler among its heads: keras-hub's pooled_dense
+    # lands there; only the reference's classifier (output_weights/bias) is new.
+    model = BertClassifierModel(bert_config_from_keras_hub(backbone), 3)
+    report = load_keras_hub_backbone(model, backbone)
+    assert report.missing == ("output_weights", "output_bias") and not report.unused
+    assert len(report.loaded) == NUM_BACKBONE_NAMES
+    np.testing.assert_array_equal(model.classifier_head.pooler_dense.kernel.numpy(),
+                                  backbone.get_layer("pooled_dense").kernel.numpy())
 
 
 def test_a_preset_fine_tunes_packed(keras_hub, backbone, batches, tmp_path):
