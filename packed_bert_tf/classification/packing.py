@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths, ragged
+from packed_bert_tf.packing import PackAssignment, pack_assignment, ragged
 
 #: Per-token arrays of a pack ([P, S]) and per-sequence arrays ([P, D]).
 TOKEN_ARRAYS = ("input_ids", "segment_ids", "input_mask", "positions")
@@ -180,18 +180,11 @@ def pack_features(features, *, packed: bool = True,
     Returns:
       `ClassifierPacks`.
     """
-    num_examples = len(features)
-    if not packed:
-        identity = np.arange(num_examples + 1, dtype=np.int64)
-        return layout_packs(features, PackAssignment(identity, identity[:-1]), 1,
-                            packed=False)
-    if num_examples == 0:
-        empty = PackAssignment(np.zeros(1, np.int64), np.zeros(0, np.int64))
-        return layout_packs(features, empty, max_sequences_per_pack)
-    plan = pack_lengths(features.length, features.max_seq_length,
-                        max_sequences_per_pack, algorithm)
-    assignment = assign_sequences(features.length, plan, seed=seed)
-    return layout_packs(features, assignment, max_sequences_per_pack)
+    assignment = pack_assignment(features.length, features.max_seq_length,
+                                 max_sequences_per_pack, packed=packed,
+                                 algorithm=algorithm, seed=seed)
+    return layout_packs(features, assignment, max_sequences_per_pack if packed else 1,
+                        packed=packed)
 
 
 def pack_examples(examples, task, tokenizer, *, max_seq_length: int = 128,

@@ -7,7 +7,7 @@ indices. numpy/scipy only: this package never imports TensorFlow.
 
 from packed_bert_tf.packing.api import (ALGORITHMS, histogram_from_lengths,
                                         pack_histogram, pack_lengths)
-from packed_bert_tf.packing.assign import PackAssignment, assign_sequences
+from packed_bert_tf.packing.assign import PackAssignment, assign_sequences, pack_assignment
 from packed_bert_tf.packing.histograms import LengthHistogram, load_histogram
 from packed_bert_tf.packing.plan import PackingPlan
 from packed_bert_tf.packing.report import format_plan_table
@@ -15,5 +15,5 @@ from packed_bert_tf.packing.report import format_plan_table
 __all__ = [
     "ALGORITHMS", "LengthHistogram", "PackAssignment", "PackingPlan",
     "assign_sequences", "format_plan_table", "histogram_from_lengths",
-    "load_histogram", "pack_histogram", "pack_lengths",
+    "load_histogram", "pack_assignment", "pack_histogram", "pack_lengths",
 ]

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from packed_bert_tf.packing import ragged
-from packed_bert_tf.packing.api import histogram_from_lengths
+from packed_bert_tf.packing.api import histogram_from_lengths, pack_lengths
 from packed_bert_tf.packing.plan import PackingPlan
 
 
@@ -170,3 +170,29 @@ def assign_sequences(lengths, plan: PackingPlan, seed: int = 0) -> PackAssignmen
     sequence_indices = np.empty(lengths.size, dtype=np.int64)
     sequence_indices[slots_by_length] = examples_by_length
     return PackAssignment.from_sequences_per_pack(pack_depths, sequence_indices)
+
+
+def pack_assignment(lengths, max_sequence_length: int, max_sequences_per_pack: int, *,
+                    packed: bool = True, algorithm: str = "optimal",
+                    seed: int = 0) -> PackAssignment:
+    """The packs of a dataset's examples, or its unpacked rows.
+
+    ``packed``: `pack_lengths` (the plan) then `assign_sequences` (which
+    example goes where); otherwise one example per pack in example order,
+    the layout of standard BERT batches. No examples: no packs.
+
+    Examples
+    --------
+    >>> [list(map(int, pack)) for pack in pack_assignment([3, 1], 4, 2, packed=False)]
+    [[0], [1]]
+    >>> [sorted(map(int, pack)) for pack in pack_assignment([3, 1], 4, 2)]
+    [[0, 1]]
+    """
+    lengths = np.asarray(lengths)
+    if not packed:
+        identity = np.arange(lengths.size + 1, dtype=np.int64)
+        return PackAssignment(identity, identity[:-1])
+    if lengths.size == 0:
+        return PackAssignment(np.zeros(1, np.int64), np.zeros(0, np.int64))
+    plan = pack_lengths(lengths, max_sequence_length, max_sequences_per_pack, algorithm)
+    return assign_sequences(lengths, plan, seed=seed)

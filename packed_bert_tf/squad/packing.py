@@ -27,7 +27,7 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths, ragged
+from packed_bert_tf.packing import PackAssignment, pack_assignment, ragged
 
 #: Per-token arrays of a pack ([P, S]) and per-sequence arrays ([P, D]).
 TOKEN_ARRAYS = ("input_ids", "segment_ids", "input_mask", "positions")
@@ -161,18 +161,11 @@ def pack_features(features, *, packed: bool = True, max_sequences_per_pack: int 
     Returns:
       `SquadPacks`.
     """
-    num_features = len(features)
-    if not packed:
-        identity = np.arange(num_features + 1, dtype=np.int64)
-        return layout_packs(features, PackAssignment(identity, identity[:-1]), 1,
-                            packed=False)
-    if num_features == 0:
-        empty = PackAssignment(np.zeros(1, np.int64), np.zeros(0, np.int64))
-        return layout_packs(features, empty, max_sequences_per_pack)
-    plan = pack_lengths(features.length, features.max_seq_length,
-                        max_sequences_per_pack, algorithm)
-    assignment = assign_sequences(features.length, plan, seed=seed)
-    return layout_packs(features, assignment, max_sequences_per_pack)
+    assignment = pack_assignment(features.length, features.max_seq_length,
+                                 max_sequences_per_pack, packed=packed,
+                                 algorithm=algorithm, seed=seed)
+    return layout_packs(features, assignment, max_sequences_per_pack if packed else 1,
+                        packed=packed)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

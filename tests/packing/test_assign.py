@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packed_bert_tf.packing import (PackAssignment, assign_sequences,
-                                    histogram_from_lengths, pack_histogram)
+                                    histogram_from_lengths, pack_assignment,
+                                    pack_histogram)
 
 
 def _plan_for(lengths, max_len, cap, algorithm="optimal"):
@@ -127,3 +128,15 @@ def test_assignments_concatenate_pack_after_pack():
     empty = PackAssignment.concatenate([])
     assert len(empty) == 0 and empty.row_splits.tolist() == [0]
     assert PackAssignment.concatenate([empty, second]).row_splits.tolist() == [0, 3]
+
+
+def test_pack_assignment_packs_each_example_once_or_lays_them_out_unpacked():
+    lengths = np.array([5, 3, 2, 6, 1, 4, 2])
+    packed = pack_assignment(lengths, 8, 3, seed=1)
+    assert sorted(packed.sequence_indices.tolist()) == list(range(lengths.size))
+    assert all(lengths[pack].sum() <= 8 and len(pack) <= 3 for pack in packed)
+    assert len(packed) == 3  # 23 tokens in 3 rows of 8: (6, 2), (5, 3), (4, 2, 1)
+    unpacked = pack_assignment(lengths, 8, 3, packed=False)
+    assert [pack.tolist() for pack in unpacked] == [[i] for i in range(lengths.size)]
+    for packed_or_not in (True, False):
+        assert len(pack_assignment(np.zeros(0, np.int64), 8, 3, packed=packed_or_not)) == 0
