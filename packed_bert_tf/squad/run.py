@@ -27,65 +27,27 @@ from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
-from packed_bert_tf.training.distribution import CLUSTER_TIMEOUT_SECONDS
-from packed_bert_tf.training.fine_tuning import (check_fine_tuning_options, export,
-                                                 make_tokenizer, num_train_steps,
-                                                 step_counting)
-from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.fine_tuning import (FineTuningOptions,
+                                                 check_fine_tuning_options, export,
+                                                 make_tokenizer, start_fine_tuning,
+                                                 train_on_rows)
 from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
-                                          run_on_this_worker, start_training,
-                                          train_and_export)
-from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.steps import clipping
+                                          run_on_this_worker)
 
 SUMMARY_FILE = "squad_summary.json"
 
 
 @dataclasses.dataclass
-class SquadOptions:
+class SquadOptions(FineTuningOptions):
     """The options of a run; ``run_squad.py``'s flags of the same names."""
 
-    bert_config_file: str | None = None
-    vocab_file: str | None = None
-    do_lower_case: bool = True
-    init_checkpoint: str | None = None
     train_file: str | None = None
     predict_file: str | None = None
-    output_dir: str | None = None
     max_seq_length: int = 384
     doc_stride: int = 128
     max_query_length: int = 64
-    do_train: bool = False
-    do_predict: bool = False
-    train_batch_size: int = 32
-    predict_batch_size: int = 8
-    learning_rate: float = 5e-5
-    num_train_epochs: float = 3.0
-    warmup_proportion: float = 0.1
     n_best_size: int = 20
     max_answer_length: int = 30
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 3
-    iterations_per_loop: int = 100
-    log_every_n_steps: int = 100
-    optimizer: str = "adamw"
-    steps_per_update: int = 1
-    step_unit: str = "micro_batch"
-    clip_by_global_norm_after_gradient_allreduce: bool = False
-    max_sequences_per_pack: int = 3
-    algorithm: str = "optimal"
-    distribution_strategy: str = "default"
-    tpu: str | None = None
-    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
-    jit_compile: bool = True
-    mixed_precision: str = "none"
-    seed: int | None = None
-    batching: str = "packed"
-    bucket_boundaries: tuple | None = None
-    pool_size: int = 8192
-    progress_bar: bool | None = None
-    export_dir: str | None = None
-
 
 
 def check_options(options: SquadOptions, config, strategy) -> None:
@@ -152,37 +114,14 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
                                                cache_dir=output_dir, is_training=False,
                                                **feature_args)
 
-    steps = step_counting(options)
-    clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
-                    micro_batches_per_update=steps.micro_batches_per_update)
-    total_steps = (num_train_steps(train_packs.num_packs, options) if train_packs
-                   else steps.global_steps_per_update)
-    if options.do_train:
-        logging.info("steps: %s", steps.describe(
-            num_train_steps=total_steps, train_batch_size=options.train_batch_size,
-            sequences_per_row=train_packs.packing_factor))
     with mixed_precision_policy(options.mixed_precision):
-        if options.seed is not None:
-            tf.keras.utils.set_random_seed(options.seed)
-        schedule = PolynomialDecayWithWarmup(
-            options.learning_rate, total_steps,
-            int(total_steps * options.warmup_proportion))
-        with strategy.scope():
-            model = BertSquadModel(config, packed=packed)
-            model.build()
-            optimizer = create_optimizer(
-                options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
-                global_clipnorm=clip.optimizer_clipnorm,
-                loss_scaling=options.mixed_precision == "fp16")
-        trainer, checkpoints, start_step = start_training(
-            model, optimizer, task.SQUAD_TASK, strategy=strategy, output_dir=output_dir,
-            steps=steps, clip=clip, jit_compile=options.jit_compile,
-            keep_checkpoint_max=options.keep_checkpoint_max,
-            init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
-
+        run = start_fine_tuning(options, lambda: BertSquadModel(config, packed=packed),
+                                task.SQUAD_TASK, strategy=strategy, train_packs=train_packs,
+                                output_dir=output_dir, dirs=dirs, worker=worker)
+        model = run.model
         if options.do_train:
-            summary["train"] = _train(options, trainer, checkpoints, schedule, train_packs,
-                                      total_steps, start_step, output_dir)
+            summary["train"] = train_on_rows(options, run, task.train_dataset_fn,
+                                             train_packs, output_dir)
         if options.do_predict:
             summary["predict"] = predict(options, model, strategy, predict_data,
                                          output_dir, pack_args)
@@ -197,25 +136,6 @@ def _describe(data, packs) -> dict:
             "rows": packs.num_packs, "packing_factor": packs.packing_factor,
             "padding_fraction": packs.padding_fraction,
             "skipped_examples": data.read_stats.num_skipped, "from_cache": data.from_cache}
-
-
-def _train(options, trainer, checkpoints, schedule, packs, total_steps, start_step,
-           output_dir) -> dict:
-    dataset_fn = task.train_dataset_fn(
-        packs, global_batch_size=options.train_batch_size,
-        steps_per_update=trainer.steps_per_update, seed=options.seed,
-        skip_steps=start_step // trainer.global_steps_per_update,
-        bucketed=options.batching == "bucketed",
-        bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
-    train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
-                             num_train_steps=total_steps, schedule=schedule,
-                             checkpoints=checkpoints,
-                             iterations_per_loop=options.iterations_per_loop,
-                             log_every_n_steps=options.log_every_n_steps,
-                             save_checkpoints_steps=options.save_checkpoints_steps,
-                             progress_bar=options.progress_bar)
-    train.update(num_train_steps=total_steps, epochs=options.num_train_epochs)
-    return train
 
 
 def predict(options, model, strategy, data, output_dir, pack_args) -> dict:

@@ -10,6 +10,7 @@ files and strides, GLUE's task and data folder) to the task's run module.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Mapping, Sequence
 
 import tensorflow as tf
@@ -19,12 +20,60 @@ from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import check_global_batch_size, check_static_shapes
-from packed_bert_tf.training.steps import StepCounting
+from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
+                                                  check_global_batch_size,
+                                                  check_static_shapes)
+from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.runs import start_training, train_and_export
+from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
+from packed_bert_tf.training.steps import StepCounting, clipping
 
 #: --batching: several sequences per row; one per row at --max_seq_length; one
 #: per row in length-bucketed batches.
 BATCHING = ("packed", "bucketed", "padded")
+
+
+@dataclasses.dataclass
+class FineTuningOptions:
+    """The options every fine-tuning run has; the front ends' flags of the same
+    names (`packed_bert_tf.training.flags.define_fine_tuning_flags`). A task's
+    options subclass it, adding its own and changing defaults where the
+    task's reference does (SQuAD's 384 tokens, say)."""
+
+    bert_config_file: str | None = None
+    vocab_file: str | None = None
+    do_lower_case: bool = True
+    init_checkpoint: str | None = None
+    output_dir: str | None = None
+    max_seq_length: int = 128
+    do_train: bool = False
+    do_predict: bool = False
+    train_batch_size: int = 32
+    predict_batch_size: int = 8
+    learning_rate: float = 5e-5
+    num_train_epochs: float = 3.0
+    warmup_proportion: float = 0.1
+    save_checkpoints_steps: int = 1000
+    keep_checkpoint_max: int = 3
+    iterations_per_loop: int = 100
+    log_every_n_steps: int = 100
+    optimizer: str = "adamw"
+    steps_per_update: int = 1
+    step_unit: str = "micro_batch"
+    clip_by_global_norm_after_gradient_allreduce: bool = False
+    max_sequences_per_pack: int = 3
+    algorithm: str = "optimal"
+    distribution_strategy: str = "default"
+    tpu: str | None = None
+    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
+    jit_compile: bool = True
+    mixed_precision: str = "none"
+    seed: int | None = None
+    batching: str = "packed"
+    bucket_boundaries: tuple | None = None
+    pool_size: int = 8192
+    progress_bar: bool | None = None
+    export_dir: str | None = None
 
 
 def check_fine_tuning_options(options, config, strategy, *, actions: Mapping[str, bool],
@@ -113,6 +162,96 @@ def num_train_steps(num_rows: int, options) -> int:
     return updates * step_counting(options).global_steps_per_update
 
 
+@dataclasses.dataclass
+class FineTuning:
+    """What `start_fine_tuning` made: the model, and how far its training is.
+
+    Attributes:
+      model: built under the strategy, restored (or initialised).
+      trainer: the `packed_bert_tf.training.trainer.Trainer` of the model.
+      checkpoints: the run's `packed_bert_tf.training.checkpoints.TrainingCheckpoints`.
+      start_step: the global step restored (0 for a new run).
+      schedule: the learning-rate schedule, in global steps.
+      total_steps: the run's ``num_train_steps``.
+    """
+
+    model: object
+    trainer: object
+    checkpoints: object
+    start_step: int
+    schedule: object
+    total_steps: int
+
+
+def start_fine_tuning(options, make_model, task, *, strategy, train_packs, output_dir,
+                      dirs, worker) -> FineTuning:
+    """The model, optimizer and trainer of a fine-tuning run, restored or initialised.
+
+    Call it under the run's mixed-precision policy
+    (`packed_bert_tf.training.runs.mixed_precision_policy`). The steps are
+    ``--num_train_epochs`` over the training rows (``train_packs``: anything
+    with ``num_packs`` and ``packing_factor``; None when not training), with
+    linear warm-up over ``--warmup_proportion`` of them and linear decay;
+    ``--seed`` seeds the weights and dropout.
+
+    Args:
+      options: a `FineTuningOptions`.
+      make_model: ``() -> model``, called under the strategy's scope.
+      task: the `packed_bert_tf.training.trainer.TrainingTask` of the model.
+      strategy, output_dir, dirs, worker: as `runs.run_on_this_worker` gives them.
+    """
+    steps = step_counting(options)
+    clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
+                    micro_batches_per_update=steps.micro_batches_per_update)
+    total_steps = (num_train_steps(train_packs.num_packs, options)
+                   if train_packs is not None else steps.global_steps_per_update)
+    if train_packs is not None:
+        logging.info("steps: %s", steps.describe(
+            num_train_steps=total_steps, train_batch_size=options.train_batch_size,
+            sequences_per_row=train_packs.packing_factor))
+    if options.seed is not None:
+        tf.keras.utils.set_random_seed(options.seed)
+    schedule = PolynomialDecayWithWarmup(options.learning_rate, total_steps,
+                                         int(total_steps * options.warmup_proportion))
+    with strategy.scope():
+        model = make_model()
+        model.build()
+        optimizer = create_optimizer(
+            options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
+            global_clipnorm=clip.optimizer_clipnorm,
+            loss_scaling=options.mixed_precision == "fp16")
+    trainer, checkpoints, start_step = start_training(
+        model, optimizer, task, strategy=strategy, output_dir=output_dir, steps=steps,
+        clip=clip, jit_compile=options.jit_compile,
+        keep_checkpoint_max=options.keep_checkpoint_max,
+        init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
+    return FineTuning(model, trainer, checkpoints, start_step, schedule, total_steps)
+
+
+def train_on_rows(options, run: FineTuning, train_dataset_fn, packs, output_dir) -> dict:
+    """Trains ``run``'s model to ``total_steps`` on the rows of ``packs``
+    (``train_dataset_fn``: the task's, e.g.
+    `packed_bert_tf.squad.task.train_dataset_fn`), resuming after the steps
+    already done, and writes the final Google-format checkpoint; returns the
+    training summary."""
+    trainer = run.trainer
+    dataset_fn = train_dataset_fn(
+        packs, global_batch_size=options.train_batch_size,
+        steps_per_update=trainer.steps_per_update, seed=options.seed,
+        skip_steps=run.start_step // trainer.global_steps_per_update,
+        bucketed=options.batching == "bucketed",
+        bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
+    train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
+                             num_train_steps=run.total_steps, schedule=run.schedule,
+                             checkpoints=run.checkpoints,
+                             iterations_per_loop=options.iterations_per_loop,
+                             log_every_n_steps=options.log_every_n_steps,
+                             save_checkpoints_steps=options.save_checkpoints_steps,
+                             progress_bar=options.progress_bar)
+    train.update(num_train_steps=run.total_steps, epochs=options.num_train_epochs)
+    return train
+
+
 def export(options, model) -> str:
     """Writes the model to ``--export_dir`` as a SavedModel serving packed rows of
     ``--max_seq_length`` tokens and up to ``--max_sequences_per_pack``
@@ -124,5 +263,6 @@ def export(options, model) -> str:
     return path
 
 
-__all__ = ["BATCHING", "check_fine_tuning_options", "export", "make_tokenizer",
-           "num_train_steps", "step_counting"]
+__all__ = ["BATCHING", "FineTuning", "FineTuningOptions", "check_fine_tuning_options",
+           "export", "make_tokenizer", "num_train_steps", "start_fine_tuning",
+           "step_counting", "train_on_rows"]

@@ -1,4 +1,5 @@
-"""absl flags and option handling shared by run_pretraining.py and run_squad.py."""
+"""absl flags and option handling shared by the front ends (run_pretraining.py,
+run_squad.py, run_classifier.py)."""
 
 from __future__ import annotations
 
@@ -92,6 +93,56 @@ def define_export_flags(defaults) -> None:
         "segment_ids, positions restarting in each sequence), and the classifier's "
         "cls_positions as int32 [batch, --max_sequences_per_pack], and returns the "
         "logits; load it with tf.saved_model.load.")
+
+
+def define_fine_tuning_flags(examples: str, defaults) -> None:
+    """The flags run_squad.py and run_classifier.py share: the model and its
+    vocabulary, the batch sizes and schedule, the loop, step, packing,
+    hardware, bucketing and export flags. ``examples``: what one row of the
+    unpacked layout holds ("features", "examples"); ``defaults`` as for
+    `define_hardware_flags`. The task's own flags (its files, sequence length,
+    ``--do_*``, ``--output_dir``) are the front end's.
+    """
+    from packed_bert_tf.training.fine_tuning import BATCHING
+    from packed_bert_tf.training.optimizers import OPTIMIZERS
+
+    flags.DEFINE_string("bert_config_file", defaults.bert_config_file,
+                        "bert_config.json of the (pre-trained) model.")
+    flags.DEFINE_string("vocab_file", defaults.vocab_file,
+                        "The WordPiece vocab.txt the model was trained on.")
+    flags.DEFINE_bool("do_lower_case", defaults.do_lower_case,
+                      "Lower-case the text (uncased models).")
+    flags.DEFINE_string("init_checkpoint", defaults.init_checkpoint,
+                        "Original BERT (TF1) checkpoint, usually pre-trained; ignored "
+                        "once --output_dir holds a checkpoint of this run.")
+    flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
+                         f"Rows per micro-batch over all replicas (packs when packing: "
+                         f"each holds up to --max_sequences_per_pack {examples}).")
+    flags.DEFINE_integer("predict_batch_size", defaults.predict_batch_size,
+                         "Rows per prediction batch.")
+    flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
+    flags.DEFINE_float("num_train_epochs", defaults.num_train_epochs,
+                       "Passes over the training rows.")
+    flags.DEFINE_float("warmup_proportion", defaults.warmup_proportion,
+                       "Fraction of steps of linear warm-up.")
+    define_loop_flags(defaults)
+    flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
+    define_step_flags(defaults)
+    flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
+                         f"--batching=packed: cap on {examples} per row.")
+    flags.DEFINE_string("algorithm", defaults.algorithm,
+                        "--batching=packed: packing algorithm.")
+    define_hardware_flags(defaults)
+    flags.DEFINE_integer("seed", defaults.seed,
+                         "Seed of weights, dropout, packing and order.")
+    one = examples[:-1]
+    flags.DEFINE_enum("batching", defaults.batching, list(BATCHING),
+                      f"packed: several {examples} per row, each attending only to "
+                      f"itself. padded: one {one} per row at --max_seq_length "
+                      f"(google-research/bert). bucketed: one {one} per row, training "
+                      f"batches padded to their length bucket (packed_bert_tf.batching).")
+    define_bucketing_flags(examples, defaults)
+    define_export_flags(defaults)
 
 
 def options_from_flags(options_class, values=None):
