@@ -255,12 +255,27 @@ def train_on_rows(options, run: FineTuning, train_dataset_fn, packs, output_dir)
 def export(options, model) -> str:
     """Writes the model to ``--export_dir`` as a SavedModel serving packed rows of
     ``--max_seq_length`` tokens and up to ``--max_sequences_per_pack``
-    sequences (`packed_bert_tf.models.export_for_serving`: the model's logits)."""
+    sequences (`packed_bert_tf.models.export_for_serving`: the model's logits).
+
+    A model trained one example per row (``--batching=padded`` or
+    ``bucketed``: ``packed=False``, which ignores ``positions`` and lets every
+    token attend to every other) is exported as its packed twin, the same
+    weights, so that the SavedModel serves packed rows as documented."""
+    if not getattr(model, "packed", True):
+        model = _packed_copy(model)
     path = export_for_serving(model, options.export_dir,
                               max_seq_length=options.max_seq_length,
                               max_sequences_per_pack=options.max_sequences_per_pack)
     logging.info("SavedModel for packed serving: %s", path)
     return path
+
+
+def _packed_copy(model):
+    """The same model (config and weights) with ``packed=True``, plain variables."""
+    copy = type(model).from_config({**model.get_config(), "packed": True})
+    copy.build()
+    copy.set_weights(model.get_weights())
+    return copy
 
 
 __all__ = ["BATCHING", "FineTuning", "FineTuningOptions", "check_fine_tuning_options",

@@ -116,6 +116,36 @@ def test_export_dir_serves_the_fine_tuned_model(files, trained, tmp_path):
                                rtol=0, atol=1e-6)
 
 
+def test_export_dir_of_an_unpacked_run_serves_packed_rows(files, tmp_path):
+    import tensorflow as tf
+
+    from packed_bert_tf.classification.packing import pack_features
+    from packed_bert_tf.models import BertClassifierModel, BertConfig, save_google_checkpoint
+    from tests.classification.classifier_data import random_features
+
+    # --batching=padded makes an unpacked model (no positions, one attention
+    # block per row); the SavedModel must still serve packed rows, each
+    # sequence apart, as the flag says.
+    config = BertConfig.from_json_file(files["bert_config_file"])
+    model = BertClassifierModel(config, 2)
+    model.build()
+    checkpoint = save_google_checkpoint(model, str(tmp_path / "init" / "model.ckpt"))
+    summary = run_classifier(ClassifierOptions(
+        **files, output_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "serving"),
+        init_checkpoint=checkpoint, batching="padded", max_seq_length=32,
+        max_sequences_per_pack=16, jit_compile=False))
+    lengths = np.random.default_rng(0).integers(3, 12, 20)
+    packs = pack_features(random_features(lengths, 32, vocab_size=config.vocab_size),
+                          max_sequences_per_pack=16)
+    inputs = {name: tf.constant(packs.arrays[name]) for name in
+              ("input_ids", "input_mask", "segment_ids", "positions", "cls_positions")}
+    served = tf.saved_model.load(summary["export_dir"]).signatures["serving_default"](
+        **inputs)["logits"].numpy()
+    real = packs.arrays["sequence_weights"].astype(bool)
+    np.testing.assert_allclose(served[real], model(inputs)["logits"].numpy()[real],
+                               rtol=0, atol=1e-6)
+
+
 def test_bucketed_training(files, tmp_path):
     summary = run_classifier(ClassifierOptions(
         **files, output_dir=str(tmp_path), do_train=True, batching="bucketed",
