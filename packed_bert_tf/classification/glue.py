@@ -45,9 +45,10 @@ Differences from the references, all on bad input:
   (STS-B: a number in [0, 5]); otherwise a ValueError says ``path:line:
   ...`` (1-based line numbers, as an editor shows them). The reference
   raises an IndexError or a KeyError later, or reads a wrong column;
-* QQP only: a row with a wrong column count or an empty question is
-  skipped, as transformers' ``QqpProcessor`` skips the rows it cannot index,
-  and logged with its line numbers. GLUE's QQP ``train.tsv`` holds a few such
+* QQP train and dev only: a row with a wrong column count or an empty
+  question is skipped, as transformers' ``QqpProcessor`` skips the rows it
+  cannot index, and logged with its line numbers (in the test set it is an
+  error: the GLUE submission needs a prediction for every row). GLUE's QQP ``train.tsv`` holds a few such
   rows (nyu-mll/GLUE-baselines issue 5: line 97,931 has 3 columns, not 6).
 """
 
@@ -240,7 +241,9 @@ _FORMATS: dict[str, dict[str, _TsvFormat]] = {
     "qqp": {
         "train": _TsvFormat("train.tsv", "train", 3, 4, 5, skip_malformed_rows=True),
         "dev": _TsvFormat("dev.tsv", "dev", 3, 4, 5, skip_malformed_rows=True),
-        "test": _TsvFormat("test.tsv", "test", 1, 2, None, skip_malformed_rows=True),
+        # Not the test set: a submission needs every row, in order (its
+        # index is the row's; a skipped row would shift all that follow).
+        "test": _TsvFormat("test.tsv", "test", 1, 2, None),
     },
     "qnli": {split: _pair_with_index(split) for split in SPLITS},
     "rte": {split: _pair_with_index(split) for split in SPLITS},

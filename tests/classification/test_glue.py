@@ -194,6 +194,17 @@ def test_qqp_skips_rows_with_a_missing_field_or_an_empty_question(tmp_path, capl
     assert "lines 3, 4" in caplog.text
 
 
+def test_qqp_test_set_keeps_every_row_or_fails(tmp_path):
+    # The submission's index is the row's: a skipped test row would shift the
+    # predictions of every row after it.
+    rows = [["id", "question1", "question2"], ["0", "Is it?", "Is it so?"],
+            ["1", "Was Muhammad a real historical figure?"], ["2", "Why?", "Why not?"]]
+    path = write_tsv(str(tmp_path / "test.tsv"), rows)
+    with pytest.raises(ValueError, match=f"^{path}:3: 2 columns, expected 3 as the "
+                                         f"header \\(qqp test set\\)$"):
+        read_examples(get_task("qqp"), str(tmp_path), "test")
+
+
 def _write_task(tmp_path, task_name, file_name, rows):
     return write_tsv(str(tmp_path / file_name), rows)
 
