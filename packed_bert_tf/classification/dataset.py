@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.classification.packing import ClassifierPacks, unpack_logits
-from packed_bert_tf.squad.dataset import bucketed_squad_dataset, squad_dataset
+from packed_bert_tf.squad.dataset import bucketed_squad_dataset, predict_rows, squad_dataset
 
 #: Batches of rows (`squad_dataset`'s docstring says how they are dealt to replicas).
 classifier_dataset = squad_dataset
@@ -33,9 +33,9 @@ def predict_logits(model, packs: ClassifierPacks, batch_size: int, *,
                    jit_compile: bool = False) -> np.ndarray:
     """Per-example logits of a model, in example order, on one device or many.
 
-    Runs ``model(features)`` on every row of `classifier_dataset`
-    (prediction mode) under the strategy, gathers ``pack_index`` and the
-    logits from the replicas, and unpacks them (`unpack_logits`).
+    `packed_bert_tf.squad.dataset.predict_rows` of ``logits`` (the rows of
+    `classifier_dataset`, gathered from the replicas), unpacked
+    (`unpack_logits`).
 
     Args:
       model: called as ``model(features, training=False)``; returns
@@ -48,32 +48,8 @@ def predict_logits(model, packs: ClassifierPacks, batch_size: int, *,
     Returns:
       [F, L] float32.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    dataset = strategy.distribute_datasets_from_function(
-        lambda context: classifier_dataset(packs, batch_size, is_training=False,
-                                           input_context=context))
-
-    @tf.function(jit_compile=jit_compile)
-    def forward(features):
-        return features["pack_index"], model(features, training=False)["logits"]
-
-    def replica_forward(features):
-        # A Python function around the compiled one, as in
-        # `packed_bert_tf.squad.dataset.predict_logits` (MirroredStrategy.run
-        # of a jit-compiled tf.function fails off GPUs).
-        return forward(features)
-
-    @tf.function
-    def step(features):
-        # Every replica's rows, those of other workers too (an all-gather).
-        return [strategy.gather(value, axis=0)
-                for value in strategy.run(replica_forward, args=(features,))]
-
-    indices, logits = [], []
-    for features in dataset:
-        pack_index, batch_logits = step(features)
-        indices.append(pack_index.numpy())
-        logits.append(batch_logits.numpy())
-    if not indices:
+    rows = predict_rows(model, packs, batch_size, ("logits",), strategy=strategy,
+                        jit_compile=jit_compile)
+    if rows is None:
         return np.zeros((0, model.num_labels), np.float32)
-    return unpack_logits(packs, np.concatenate(indices), np.concatenate(logits))
+    return unpack_logits(packs, *rows)

@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.packing import PackAssignment, pack_assignment, ragged
+from packed_bert_tf.packing import PackAssignment, pack_assignment, ragged, rows_of_packs
 
 #: Per-token arrays of a pack ([P, S]) and per-sequence arrays ([P, D]).
 TOKEN_ARRAYS = ("input_ids", "segment_ids", "input_mask", "positions")
@@ -219,17 +219,6 @@ def unpack_logits(packs: ClassifierPacks, pack_index, logits) -> np.ndarray:
     Raises:
       ValueError: when a pack is missing from the outputs or appears twice.
     """
-    pack_index = np.asarray(pack_index, np.int64).reshape(-1)
     logits = np.asarray(logits, np.float32)
-    real = pack_index >= 0
-    seen = np.bincount(pack_index[real], minlength=packs.num_packs)
-    if seen.size > packs.num_packs or (seen != 1).any():
-        missing = int((seen[:packs.num_packs] == 0).sum())
-        repeated = int((seen > 1).sum())
-        raise ValueError(f"outputs for {int(real.sum())} rows of {packs.num_packs} "
-                         f"packs: {missing} packs missing, {repeated} repeated"
-                         + (", unknown pack indices" if seen.size > packs.num_packs
-                            else ""))
-    row_of_pack = np.full(packs.num_packs, -1, np.int64)
-    row_of_pack[pack_index[real]] = np.flatnonzero(real)
+    row_of_pack = rows_of_packs(pack_index, packs.num_packs)
     return logits[row_of_pack[packs.example_pack], packs.example_slot]

@@ -7,7 +7,8 @@ indices. numpy/scipy only: this package never imports TensorFlow.
 
 from packed_bert_tf.packing.api import (ALGORITHMS, histogram_from_lengths,
                                         pack_histogram, pack_lengths)
-from packed_bert_tf.packing.assign import PackAssignment, assign_sequences, pack_assignment
+from packed_bert_tf.packing.assign import (PackAssignment, assign_sequences,
+                                           pack_assignment, rows_of_packs)
 from packed_bert_tf.packing.histograms import LengthHistogram, load_histogram
 from packed_bert_tf.packing.plan import PackingPlan
 from packed_bert_tf.packing.report import format_plan_table
@@ -16,4 +17,5 @@ __all__ = [
     "ALGORITHMS", "LengthHistogram", "PackAssignment", "PackingPlan",
     "assign_sequences", "format_plan_table", "histogram_from_lengths",
     "load_histogram", "pack_assignment", "pack_histogram", "pack_lengths",
+    "rows_of_packs",
 ]

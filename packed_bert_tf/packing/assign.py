@@ -196,3 +196,32 @@ def pack_assignment(lengths, max_sequence_length: int, max_sequences_per_pack: i
         return PackAssignment(np.zeros(1, np.int64), np.zeros(0, np.int64))
     plan = pack_lengths(lengths, max_sequence_length, max_sequences_per_pack, algorithm)
     return assign_sequences(lengths, plan, seed=seed)
+
+
+def rows_of_packs(pack_index, num_packs: int) -> np.ndarray:
+    """[P] the output row of each pack, from the outputs' ``pack_index`` [N]
+    (-1 for padding rows, ignored; any order): how a task unpacks a model's
+    outputs on its rows back to its examples.
+
+    Raises
+    ------
+    ValueError
+        When a pack is missing from the outputs or appears twice.
+
+    Examples
+    --------
+    >>> rows_of_packs([1, -1, 0], 2).tolist()
+    [2, 0]
+    """
+    pack_index = np.asarray(pack_index, np.int64).reshape(-1)
+    real = pack_index >= 0
+    seen = np.bincount(pack_index[real], minlength=num_packs)
+    if seen.size > num_packs or (seen != 1).any():
+        missing = int((seen[:num_packs] == 0).sum())
+        repeated = int((seen > 1).sum())
+        raise ValueError(f"outputs for {int(real.sum())} rows of {num_packs} "
+                         f"packs: {missing} packs missing, {repeated} repeated"
+                         + (", unknown pack indices" if seen.size > num_packs else ""))
+    row_of_pack = np.full(num_packs, -1, np.int64)
+    row_of_pack[pack_index[real]] = np.flatnonzero(real)
+    return row_of_pack

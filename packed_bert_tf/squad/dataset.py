@@ -110,22 +110,27 @@ def squad_dataset(packs: SquadPacks, batch_size: int, *, is_training: bool,
     return take_in_turn(streams).prefetch(tf.data.AUTOTUNE)
 
 
-def predict_logits(model, packs: SquadPacks, batch_size: int, *,
-                   strategy: tf.distribute.Strategy | None = None,
-                   jit_compile: bool = False) -> FeatureLogits:
-    """Per-feature start and end logits of a model, on one device or many.
+def predict_rows(model, packs, batch_size: int, output_names, *,
+                 strategy: tf.distribute.Strategy | None = None,
+                 jit_compile: bool = False) -> list[np.ndarray] | None:
+    """``pack_index`` and the named outputs of a model on every row, one device or many.
 
     Runs ``model(features)`` on every row of `squad_dataset` (prediction
-    mode) under the strategy, gathers ``pack_index`` and the logits from the
-    replicas, and unpacks them (`unpack_logits`).
+    mode) under the strategy and gathers the replicas' rows: what every
+    task's ``predict_logits`` unpacks (SQuAD's, the classifier's).
 
     Args:
-      model: called as ``model(features, training=False)``; returns
-        ``start_logits`` and ``end_logits`` [B, S].
-      packs: the rows to predict.
+      model: called as ``model(features, training=False)``; returns a dict
+        holding ``output_names``.
+      packs: the rows to predict (any layout with ``arrays`` and ``num_packs``).
       batch_size: global batch size.
+      output_names: the outputs to gather.
       strategy: default: the current strategy.
       jit_compile: XLA-compile the per-replica forward pass.
+
+    Returns:
+      ``[pack_index [N], output [N, ...] for each name]`` (N rows, padding
+      rows included with ``pack_index`` -1), or None when there is no row.
     """
     strategy = strategy or tf.distribute.get_strategy()
     dataset = strategy.distribute_datasets_from_function(
@@ -135,7 +140,7 @@ def predict_logits(model, packs: SquadPacks, batch_size: int, *,
     @tf.function(jit_compile=jit_compile)
     def forward(features):
         outputs = model(features, training=False)
-        return features["pack_index"], outputs["start_logits"], outputs["end_logits"]
+        return [features["pack_index"]] + [outputs[name] for name in output_names]
 
     def replica_forward(features):
         # A Python function around the compiled one, as the trainer's steps:
@@ -150,14 +155,37 @@ def predict_logits(model, packs: SquadPacks, batch_size: int, *,
         return [strategy.gather(value, axis=0)
                 for value in strategy.run(replica_forward, args=(features,))]
 
-    parts = ([], [], [])
+    parts = [[] for _ in range(len(output_names) + 1)]
     for features in dataset:
         for part, value in zip(parts, step(features)):
             part.append(value.numpy())
     if not parts[0]:
+        return None
+    return [np.concatenate(part) for part in parts]
+
+
+def predict_logits(model, packs: SquadPacks, batch_size: int, *,
+                   strategy: tf.distribute.Strategy | None = None,
+                   jit_compile: bool = False) -> FeatureLogits:
+    """Per-feature start and end logits of a model, on one device or many.
+
+    `predict_rows` of ``start_logits`` and ``end_logits`` [B, S], unpacked
+    (`unpack_logits`).
+
+    Args:
+      model: called as ``model(features, training=False)``; returns
+        ``start_logits`` and ``end_logits`` [B, S].
+      packs: the rows to predict.
+      batch_size: global batch size.
+      strategy: default: the current strategy.
+      jit_compile: XLA-compile the per-replica forward pass.
+    """
+    rows = predict_rows(model, packs, batch_size, ("start_logits", "end_logits"),
+                        strategy=strategy, jit_compile=jit_compile)
+    if rows is None:
         empty = np.zeros((0, packs.max_sequence_length), np.float32)
         return unpack_logits(packs, np.zeros(0, np.int64), empty, empty)
-    return unpack_logits(packs, *(np.concatenate(part) for part in parts))
+    return unpack_logits(packs, *rows)
 
 
 def bucketed_squad_dataset(packs: SquadPacks, batch_size: int, *, seed: int,
