@@ -1,0 +1,26 @@
+"""benchmarks/classifier_benchmark.py runs: one shape, a tiny model, one chunk."""
+
+import re
+
+from tests.conftest import run_tool
+
+
+def test_the_benchmark_writes_its_section(tmp_path):
+    markdown = tmp_path / "BENCHMARKS.md"
+    result = run_tool(
+        "benchmarks/classifier_benchmark.py", "--shapes=single", "--num_layers=1",
+        "--hidden_size=32", "--num_heads=2", "--intermediate_size=64", "--batch_size=8",
+        "--chunks=1", "--steps_per_chunk=2", "--wordpiece_vocab_size=1000",
+        f"--write_markdown={markdown}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = markdown.read_text()
+    assert "<!-- classifier_benchmark:begin -->" in text
+    assert "Command: `python benchmarks/classifier_benchmark.py --shapes=single" in text
+    # The sentences of Python's documentation, one example each; at most 16 a row.
+    row = re.search(r"\| single \| ([\d,]+) \| [\d.]+ \| \1 \(([\d.]+) %\) \| ([\d,]+) "
+                    r"\(([\d.]+) %\) \| ([\d.]+) \|", text)
+    assert row, text
+    examples, packed_rows = (int(row.group(i).replace(",", "")) for i in (1, 3))
+    assert examples > 10_000 and float(row.group(2)) > 50  # mostly padding unpacked
+    assert abs(float(row.group(5)) - examples / packed_rows) < 1e-3
+    assert "| pair |" not in text and "at most 16 examples per row" in text
