@@ -9,15 +9,17 @@ OUT ?= out
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Editable installs; the stamps re-run pip when setup.py changes.
-$(VENV)/.installed: setup.py | $(BIN)/python
+# Editable installs; the stamps re-run pip when setup.py or the C extension
+# (which pip compiles into the source tree) changes.
+EXTENSION := packed_bert_tf/data/_example_reader.c
+$(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
 # The tests take the keras-hub extra too, so that its tests (weights in and out,
 # the peer benchmark) run here instead of being skipped; the Makefile is a
 # prerequisite so that a venv stamped before this line gets the extra.
-$(VENV)/.installed-test: setup.py Makefile | $(BIN)/python
+$(VENV)/.installed-test: setup.py Makefile $(EXTENSION) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,keras-hub]'
 	touch $@
 
@@ -69,4 +71,4 @@ benchmark: $(VENV)/.installed
 	$(BIN)/python benchmarks/packing_benchmark.py --write_markdown=BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis *.egg-info build packed_bert_tf/data/_example_reader*.so

@@ -3,7 +3,7 @@
 import pathlib
 import re
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 _HERE = pathlib.Path(__file__).parent
 _VERSION = re.search(r'__version__ = "([^"]+)"',
@@ -21,6 +21,12 @@ setup(
     # The paper's length histograms (packed_bert_tf.packing.histograms).
     package_data={"packed_bert_tf.packing": ["paper_histograms/*.json"]},
     python_requires=">=3.10",
+    # The TFRecord/Example decoder of data_prep (packed_bert_tf.data.example_reader):
+    # optional, so that an install without a C compiler still works (reading
+    # then goes through TensorFlow's parser, slower).
+    ext_modules=[Extension("packed_bert_tf.data._example_reader",
+                           ["packed_bert_tf/data/_example_reader.c"],
+                           extra_compile_args=["-O3"], optional=True)],
     install_requires=[
         "tensorflow>=2.16",  # ships Keras 3
         "numpy>=1.23",

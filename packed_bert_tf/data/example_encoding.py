@@ -1,4 +1,4 @@
-"""Vectorised serialisation of ``tf.train.Example`` protos with numpy.
+"""Serialisation of whole batches of ``tf.train.Example`` protos.
 
 Building one ``tf.train.Example`` per record in Python costs about 150 us at
 512 tokens (about 6,000 records per second per core). Every record of a
@@ -22,6 +22,11 @@ its own columns (each varint of an array in as many columns as its longest
 needs, rounded up to a two- or four-byte word), with a matching matrix that
 marks the bytes in use; one boolean compress of the matrix gives all the
 records, one after the other (Arrow's filter kernel: `_select`).
+
+That is the fallback: where the package's C extension was built
+(``_example_reader.c``, compiled by ``pip install``), `encode_examples` writes
+the same bytes with it, two passes over the values (sizes, then bytes), about
+5x faster (tested equal to the numpy encoder and to protobuf).
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ import functools
 from typing import Mapping
 
 import numpy as np
+
+try:
+    from packed_bert_tf.data import _example_reader
+except ImportError:  # built without a C compiler: numpy encodes
+    _example_reader = None
 
 # Values at or above 2**(7 i) need more than i varint bytes.
 _VARINT_THRESHOLDS = np.array([1 << (7 * i) for i in range(1, 10)], dtype=np.uint64)
@@ -210,8 +220,8 @@ def _select(data: np.ndarray, mask: np.ndarray) -> np.ndarray:
         zero_copy_only=False)
 
 
-def encode_examples(features: Mapping[str, np.ndarray],
-                    float_features=frozenset()) -> tuple[np.ndarray, np.ndarray]:
+def encode_examples(features: Mapping[str, np.ndarray], float_features=frozenset(),
+                    *, use_c: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Serialises N ``tf.train.Example`` records at once.
 
     Parameters
@@ -230,15 +240,16 @@ def encode_examples(features: Mapping[str, np.ndarray],
 
     Notes
     -----
-    Cost O(N x W), W the widest a record can be: one pass per field to lay
-    out its columns (varints of values below 2**16 by table look-up), one
-    compress at the end.
+    Cost O(N x W), W the widest a record can be. In numpy (`use_c` False, or
+    no C extension): one pass per field to lay out its columns (varints of
+    values below 2**16 by table look-up), one compress at the end.
     """
     names = sorted(features)
     if not names:
         raise ValueError("no features to encode")
     num_records = None
     payloads = []
+    columns = []  # the arrays, contiguous, floats as float32
     for name in names:
         values = np.asarray(features[name])
         if values.ndim == 1:
@@ -251,18 +262,28 @@ def encode_examples(features: Mapping[str, np.ndarray],
             raise ValueError(f"feature {name!r} has {values.shape[0]} records, "
                              f"expected {num_records}")
         if name in float_features:
-            data = np.ascontiguousarray(values, dtype="<f4").view(np.uint8)
-            payload = _Field(data.reshape(num_records, -1), None, 4 * values.shape[1])
+            values = np.ascontiguousarray(values, dtype="<f4")
+            payload = _Field(values.view(np.uint8).reshape(num_records, 4 * values.shape[1]),
+                             None, 4 * values.shape[1])
             kind = b"\x12"  # Feature.float_list
         else:
             if not np.issubdtype(values.dtype, np.integer):
                 raise ValueError(f"feature {name!r} must hold integers, got {values.dtype}")
-            payload = _varint_field(values)
+            payload = None  # laid out below, if numpy encodes
             kind = b"\x1a"  # Feature.int64_list
         payloads.append((name.encode(), kind, payload))
+        columns.append(np.ascontiguousarray(values))
+
+    if use_c and _example_reader is not None and num_records:
+        offsets = np.empty(num_records + 1, np.int64)
+        buffer = _example_reader.encode_examples(
+            tuple(name.encode() for name in names), tuple(columns), offsets)
+        return np.frombuffer(buffer, np.uint8), offsets
 
     if num_records == 0:
         return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    payloads = [(key, kind, payload if payload is not None else _varint_field(column))
+                for (key, kind, payload), column in zip(payloads, columns)]
 
     def size(n):
         return 1 + varint_sizes(n) + n  # tag, length, body

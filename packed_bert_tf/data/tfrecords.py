@@ -1,6 +1,8 @@
 """TFRecord files of pre-training features: fast batch reading and writing.
 
-Reading parses whole batches with ``tf.io.parse_example`` into numpy arrays;
+Reading (`iter_array_batches`, `read_arrays`) decodes local files with the
+package's C reader (`example_reader`) and others with ``tf.io.parse_example``
+(`iter_array_batches_with_tensorflow`), whole batches into numpy arrays;
 writing serialises whole batches with `example_encoding.encode_examples`.
 Files are written under a temporary name and renamed when complete, so a
 failed run never leaves a file that looks finished. Errors name the file and,
@@ -16,12 +18,13 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.data import file_patterns
+from packed_bert_tf.data.example_reader import RecordError, iter_array_batches
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
 from packed_bert_tf.data.local_tfrecords import AtomicRecordWriter
 
-
-class RecordError(ValueError):
-    """A record file that cannot be read as the expected format."""
+__all__ = ["RecordError", "iter_array_batches", "iter_array_batches_with_tensorflow",
+           "read_arrays", "RecordWriter", "write_arrays", "expand_file_patterns",
+           "parse_spec", "first_line", "make_parent_dirs"]
 
 
 def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_file",
@@ -41,11 +44,15 @@ def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_fi
     return files
 
 
-def parse_spec(record_format: RecordFormat) -> dict[str, tf.io.FixedLenFeature]:
-    """``tf.io.parse_example`` spec of a format (int64, float32 weights)."""
+def parse_spec(record_format: RecordFormat | Mapping[str, int]
+               ) -> dict[str, tf.io.FixedLenFeature]:
+    """``tf.io.parse_example`` spec of a format, or of name -> length (int64,
+    float32 weights)."""
+    lengths = (record_format.feature_lengths() if isinstance(record_format, RecordFormat)
+               else record_format)
     return {name: tf.io.FixedLenFeature(
         [length], tf.float32 if name in FLOAT_FEATURE_NAMES else tf.int64)
-        for name, length in record_format.feature_lengths().items()}
+        for name, length in lengths.items()}
 
 
 def _describe_bad_record(path, index, serialized, spec) -> str:
@@ -84,25 +91,14 @@ def _first_unreadable_record(path: str) -> int:
     return index
 
 
-def iter_array_batches(path: str, record_format: RecordFormat, *,
-                       batch_size: int = 4096, features=None):
-    """Yields (index of the batch's first record, name -> [n, length] arrays).
-
-    Integer features come back as int64, the weights as float32. With
-    `features` (names), only those are parsed: reading two of seven features
-    of an MLPerf record is about twice as fast. Batch by batch, so that a
-    large file never has to fit in memory as int64 arrays. The arrays are
-    TensorFlow's own buffers, not copies: read-only.
-
-    Raises
-    ------
-    RecordError
-        Naming the file and record index of a corrupt record, a missing
-        feature or one of the wrong length.
+def iter_array_batches_with_tensorflow(path: str, lengths: Mapping[str, int],
+                                       batch_size: int = 4096):
+    """`iter_array_batches` by ``tf.io.parse_example``, for any file
+    `tf.io.gfile` reads: yields (first record, name -> [n, length] arrays) of
+    the features `lengths` names. The arrays are TensorFlow's own buffers, not
+    copies: read-only. Raises `RecordError` as `iter_array_batches` does.
     """
-    spec = parse_spec(record_format)
-    if features is not None:
-        spec = {name: spec[name] for name in features}
+    spec = parse_spec(lengths)
     # Parsing runs on TensorFlow's threads, a batch or two ahead of the caller.
     dataset = (tf.data.TFRecordDataset(path).batch(batch_size)
                .map(lambda serialized: tf.io.parse_example(serialized, spec),

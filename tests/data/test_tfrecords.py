@@ -1,10 +1,21 @@
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data import example_reader, tfrecords
 from packed_bert_tf.data.features import RecordFormat
 
 FORMAT = RecordFormat.unpacked(16, 4)
+
+
+@pytest.fixture(autouse=True, params=["c", "tensorflow"])
+def reader(request, monkeypatch):
+    """Every test with the C reader (local files, where it was built) and
+    with TensorFlow's (other filesystems, or no C compiler)."""
+    if request.param == "c" and not example_reader.has_fast_reader():
+        pytest.skip("the C reader was not built")
+    if request.param == "tensorflow":
+        monkeypatch.setattr(example_reader, "_example_reader", None)
+    return request.param
 
 
 def _arrays(num, seed=0):
@@ -27,7 +38,7 @@ def test_round_trip_in_batches(tmp_path):
     assert back["masked_lm_weights"].dtype == np.float32
 
 
-def test_batches_stay_valid_after_the_iteration_moves_on(tmp_path):
+def test_batches_stay_valid_after_the_iteration_moves_on(tmp_path, reader):
     arrays = _arrays(10, seed=1)
     path = str(tmp_path / "a.tfrecord")
     tfrecords.write_arrays(path, arrays)
@@ -36,7 +47,8 @@ def test_batches_stay_valid_after_the_iteration_moves_on(tmp_path):
     for name in arrays:
         np.testing.assert_array_equal(np.concatenate([b[name] for _, b in batches]),
                                       arrays[name])
-    assert not batches[0][1]["input_ids"].flags.writeable  # TensorFlow's buffer
+    # TensorFlow's own buffer, read-only; the C reader's are fresh arrays.
+    assert batches[0][1]["input_ids"].flags.writeable == (reader == "c")
 
 
 def test_a_failed_write_leaves_nothing(tmp_path):

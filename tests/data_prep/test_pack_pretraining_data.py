@@ -411,14 +411,26 @@ def test_a_full_disk_is_one_line_and_leaves_nothing(unpacked_files, tmp_path):
     assert leftovers == []
 
 
-def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch):
+@pytest.mark.parametrize("writer", ["local", "tensorflow"])
+def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch, writer):
+    import errno
+
     import tensorflow as tf
 
-    def full_disk(self, buffer, offsets):
-        raise tf.errors.ResourceExhaustedError(None, None, f"{self._temporary}; No "
-                                                           f"space left on device")
+    from packed_bert_tf.data import local_tfrecords
 
-    monkeypatch.setattr(tfrecords.RecordWriter, "write_serialized", full_disk)
+    if writer == "local":
+        def full_disk(self, buffer, offsets):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(local_tfrecords.RecordWriter, "write_serialized", full_disk)
+    else:  # what TensorFlow's writer (other filesystems) says
+        def full_disk(self, buffer, offsets):
+            raise tf.errors.ResourceExhaustedError(None, None, f"{self._temporary}; No "
+                                                               f"space left on device")
+
+        monkeypatch.setattr(tfrecords.RecordWriter, "write_serialized", full_disk)
+        monkeypatch.setattr(pack_pipeline, "is_local", lambda path: False)
     job = pack_pipeline.PackingJob(
         input_files=tuple(unpacked_files[:1]), output_dir=str(tmp_path),
         num_output_shards=1, max_seq_length=SMALL_SEQ_LENGTH,

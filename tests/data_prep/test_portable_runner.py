@@ -30,8 +30,8 @@ from tests.conftest import (
 
 TOOL = "data_prep.pack_pretraining_data"
 NUM_FILES, PER_FILE, NUM_SHARDS = 4, 600, 4
-#: The module that reads and writes records: imported where the DoFns run.
-RECORDS_MODULE = "packed_bert_tf.data.tfrecords"
+#: The module of the DoFns that read and write records: imported where they run.
+PIPELINE_MODULE = "packed_bert_tf.data.pack_pipeline"
 #: Fields of packing_stats.json that are timings, not results.
 TIMINGS = ("planning_seconds", "solve_time_seconds")
 
@@ -101,16 +101,17 @@ def test_the_portable_runner_writes_the_default_runners_bytes(services, dataset,
     assert report.packed_sequences == report.unpacked_sequences == NUM_FILES * PER_FILE
 
     # The records were read and written in the pool's SDK worker processes,
-    # never in the process that submitted the pipeline.
+    # by the C reader and writer: TensorFlow was imported nowhere.
     launcher_imports = [line.rsplit("|", 1)[-1].strip()
                         for line in portable.stderr.splitlines()
                         if line.startswith("import time:")]
     assert "apache_beam" in launcher_imports  # the listing is there
-    assert RECORDS_MODULE not in launcher_imports
+    assert "tensorflow" not in launcher_imports
     with open(services.worker_pool_log, errors="replace") as f:
         pool_log = f.read()
     assert "Starting worker with command" in pool_log
-    assert f"| {RECORDS_MODULE}\n" in pool_log
+    assert f"| {PIPELINE_MODULE}\n" in pool_log
+    assert "| tensorflow\n" not in pool_log
 
 
 def test_a_failing_portable_run_removes_its_files(services, dataset, tmp_path):
