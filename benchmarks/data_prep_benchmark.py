@@ -143,6 +143,7 @@ def main(argv):
     for beam_args in FLAGS.beam_args:
         extra = [] if beam_args == "default" else beam_args.split()
         best = {}  # checkout -> (seconds, stats, digests)
+        scope_digests = None  # the first run of these arguments
         for round_index in range(FLAGS.rounds):
             for folder in checkouts:
                 environment = dict(ENVIRONMENT, PYTHONPATH=folder)
@@ -167,12 +168,17 @@ def main(argv):
                 stats = json.load(open(os.path.join(packed, "packing_stats.json")))
                 digests = shard_digests(packed)
                 first_digests = first_digests or digests
+                scope_digests = scope_digests or digests
                 print(result.stdout.strip())
                 print(f"[{beam_args}, {labels[folder]}, round {round_index + 1}] "
                       f"{FLAGS.num_sequences:,} sequences in {seconds:.1f} s: "
                       f"{FLAGS.num_sequences / seconds:,.0f} sequences/s; shards identical "
-                      f"to the first run's: {'yes' if digests == first_digests else 'no'}",
-                      flush=True)
+                      f"to the first run's: {'yes' if digests == first_digests else 'no'}, "
+                      f"to the first with these arguments: "
+                      f"{'yes' if digests == scope_digests else 'no'}", flush=True)
+                if digests != scope_digests:
+                    sys.exit(f"[{beam_args}, {labels[folder]}] wrote other shards than "
+                             "the first run with these arguments")
                 if folder not in best or seconds < best[folder][0]:
                     best[folder] = (seconds, stats, digests)
         for folder in checkouts:
