@@ -451,3 +451,34 @@ def test_instance_buffer_flushes_give_the_same_arrays(monkeypatch):
         for name, values in unflushed.items():
             assert flushed[name].dtype == values.dtype, name
             np.testing.assert_array_equal(flushed[name], values, err_msg=name)
+
+
+def test_cyclic_gc_is_paused_while_making_instances_and_restored():
+    import gc
+
+    seen = []
+    original = pretraining_instances._instances_from_document
+
+    def spy(*args):
+        seen.append(gc.isenabled())
+        return original(*args)
+
+    documents, vocab = make_corpus(3, (2, 4), (3, 10))
+    was_enabled = gc.isenabled()
+    try:
+        pretraining_instances._instances_from_document = spy
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            create_training_instances(documents, vocab, max_seq_length=32,
+                                      max_predictions_per_seq=4, masked_lm_prob=0.15,
+                                      dupe_factor=1)
+            assert gc.isenabled() == enabled
+        with pytest.raises(ZeroDivisionError):
+            gc.enable()
+            with pretraining_instances._cyclic_gc_paused():
+                1 / 0
+        assert gc.isenabled()
+    finally:
+        pretraining_instances._instances_from_document = original
+        (gc.enable if was_enabled else gc.disable)()
+    assert seen and not any(seen)
