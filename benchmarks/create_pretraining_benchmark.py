@@ -233,15 +233,22 @@ def main(argv):
         "Example's features in insertion order, we write them in sorted key order (as "
         "`SerializeToString(deterministic=True)`); the parsed records are equal.",
         "",
-        "Where the time goes (ours, `cProfile`): making instances is about 34 us an "
-        "instance, half of it the Fisher-Yates shuffle of every instance's candidate "
-        "positions, whose draws (one `getrandbits` per position, with rejections) must "
-        "be the reference's to give its instances; tokenization about 0.7 s per pass "
-        "over this text; encoding and writing about 5 us an instance. The reference "
-        "spends about 78 us an instance making it, 59 us building and writing its "
-        "`tf.train.Example`, 2 s tokenizing the text once, and 3 to 5 s importing "
-        "TensorFlow. The ratio therefore falls as --dupe_factor grows (the passes "
-        "over the same tokenized text are where the two are closest).",
+        "Where the time goes (ours, `cProfile` and timings of each phase): making "
+        "instances is about 23 us an instance, about 40 % of it the Fisher-Yates "
+        "shuffle of each instance's candidate positions, whose draws (one "
+        "`getrandbits` per position, with rejections: about 150 an instance) must be "
+        "the reference's to give its instances. The masker shuffles only as far as the "
+        "positions it masks (the same draws, fewer moves), `randint`'s draws take one "
+        "Python call, values are gathered in lists (extending an `array.array` "
+        "converts int by int) and the cyclic garbage collector is paused meanwhile; "
+        "fetching the random words in batches (`getrandbits(32 * m)`) is slower in "
+        "Python (shifting each 32-bit word costs as much as a call). Arrays from the "
+        "instances about 0.1 s; tokenization about 0.7 s per pass over this text; "
+        "encoding and writing about 8 us an instance (pyarrow's import included). The "
+        "reference spends about 78 us an instance making it, 59 us building and "
+        "writing its `tf.train.Example`, 2 s tokenizing the text once, and 3 to 5 s "
+        "importing TensorFlow. The ratio therefore falls as --dupe_factor grows (the "
+        "passes over the same tokenized text are where the two are closest).",
     ]))
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import multiprocessing
 import os
 import random
 import sys
@@ -204,6 +203,9 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     if num_workers == 1:
         results = [_instances_of_file(task) for task in tasks]
     else:
+        # Imported here: a one-worker run has no use for it (start-up time).
+        import multiprocessing
+
         # 'spawn': the workers start clean (this process has TensorFlow's
         # threads, which 'fork' would copy half-way); they import no TensorFlow.
         with multiprocessing.get_context("spawn").Pool(

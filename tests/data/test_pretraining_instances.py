@@ -395,3 +395,90 @@ def test_shuffle_is_random_shuffle_draw_for_draw(size):
     their_rng.shuffle(theirs)
     assert ours == theirs
     assert our_rng.getstate() == their_rng.getstate()
+
+
+def test_shuffled_prefix_is_random_shuffle_draw_for_draw():
+    # Every size a masker shuffles (S = 128 gives at most 125 candidates) and
+    # more; counts below, at and above the size.
+    for size in [*range(0, 301), 4096, 4097, 5000]:
+        for count in {0, 1, 2, size // 3, 20, max(size - 1, 0), size, size + 5}:
+            for seed in range(3):
+                our_rng, their_rng = random.Random(seed), random.Random(seed)
+                theirs = list(range(size))
+                their_rng.shuffle(theirs)
+                prefix = pretraining_instances.shuffled_prefix(list(range(size)), count,
+                                                               our_rng)
+                assert prefix == theirs[:count], (size, count, seed)
+                assert our_rng.getstate() == their_rng.getstate(), (size, count, seed)
+
+
+def test_shuffle_is_random_shuffle_for_many_sizes_and_seeds():
+    for size in range(0, 301):
+        for seed in range(5):
+            our_rng, their_rng = random.Random(seed), random.Random(seed)
+            ours, theirs = list(range(size)), list(range(size))
+            pretraining_instances.shuffle(ours, our_rng)
+            their_rng.shuffle(theirs)
+            assert ours == theirs and our_rng.getstate() == their_rng.getstate()
+
+
+def test_randbelow_is_randint_draw_for_draw():
+    sizes = random.Random(3)
+    bounds = [1, 2, 3, 4, 5, 7, 8, 9, 125, 126, 127, 128, 129, 8000, 2**31, 2**32 + 1,
+              *(sizes.randint(1, 10**6) for _ in range(200))]
+    for n in bounds:
+        for low in (0, 1, 2):
+            our_rng, their_rng = random.Random(n), random.Random(n)
+            getrandbits = our_rng.getrandbits
+            ours = [low + pretraining_instances.randbelow(getrandbits, n)
+                    for _ in range(20)]
+            theirs = [their_rng.randint(low, low + n - 1) for _ in range(20)]
+            assert ours == theirs, n
+            assert our_rng.getstate() == their_rng.getstate(), n
+
+
+def test_instance_buffer_flushes_give_the_same_arrays(monkeypatch):
+    documents, vocab = make_corpus(12, (2, 9), (3, 40))
+    kwargs = dict(max_seq_length=64, max_predictions_per_seq=10, masked_lm_prob=0.15,
+                  dupe_factor=3, random_seed=5)
+    unflushed = create_training_instances(documents, vocab, **kwargs)
+    # Flushing into int32 chunks after (about) every instance and a few instances.
+    for flush_tokens in (1, 100):
+        monkeypatch.setattr(pretraining_instances._InstanceBuffer, "FLUSH_TOKENS",
+                            flush_tokens)
+        flushed = create_training_instances(documents, vocab, **kwargs)
+        assert list(flushed) == list(unflushed)
+        for name, values in unflushed.items():
+            assert flushed[name].dtype == values.dtype, name
+            np.testing.assert_array_equal(flushed[name], values, err_msg=name)
+
+
+def test_cyclic_gc_is_paused_while_making_instances_and_restored():
+    import gc
+
+    seen = []
+    original = pretraining_instances._instances_from_document
+
+    def spy(*args):
+        seen.append(gc.isenabled())
+        return original(*args)
+
+    documents, vocab = make_corpus(3, (2, 4), (3, 10))
+    was_enabled = gc.isenabled()
+    try:
+        pretraining_instances._instances_from_document = spy
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            create_training_instances(documents, vocab, max_seq_length=32,
+                                      max_predictions_per_seq=4, masked_lm_prob=0.15,
+                                      dupe_factor=1)
+            assert gc.isenabled() == enabled
+        with pytest.raises(ZeroDivisionError):
+            gc.enable()
+            with pretraining_instances._cyclic_gc_paused():
+                1 / 0
+        assert gc.isenabled()
+    finally:
+        pretraining_instances._instances_from_document = original
+        (gc.enable if was_enabled else gc.disable)()
+    assert seen and not any(seen)
