@@ -16,7 +16,10 @@
  *
  * Lists may be packed (one length-delimited run) or not (a field per value),
  * fields come in any order, unknown fields are skipped, and a key given twice
- * keeps its last value, as protobuf's parser does. Nothing is written beyond
+ * keeps its last value, as protobuf's parser does. Features not asked for are
+ * skipped by their framing, not validated; groups (wire types 3, 4, which no
+ * Example holds) and a map entry's value given twice (protobuf would merge
+ * the two) are refused as not an Example. Nothing is written beyond
  * the outputs' rows; a bad record stops the call and is reported (kind,
  * record, feature, count) for the caller to name; the rows before it are
  * complete. The GIL is released while decoding. Cost: one pass over the
@@ -129,6 +132,12 @@ static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v
     return 0;
 }
 
+/* A field's tag: a varint below 2^32 with a field number of at least 1, as
+ * protobuf requires; 0 otherwise. */
+static inline int read_tag(const uint8_t **p, const uint8_t *end, uint64_t *tag) {
+    return read_varint(p, end, tag) && *tag <= 0xFFFFFFFFu && *tag >> 3 != 0;
+}
+
 /* A length-delimited field's bytes [*start, *start + *length); 0 if cut off. */
 static inline int read_bytes(const uint8_t **p, const uint8_t *end,
                              const uint8_t **start, size_t *length) {
@@ -193,7 +202,7 @@ static int parse_entry(const uint8_t *p, const uint8_t *end, Wanted *wanted,
     size_t key_length = 0, value_length = 0;
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return 0;
+        if (!read_tag(&p, end, &tag)) return 0;
         if (tag == (1 << 3 | 2)) {
             if (!read_bytes(&p, end, &key, &key_length)) return 0;
         } else if (tag == (2 << 3 | 2)) {
@@ -219,7 +228,7 @@ static int find_features(const uint8_t *p, const uint8_t *end, Wanted *wanted,
                          Py_ssize_t num_wanted) {
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return 0;
+        if (!read_tag(&p, end, &tag)) return 0;
         if (tag != (1 << 3 | 2)) {  /* not Example.features */
             if (!skip_field(&p, end, tag & 7)) return 0;
             continue;
@@ -229,7 +238,7 @@ static int find_features(const uint8_t *p, const uint8_t *end, Wanted *wanted,
         if (!read_bytes(&p, end, &features, &features_length)) return 0;
         const uint8_t *q = features, *features_end = features + features_length;
         while (q < features_end) {
-            if (!read_varint(&q, features_end, &tag)) return 0;
+            if (!read_tag(&q, features_end, &tag)) return 0;
             if (tag == (1 << 3 | 2)) {  /* Features.feature, a map entry */
                 const uint8_t *entry;
                 size_t entry_length;
@@ -280,7 +289,7 @@ static int decode_list(const uint8_t *p, const uint8_t *end, const Wanted *w,
     const int is_float = w->kind == KIND_FLOAT32;
     while (p < end) {
         uint64_t tag;
-        if (!read_varint(&p, end, &tag)) return ERR_NOT_EXAMPLE;
+        if (!read_tag(&p, end, &tag)) return ERR_NOT_EXAMPLE;
         const uint8_t *values, *values_end;
         if (tag == (1 << 3 | 2)) {  /* packed */
             size_t length;
@@ -348,7 +357,7 @@ static void decode_example(const uint8_t *p, size_t n, Wanted *wanted,
             const uint8_t *list;
             size_t list_length;
             int error = OK;
-            if (!read_varint(&q, end, &tag)) {
+            if (!read_tag(&q, end, &tag)) {
                 error = ERR_NOT_EXAMPLE;
             } else if ((tag & 7) == 2 && tag >> 3 >= 1 && tag >> 3 <= 3) {
                 if (!read_bytes(&q, end, &list, &list_length)) {
@@ -539,7 +548,7 @@ static int element_type(const Py_buffer *view) {
     const int is_signed = format == 'b' || format == 'h' || format == 'i' ||
                           format == 'l' || format == 'q';
     if (format == 'f' && view->itemsize == 4) return T_FLOAT32;
-    if (!strchr("bBhHiIlLqQ", format)) return -1;
+    if (format == '\0' || !strchr("bBhHiIlLqQ", format)) return -1;
     switch (view->itemsize) {
     case 1: return is_signed ? T_INT8 : T_UINT8;
     case 2: return is_signed ? T_INT16 : T_UINT16;
@@ -580,9 +589,13 @@ static size_t row_payload_size(const char *row, int type, Py_ssize_t count) {
     return size;
 }
 
-static uint8_t *write_row_payload(uint8_t *out, const char *row, int type,
-                                  Py_ssize_t count) {
+/* Writes a row's values, none past `end` (where pass 1 said the row ends);
+ * NULL if they would go past it: the array changed after pass 1 (another
+ * thread writing to it). */
+static uint8_t *write_row_payload(uint8_t *out, const uint8_t *end, const char *row,
+                                  int type, Py_ssize_t count) {
     if (type == T_FLOAT32) {
+        if (end - out < 4 * count) return NULL;
         for (Py_ssize_t k = 0; k < count; k++, out += 4) {
             uint32_t bits;
             memcpy(&bits, row + 4 * k, 4);
@@ -590,8 +603,11 @@ static uint8_t *write_row_payload(uint8_t *out, const char *row, int type,
         }
         return out;
     }
-    EACH_TYPE(type, for (Py_ssize_t k = 0; k < count; k++)
-                        out = write_varint(out, ROW_VALUE(row, T, k)))
+    EACH_TYPE(type, for (Py_ssize_t k = 0; k < count; k++) {
+                        uint64_t value = ROW_VALUE(row, T, k);
+                        if ((size_t)(end - out) < varint_size(value)) return NULL;
+                        out = write_varint(out, value);
+                    })
     return out;
 }
 
@@ -607,7 +623,8 @@ typedef struct {
 
 /* Sizes of one entry's nested messages for a payload of `payload` bytes. */
 static inline size_t list_size(size_t payload) {
-    return 1 + varint_size(payload) + payload;  /* tag 1, length, values */
+    /* tag 1, length, values; an empty list has no field (as protobuf writes) */
+    return payload ? 1 + varint_size(payload) + payload : 0;
 }
 static inline size_t feature_size(size_t payload) {
     size_t list = list_size(payload);
@@ -702,7 +719,10 @@ static PyObject *encode_examples(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)offsets[num_records]);
     if (!result) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
-    /* Pass 2: the bytes. */
+    int changed = 0;
+    /* Pass 2: the bytes. Each payload is written within the size pass 1
+     * gave it, so that an array another thread changes meanwhile can only
+     * fail the call, never write past the buffer. */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t r = 0; r < num_records; r++) {
         size_t features = 0;
@@ -726,12 +746,25 @@ static PyObject *encode_examples(PyObject *self, PyObject *args) {
             out = write_varint(out, feature);
             *out++ = c->type == T_FLOAT32 ? 0x12 : 0x1A;  /* float_list, int64_list */
             out = write_varint(out, list);
+            if (!payload) continue;
             *out++ = 0x0A;  /* the packed values */
             out = write_varint(out, payload);
-            out = write_row_payload(out, c->data + r * c->row_bytes, c->type, c->count);
+            uint8_t *payload_end = out + payload;
+            out = write_row_payload(out, payload_end, c->data + r * c->row_bytes, c->type,
+                                    c->count);
+            if (out != payload_end) {  /* the values changed since pass 1 */
+                changed = 1;
+                break;
+            }
         }
+        if (changed) break;
     }
     Py_END_ALLOW_THREADS
+    if (changed) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_RuntimeError, "encode_examples: an array changed while "
+                        "it was being encoded");
+    }
 done:
     for (Py_ssize_t i = 0; i < acquired; i++) PyBuffer_Release(&columns[i].view);
     PyMem_Free(columns);
@@ -768,17 +801,31 @@ static PyObject *frame_records(PyObject *self, PyObject *args) {
         NULL, (bounds[num_records] - bounds[0]) + 16 * num_records);
     if (!result) goto done;
     uint8_t *out = (uint8_t *)PyBytes_AS_STRING(result);
+    const uint8_t *out_end = out + PyBytes_GET_SIZE(result);
     const uint8_t *bytes = data.buf;
+    int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < num_records; i++) {
-        const uint64_t length = (uint64_t)(bounds[i + 1] - bounds[i]);
+        /* Read once and checked again: another thread may write to them. */
+        const int64_t begin = bounds[i], end = bounds[i + 1];
+        if (begin < 0 || end < begin || end > data.len ||
+            (uint64_t)(end - begin) + 16 > (uint64_t)(out_end - out)) {
+            changed = 1;
+            break;
+        }
+        const uint64_t length = (uint64_t)(end - begin);
         for (int k = 0; k < 8; k++) out[k] = (uint8_t)(length >> (8 * k));
         store_le32(out + 8, masked_crc32c(out, 8));
-        memcpy(out + 12, bytes + bounds[i], length);
+        memcpy(out + 12, bytes + begin, length);
         store_le32(out + 12 + length, masked_crc32c(out + 12, length));
         out += 16 + length;
     }
     Py_END_ALLOW_THREADS
+    if (changed || out != out_end) {
+        Py_CLEAR(result);
+        PyErr_SetString(PyExc_RuntimeError, "frame_records: the offsets changed while "
+                        "the records were being framed");
+    }
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&offsets);

@@ -273,7 +273,8 @@ def encode_examples(features: Mapping[str, np.ndarray], float_features=frozenset
             payload = None  # laid out below, if numpy encodes
             kind = b"\x1a"  # Feature.int64_list
         payloads.append((name.encode(), kind, payload))
-        columns.append(np.ascontiguousarray(values))
+        # Native byte order for the C encoder (a big-endian array is converted).
+        columns.append(np.ascontiguousarray(values, values.dtype.newbyteorder("=")))
 
     if use_c and _example_reader is not None and num_records:
         offsets = np.empty(num_records + 1, np.int64)
@@ -293,7 +294,10 @@ def encode_examples(features: Mapping[str, np.ndarray], float_features=frozenset
     entries = []
     for key, kind, payload in payloads:
         payload_lengths = np.broadcast_to(payload.row_bytes, (num_records,))
-        list_lengths = size(payload_lengths)  # the Int64List/FloatList message
+        # The Int64List/FloatList message; empty, it has no field (as protobuf
+        # writes it: no values, no packed run).
+        list_lengths = size(payload_lengths) if payload.width else np.zeros_like(
+            payload_lengths)
         feature_lengths = size(list_lengths)  # the Feature message
         key_field = bytes([0x0A]) + _varint_bytes(len(key)) + key
         entry_lengths = len(key_field) + size(feature_lengths)
@@ -309,10 +313,11 @@ def encode_examples(features: Mapping[str, np.ndarray], float_features=frozenset
                    _Field.constant(key_field + b"\x12"),  # key, value tag
                    _length_field(feature_lengths),
                    _Field.constant(kind),
-                   _length_field(list_lengths),
-                   _Field.constant(b"\x0a"),  # packed values
-                   _length_field(payload_lengths),
-                   payload]
+                   _length_field(list_lengths)]
+        if payload.width:
+            fields += [_Field.constant(b"\x0a"),  # packed values
+                       _length_field(payload_lengths),
+                       payload]
     return _concatenate_rows(fields, num_records)
 
 

@@ -54,6 +54,8 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
         Naming the file and record index of a corrupt or truncated record, a
         missing feature, one of the wrong type or one of the wrong length.
     """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     int_dtype = np.dtype(int_dtype)
     if int_dtype not in (np.int64, np.int32):
         raise ValueError(f"int_dtype must be int64 or int32, got {int_dtype}")
@@ -68,19 +70,24 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
     batches = tfrecords.iter_array_batches_with_tensorflow(path, lengths, batch_size)
     if int_dtype == np.int64:
         return batches
-    return ((start, {name: _narrow(path, start, name, values)
-                     for name, values in arrays.items()}) for start, arrays in batches)
+    return (_narrowed(path, start, arrays) for start, arrays in batches)
 
 
-def _narrow(path: str, start: int, name: str, values: np.ndarray) -> np.ndarray:
-    """int64 values as int32, refusing any outside its range."""
-    if values.dtype != np.int64:
-        return values
-    outside = np.flatnonzero(((values < -2**31) | (values >= 2**31)).any(axis=1))
-    if outside.size:
-        raise RecordError(_describe_failure(path, start + int(outside[0]), {name: 0},
-                                            "out_of_range", 0, 0))
-    return values.astype(np.int32)
+def _narrowed(path: str, start: int, arrays: dict) -> dict:
+    """int64 features as int32, refusing a value outside its range: the first
+    record with one, as the C reader does."""
+    first_bad = {}
+    for name, values in arrays.items():
+        if values.dtype == np.int64:
+            bad = np.flatnonzero(((values < -2**31) | (values >= 2**31)).any(axis=1))
+            if bad.size:
+                first_bad[name] = int(bad[0])
+    if first_bad:
+        name = min(first_bad, key=lambda n: (first_bad[n], list(arrays).index(n)))
+        raise RecordError(f"{path}: record {start + first_bad[name]} feature {name!r} "
+                          "has a value outside int32")
+    return {name: values.astype(np.int32) if values.dtype == np.int64 else values
+            for name, values in arrays.items()}
 
 
 def _iter_local_array_batches(path: str, lengths: dict[str, int], batch_size: int,

@@ -88,6 +88,7 @@ def test_a_value_outside_int32_is_named(tmp_path, monkeypatch, reader):
         monkeypatch.setattr(example_reader, "_example_reader", None)
     arrays = _arrays(5, np.random.default_rng(0))
     arrays["masked_lm_ids"][3, 2] = 2**31
+    arrays["input_ids"][4, 0] = -2**31 - 1  # a later record, an earlier feature
     path = str(tmp_path / "a.tfrecord")
     tfrecords.write_arrays(path, arrays)
     with pytest.raises(example_reader.RecordError,
@@ -188,9 +189,11 @@ def test_wire_format_variants_decode_as_protobuf_parses_them(case):
 
 
 def test_mutated_records_fail_or_decode_as_tensorflow_and_protobuf_do():
-    """Single-byte corruptions behind a valid frame: where protobuf parses the
-    record, the C reader succeeds exactly when ``tf.io.parse_example`` does,
-    with the same values; where protobuf refuses it, so does the C reader."""
+    """Single-byte corruptions behind a valid frame, of records that hold only
+    the wanted features (others are skipped by their framing, not validated):
+    where protobuf parses the record, the C reader succeeds exactly when
+    ``tf.io.parse_example`` does, with the same values; where protobuf
+    refuses it, so does the C reader."""
     spec = tfrecords.parse_spec(SMALL)
     rng = np.random.default_rng(0)
     counts = {"both decode": 0, "both refuse": 0, "not protobuf": 0}
@@ -283,6 +286,30 @@ def test_a_feature_that_does_not_fit_is_named(tmp_path, entries, message):
     assert str(error.value) == f"{path}: record 1 {message}"
 
 
+def test_field_number_zero_and_oversized_tags_are_not_an_example():
+    good = _field(1, _entry("input_ids", _ints([1, 2, 3]))
+                  + _entry("masked_lm_weights", _floats([1, 2])))
+    assert _decode(good)[1] is None
+    for prefix in (b"\x00\x05", _varint(1 << 35 | 0)):  # field 0; a tag above 2^32
+        record = prefix + _varint(7) + good if prefix[-1:] != b"\x05" else prefix + good
+        with pytest.raises(Exception):  # protobuf refuses both too
+            tf.train.Example.FromString(record)
+        assert _decode(record)[1] == ("not_example", -1, 0)
+
+
+def test_the_c_extension_is_built():
+    # `pip install` compiles it (a C compiler and Python's headers are
+    # needed); without it every test of it here would be skipped.
+    assert example_reader.has_fast_reader()
+
+
+def test_a_batch_size_below_one_is_refused(tmp_path):
+    path = str(tmp_path / "a.tfrecord")
+    tfrecords.write_arrays(path, _arrays(2, np.random.default_rng(0)))
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        example_reader.iter_array_batches(path, FORMAT, batch_size=0)
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="output 0 must be"):
         _example_reader.decode_records(b"", 0, 4, (b"x",), (np.zeros((2, 3)),), True)
@@ -345,6 +372,33 @@ def test_c_encoder_writes_the_numpy_encoders_bytes(seed, num, width, dtype):
         feature = tf.train.Example.FromString(record).features.feature
         assert list(feature["b_ints"].int64_list.value) == features["b_ints"][index].astype(
             np.int64 if dtype != "uint64" else np.uint64).astype(np.int64).tolist()
+
+
+@pytest.mark.parametrize("use_c", [True, False])
+def test_both_encoders_write_protobufs_bytes(use_c):
+    rng = np.random.default_rng(7)
+    features = {"empty": np.zeros((3, 0), np.int64), "ints": rng.integers(-5, 300, (3, 4)),
+                "floats": rng.random((3, 2)), "no_floats": np.zeros((3, 0))}
+    buffer, offsets = example_encoding.encode_examples(
+        features, {"floats", "no_floats"}, use_c=use_c)
+    for index in range(3):
+        example = tf.train.Example(features=tf.train.Features(feature={
+            "empty": tf.train.Feature(int64_list=tf.train.Int64List()),
+            "ints": tf.train.Feature(int64_list=tf.train.Int64List(
+                value=features["ints"][index].tolist())),
+            "floats": tf.train.Feature(float_list=tf.train.FloatList(
+                value=features["floats"][index].astype(np.float32).tolist())),
+            "no_floats": tf.train.Feature(float_list=tf.train.FloatList())}))
+        assert (buffer[offsets[index]:offsets[index + 1]].tobytes()
+                == example.SerializeToString(deterministic=True))
+
+
+def test_big_endian_and_strided_arrays_encode_as_native_ones():
+    values = np.random.default_rng(1).integers(-2**40, 2**40, (5, 6))
+    native = example_encoding.encode_examples({"a": values})
+    for other in (values.astype(">i8"), np.asfortranarray(values), values[:, ::-1][:, ::-1]):
+        encoded = example_encoding.encode_examples({"a": other})
+        assert encoded[0].tobytes() == native[0].tobytes()
 
 
 def test_without_the_c_extension_the_writer_writes_the_same_bytes(tmp_path, monkeypatch):
