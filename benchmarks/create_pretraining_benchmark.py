@@ -244,7 +244,7 @@ def main(argv):
         "fetching the random words in batches (`getrandbits(32 * m)`) is slower in "
         "Python (shifting each 32-bit word costs as much as a call). Arrays from the "
         "instances about 0.1 s; tokenization about 0.7 s per pass over this text; "
-        "encoding and writing about 3 us an instance (the C extension). The "
+        "encoding and writing about 2.3 us an instance (the C extension). The "
         "reference spends about 78 us an instance making it, 59 us building and "
         "writing its `tf.train.Example`, 2 s tokenizing the text once, and 3 to 5 s "
         "importing TensorFlow. The ratio therefore falls as --dupe_factor grows (the "

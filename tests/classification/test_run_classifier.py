@@ -86,11 +86,7 @@ def test_packed_and_unpacked_prediction_write_the_same_files(files, trained, tmp
 
 
 def test_export_dir_serves_the_fine_tuned_model(files, trained, tmp_path):
-    import tensorflow as tf
-
-    from packed_bert_tf.classification.packing import pack_features
     from packed_bert_tf.models import BertClassifierModel, BertConfig, load_google_checkpoint
-    from tests.classification.classifier_data import random_features
 
     # --export_dir alone exports the trained run's last checkpoint.
     root, _ = trained
@@ -105,23 +101,29 @@ def test_export_dir_serves_the_fine_tuned_model(files, trained, tmp_path):
     model = BertClassifierModel(config, 2)
     model.build()
     load_google_checkpoint(model, str(checkpoint)[:-len(".index")])
-    lengths = np.random.default_rng(0).integers(3, 12, 20)
-    packs = pack_features(random_features(lengths, 32, vocab_size=config.vocab_size),
-                          max_sequences_per_pack=16)
-    inputs = {name: tf.constant(packs.arrays[name]) for name in
-              ("input_ids", "input_mask", "segment_ids", "positions", "cls_positions")}
-    served = tf.saved_model.load(summary["export_dir"]).signatures["serving_default"](
-        **inputs)
-    np.testing.assert_allclose(served["logits"].numpy(), model(inputs)["logits"].numpy(),
-                               rtol=0, atol=1e-6)
+    _, inputs, served = _serve_packed_rows(summary["export_dir"], config.vocab_size)
+    np.testing.assert_allclose(served, model(inputs)["logits"].numpy(), rtol=0, atol=1e-6)
 
 
-def test_export_dir_of_an_unpacked_run_serves_packed_rows(files, tmp_path):
+def _serve_packed_rows(export_dir, vocab_size):
+    """Packed rows of 20 random features (S = 32, up to 16 a row) through the
+    SavedModel in `export_dir`: (the packs, the inputs, the served logits)."""
     import tensorflow as tf
 
     from packed_bert_tf.classification.packing import pack_features
-    from packed_bert_tf.models import BertClassifierModel, BertConfig, save_google_checkpoint
     from tests.classification.classifier_data import random_features
+
+    lengths = np.random.default_rng(0).integers(3, 12, 20)
+    packs = pack_features(random_features(lengths, 32, vocab_size=vocab_size),
+                          max_sequences_per_pack=16)
+    inputs = {name: tf.constant(packs.arrays[name]) for name in
+              ("input_ids", "input_mask", "segment_ids", "positions", "cls_positions")}
+    served = tf.saved_model.load(export_dir).signatures["serving_default"](**inputs)
+    return packs, inputs, served["logits"].numpy()
+
+
+def test_export_dir_of_an_unpacked_run_serves_packed_rows(files, tmp_path):
+    from packed_bert_tf.models import BertClassifierModel, BertConfig, save_google_checkpoint
 
     # --batching=padded makes an unpacked model (no positions, one attention
     # block per row); the SavedModel must still serve packed rows, each
@@ -134,13 +136,7 @@ def test_export_dir_of_an_unpacked_run_serves_packed_rows(files, tmp_path):
         **files, output_dir=str(tmp_path / "run"), export_dir=str(tmp_path / "serving"),
         init_checkpoint=checkpoint, batching="padded", max_seq_length=32,
         max_sequences_per_pack=16, jit_compile=False))
-    lengths = np.random.default_rng(0).integers(3, 12, 20)
-    packs = pack_features(random_features(lengths, 32, vocab_size=config.vocab_size),
-                          max_sequences_per_pack=16)
-    inputs = {name: tf.constant(packs.arrays[name]) for name in
-              ("input_ids", "input_mask", "segment_ids", "positions", "cls_positions")}
-    served = tf.saved_model.load(summary["export_dir"]).signatures["serving_default"](
-        **inputs)["logits"].numpy()
+    packs, inputs, served = _serve_packed_rows(summary["export_dir"], config.vocab_size)
     real = packs.arrays["sequence_weights"].astype(bool)
     np.testing.assert_allclose(served[real], model(inputs)["logits"].numpy()[real],
                                rtol=0, atol=1e-6)
