@@ -247,24 +247,59 @@ def _job_from_flags(skipped: list[str]):
             len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
 
 
-def _descendants(pid: int) -> list[int]:
-    """Process ids of every descendant of a process (Linux /proc; else none)."""
-    children: dict[int, list[int]] = {}
+def _descendants(pid: int) -> dict[int, str]:
+    """Every descendant of a process, with its state letter (``R``, ``S``,
+    ``T`` stopped, ``Z`` ended and not yet reaped, ...); Linux /proc, else none."""
+    children: dict[int, list[tuple[int, str]]] = {}
     for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                # "pid (name) state ppid ...": the name may hold anything.
+                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
         except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    found, pending = [], [pid]
+            continue  # ended meanwhile
+        children.setdefault(int(parent), []).append((int(entry), state))
+    found, pending = {}, [pid]
     while pending:
-        for child in children.get(pending.pop(), []):
-            found.append(child)
+        for child, state in children.get(pending.pop(), []):
+            found[child] = state
             pending.append(child)
     return found
+
+
+def _kill_descendants() -> None:
+    """Kills every process under this one: Beam's workers, each a ``sh -c``
+    and its ``python``, some perhaps starting.
+
+    Each is frozen first (SIGSTOP), and the tree scanned again once they are
+    all stopped, until a scan finds nothing new: a frozen process starts no
+    other, and none is killed while it could leave a child to init, out of
+    reach. A worker left behind would wait for its dead runner forever.
+    """
+    frozen: set[int] = set()
+    for _ in range(100):  # a tree that keeps growing is not Beam's
+        running = [pid for pid, state in _descendants(os.getpid()).items()
+                   if pid not in frozen and state != "Z"]
+        if not running:
+            break
+        for pid in running:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+            frozen.add(pid)
+        deadline = time.monotonic() + 1.0  # SIGSTOP lands asynchronously
+        while time.monotonic() < deadline and any(
+                state not in "TtZ" for pid, state in _descendants(os.getpid()).items()
+                if pid in frozen):
+            time.sleep(0.001)
+    for pid in frozen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) -> None:
@@ -281,6 +316,14 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
     """
     def stop(signum, frame):
         del frame
+        for other in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C: same end
+            signal.signal(other, signal.SIG_IGN)
+        try:
+            say_and_clean(signum)
+        finally:  # whatever failed on the way (a closed stderr, say): still end
+            os._exit(128 + signum)
+
+    def say_and_clean(signum):
         # Beam's threads report the workers' end as exceptions: not to the user.
         stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
         threading.excepthook = lambda args: None
@@ -308,11 +351,7 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
             else:
                 cancelled = (f"the job service did not answer the cancel within "
                              f"{CANCEL_TIMEOUT_S} s; ")
-        for pid in _descendants(os.getpid()):  # Beam's worker processes
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        _kill_descendants()
         time.sleep(0.2)  # let the killed workers' last writes land before cleaning
         try:
             removed = _remove([path for name, path in _list_dir(output_dir)
@@ -325,7 +364,7 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
         stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; "
                      f"{cancelled}{outcome}\n")
         stderr.flush()
-        os._exit(128 + signum)
+        _kill_descendants()  # any worker Beam's threads started meanwhile
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)

@@ -7,6 +7,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -118,6 +119,50 @@ def finish_tool(process: subprocess.Popen, timeout: float = 300) -> ToolResult:
         process.kill()
         raise
     return ToolResult(process.returncode, stdout, stderr)
+
+
+def wait_for_signal_handlers(process: subprocess.Popen, *signals,
+                              timeout: float = 120) -> None:
+    """Waits until `process` catches every one of `signals` (its handlers are
+    installed), read from ``/proc/PID/status``; a signal sent earlier would go
+    to the interpreter's default, or nowhere where the shell started the test
+    run with SIGINT ignored (a background job)."""
+    wanted = sum(1 << (signum - 1) for signum in signals)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the tool ended (status {process.returncode}) "
+                                 "before catching the signals")
+        caught = 0
+        with open(f"/proc/{process.pid}/status") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    caught = int(line.split()[1], 16)
+        if caught & wanted == wanted:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the tool caught no {signals} within {timeout} s")
+
+
+def descendants(pid: int) -> list:
+    """The process ids under `pid` (children, theirs, ...), from ``/proc``."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                # "pid (name) state ppid ...": the name may hold spaces.
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
 
 
 def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,

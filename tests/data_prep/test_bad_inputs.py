@@ -7,13 +7,12 @@ The cases run as subprocesses, a few at a time."""
 import concurrent.futures
 import json
 import signal
-import time
 
 import pytest
 
 from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool,
                             one_line_error_problems, run_tool, start_tool,
-                            write_unpacked_dataset)
+                            wait_for_signal_handlers, write_unpacked_dataset)
 
 #: At most this many lines of stdout and stderr together for a bad input.
 MAX_LINES = 10
@@ -161,10 +160,11 @@ def test_packing_report_checks_its_outputs_before_packing(tmp_path):
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_tool_says_so_in_one_line(tmp_path, signal_number):
-    # The whole corpus takes seconds (it imports the standard library).
+    # The whole corpus takes seconds after the handlers are in (it imports the
+    # standard library).
     process = start_tool("data_prep.builtin_corpus", f"--output_file={tmp_path}/c.txt",
                          tmp_path=tmp_path)
-    time.sleep(1.0)
+    wait_for_signal_handlers(process, signal.SIGINT, signal.SIGTERM)
     process.send_signal(signal_number)
     result = finish_tool(process, timeout=60)
     assert result.returncode == 128 + signal_number

@@ -14,8 +14,8 @@ from apache_beam.testing.util import assert_that
 
 from packed_bert_tf.data import pack_pipeline, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, run_tool,
-                            tool_command, tool_environment, write_unpacked_dataset)
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, descendants,
+                            run_tool, tool_command, tool_environment, write_unpacked_dataset)
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
@@ -336,18 +336,64 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing(unpacked_file
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=tool_environment(tmp_path))
     for signal_number, (output_dir, process) in runs.items():
-        assert process.stdout.readline().startswith("packing 3 files")  # Beam starts
-    time.sleep(4)  # the workers are up and reading (a run takes 10 s or more)
+        # Printed once the tool's handlers are installed, as Beam starts.
+        assert process.stdout.readline().startswith("packing 3 files")
+    # The workers live about a second of a run of 2 s: caught then and frozen
+    # (SIGSTOP), a run cannot end before its signal reaches it.
+    frozen, deadline = {}, time.monotonic() + 120
+    try:
+        while len(frozen) < len(runs):
+            for signal_number, (output_dir, process) in runs.items():
+                if signal_number in frozen:
+                    continue
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    "the run ended before its workers were seen")
+                if workers := descendants(process.pid):
+                    for pid in workers:
+                        os.kill(pid, signal.SIGSTOP)
+                    frozen[signal_number] = workers
+                    process.send_signal(signal_number)
+            time.sleep(0.005)
+        _check_interrupted_runs(runs, frozen)
+    finally:
+        for pid in [pid for workers in frozen.values() for pid in workers]:
+            try:
+                os.kill(pid, signal.SIGKILL)  # not left stopped if the tool failed
+            except OSError:
+                pass
+
+
+def _check_interrupted_runs(runs, frozen):
     for signal_number, (output_dir, process) in runs.items():
-        process.send_signal(signal_number)
-    for signal_number, (output_dir, process) in runs.items():
+        # Ends only once nothing holds the tool's stdout: no worker outlived it
+        # (one started as the signal came used to wait for its runner forever).
         stdout, stderr = process.communicate(timeout=60)
         name = signal.Signals(signal_number).name
         assert process.returncode == 128 + signal_number, stderr
         assert stdout == ""
         assert stderr.splitlines() == [stderr.strip()]  # one line
-        assert stderr.startswith(f"pack_pretraining_data: interrupted by {name}; ")
+        assert re.fullmatch(f"pack_pretraining_data: interrupted by {name}; (removed "
+                            f"its [0-9]+ unfinished files from|nothing written to) "
+                            f"{re.escape(str(output_dir))}\n", stderr), stderr
         assert not [p for p in output_dir.rglob("*") if p.is_file()]
+        assert not _alive(frozen[signal_number])  # the tool killed its workers
+
+
+def _alive(pids, timeout=30):
+    """Those of `pids` still running (or stopped) after up to `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    if stat.read().rpartition(")")[2].split()[0] != "Z":
+                        alive.append(pid)
+            except OSError:
+                pass  # gone
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def test_a_killed_runs_leftovers_go_and_the_old_flag_names_still_work(
