@@ -105,7 +105,7 @@ DIVE_FRACTION = 0.05
 COLUMNS_PER_ROUND = 150
 # Past this many patterns per item the master drops the unused ones with the
 # highest reduced cost (a solve's cost grows with the columns it prices).
-MASTER_COLUMNS_PER_ITEM = 8
+MASTER_COLUMNS_PER_ITEM = 4
 # Elements per vectorised block when listing the table or running the
 # dynamic program (bounds their temporary memory to a few tens of MB).
 _BLOCK_ELEMENTS = 1 << 21
