@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -485,3 +486,35 @@ def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch, write
                                       f"of-00001.tfrecord.tmp-x: No space left on device$"):
         pack_pipeline.pack_group_locally(job, 0, job.input_files, 1, ".tmp-x")
     assert os.listdir(tmp_path) == []
+
+
+def test_stopping_the_workers_leaves_none_behind(tmp_path):
+    # A child that keeps starting children, as Beam's `sh -c` starts its
+    # python: each killed before it is frozen would leave those it started
+    # meanwhile to init, alive.
+    marker = f"{int(time.time() * 1000) % 100_000 + 100_000}"
+    script = (
+        "import os, subprocess, time\n"
+        "from data_prep.pack_pretraining_data import _descendants, _kill_descendants\n"
+        f"subprocess.Popen(['sh', '-c', 'while :; do sleep {marker} & sleep 0.002; done'],"
+        " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "time.sleep(1)\n"
+        "print(len(_descendants(os.getpid())))\n"
+        "_kill_descendants()\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=tool_environment(tmp_path), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert int(result.stdout) > 10  # the tree grew
+    left = _alive([pid for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                   if _command_line(pid) == f"sleep {marker}"], timeout=5)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+def _command_line(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline") as cmdline:
+            return cmdline.read().replace("\0", " ").strip()
+    except OSError:
+        return ""
