@@ -35,7 +35,7 @@ import time
 
 from absl import app, flags, logging
 
-from data_prep import tool_output
+from data_prep import process_tree, tool_output
 
 FLAGS = flags.FLAGS
 TOOL = "pack_pretraining_data"
@@ -247,61 +247,6 @@ def _job_from_flags(skipped: list[str]):
             len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
 
 
-def _descendants(pid: int) -> dict[int, str]:
-    """Every descendant of a process, with its state letter (``R``, ``S``,
-    ``T`` stopped, ``Z`` ended and not yet reaped, ...); Linux /proc, else none."""
-    children: dict[int, list[tuple[int, str]]] = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                # "pid (name) state ppid ...": the name may hold anything.
-                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
-        except (OSError, ValueError, IndexError):
-            continue  # ended meanwhile
-        children.setdefault(int(parent), []).append((int(entry), state))
-    found, pending = {}, [pid]
-    while pending:
-        for child, state in children.get(pending.pop(), []):
-            found[child] = state
-            pending.append(child)
-    return found
-
-
-def _kill_descendants() -> None:
-    """Kills every process under this one: Beam's workers, each a ``sh -c``
-    and its ``python``, some perhaps starting.
-
-    Each is frozen first (SIGSTOP), and the tree scanned again once they are
-    all stopped, until a scan finds nothing new: a frozen process starts no
-    other, and none is killed while it could leave a child to init, out of
-    reach. A worker left behind would wait for its dead runner forever.
-    """
-    frozen: set[int] = set()
-    for _ in range(100):  # a tree that keeps growing is not Beam's
-        running = [pid for pid, state in _descendants(os.getpid()).items()
-                   if pid not in frozen and state != "Z"]
-        if not running:
-            break
-        for pid in running:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except OSError:
-                pass
-            frozen.add(pid)
-        deadline = time.monotonic() + 1.0  # SIGSTOP lands asynchronously
-        while time.monotonic() < deadline and any(
-                state not in "TtZ" for pid, state in _descendants(os.getpid()).items()
-                if pid in frozen):
-            time.sleep(0.001)
-    for pid in frozen:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
 def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) -> None:
     """SIGINT and SIGTERM: stop the workers, remove this run's unfinished
     files, one line, exit 128 + signal.
@@ -351,7 +296,7 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
             else:
                 cancelled = (f"the job service did not answer the cancel within "
                              f"{CANCEL_TIMEOUT_S} s; ")
-        _kill_descendants()
+        process_tree.kill_descendants()
         time.sleep(0.2)  # let the killed workers' last writes land before cleaning
         try:
             removed = _remove([path for name, path in _list_dir(output_dir)
@@ -364,7 +309,7 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
         stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; "
                      f"{cancelled}{outcome}\n")
         stderr.flush()
-        _kill_descendants()  # any worker Beam's threads started meanwhile
+        process_tree.kill_descendants()  # any worker Beam's threads started meanwhile
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)

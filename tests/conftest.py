@@ -144,27 +144,6 @@ def wait_for_signal_handlers(process: subprocess.Popen, *signals,
     raise AssertionError(f"the tool caught no {signals} within {timeout} s")
 
 
-def descendants(pid: int) -> list:
-    """The process ids under `pid` (children, theirs, ...), from ``/proc``."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                # "pid (name) state ppid ...": the name may hold spaces.
-                parent = int(stat.read().rpartition(")")[2].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue  # ended meanwhile
-        children.setdefault(parent, []).append(int(entry))
-    found, pending = [], [pid]
-    while pending:
-        for child in children.get(pending.pop(), []):
-            found.append(child)
-            pending.append(child)
-    return found
-
-
 def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
              python_options=(), env=None) -> ToolResult:
     """Runs a command-line tool as a user would, in a subprocess.

@@ -83,9 +83,9 @@ def _narrowed(path: str, start: int, arrays: dict) -> dict:
             if bad.size:
                 first_bad[name] = int(bad[0])
     if first_bad:
-        name = min(first_bad, key=lambda n: (first_bad[n], list(arrays).index(n)))
-        raise RecordError(f"{path}: record {start + first_bad[name]} feature {name!r} "
-                          "has a value outside int32")
+        name = min(first_bad, key=first_bad.get)  # ties: the first feature
+        raise RecordError(_describe_failure(path, start + first_bad[name], {name: 0},
+                                            "out_of_range", 0, 0))
     return {name: values.astype(np.int32) if values.dtype == np.int64 else values
             for name, values in arrays.items()}
 

@@ -15,8 +15,9 @@ from apache_beam.testing.util import assert_that
 
 from packed_bert_tf.data import pack_pipeline, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, descendants,
-                            run_tool, tool_command, tool_environment, write_unpacked_dataset)
+from data_prep.process_tree import descendants
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, run_tool,
+                            tool_command, tool_environment, write_unpacked_dataset)
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
@@ -349,7 +350,7 @@ def test_an_interrupted_run_says_so_in_one_line_and_leaves_nothing(unpacked_file
                     continue
                 assert process.poll() is None and time.monotonic() < deadline, (
                     "the run ended before its workers were seen")
-                if workers := descendants(process.pid):
+                if workers := list(descendants(process.pid)):
                     for pid in workers:
                         os.kill(pid, signal.SIGSTOP)
                     frozen[signal_number] = workers
@@ -495,12 +496,12 @@ def test_stopping_the_workers_leaves_none_behind(tmp_path):
     marker = f"{int(time.time() * 1000) % 100_000 + 100_000}"
     script = (
         "import os, subprocess, time\n"
-        "from data_prep.pack_pretraining_data import _descendants, _kill_descendants\n"
+        "from data_prep.process_tree import descendants, kill_descendants\n"
         f"subprocess.Popen(['sh', '-c', 'while :; do sleep {marker} & sleep 0.002; done'],"
         " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
         "time.sleep(1)\n"
-        "print(len(_descendants(os.getpid())))\n"
-        "_kill_descendants()\n")
+        "print(len(descendants(os.getpid())))\n"
+        "kill_descendants()\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                             env=tool_environment(tmp_path), timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
