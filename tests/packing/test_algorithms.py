@@ -194,7 +194,7 @@ def test_a_shorter_histogram_is_padded_with_empty_bins():
     (dict(max_sequence_length=0), "max_sequence_length must be a positive integer"),
     (dict(algorithm="first_fit"), "unknown packing algorithm 'first_fit'"),
     (dict(algorithm="spfhp", seed=3), "takes no option"),
-    (dict(algorithm="optimal", lengths=[1]), "takes integer_node_limit, max_iterations"),
+    (dict(algorithm="optimal", lengths=[1]), "takes certified_gap, integer_node_limit, max_iterations"),
 ])
 def test_bad_input_is_rejected_with_a_clear_message(kwargs, message):
     args = dict(histogram=[1, 1, 1], max_sequence_length=3,
