@@ -46,6 +46,7 @@ plan is not certified and the caller runs column generation instead.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 
@@ -234,8 +235,8 @@ def _complements_for_longest(counts: np.ndarray, max_len: int,
         if room > limit:
             break
         need = int(counts[length])
-        for combinations in (_balanced_triples(room), _balanced_pairs(room),
-                             np.array([[room]])):
+        for combinations in itertools.chain(_widening_triples(room), (
+                _balanced_pairs(room), np.array([[room]]))):
             if not need:
                 break
             # Availability only falls as sequences are taken: one vectorised
@@ -260,17 +261,30 @@ def _complements_for_longest(counts: np.ndarray, max_len: int,
     return np.concatenate(rows), np.concatenate(rooms)
 
 
-def _balanced_triples(room: int) -> np.ndarray:
-    """[K, 3] lengths b <= c <= d with b + c + d = room, most balanced
-    (smallest d - b) first."""
-    smallest = np.arange(1, room // 3 + 1)
-    # For each b, c runs from b to (room - b) // 2.
-    per_smallest = (room - smallest) // 2 - smallest + 1
+def _balanced_triples(room: int, max_spread: int | None = None) -> np.ndarray:
+    """[K, 3] lengths b <= c <= d with b + c + d = room (and d - b at most
+    `max_spread`), most balanced (smallest d - b) first."""
+    max_spread = room if max_spread is None else max_spread
+    smallest = np.arange(max(1, -(-(room - 2 * max_spread) // 3)), room // 3 + 1)
+    # For each b, c runs from max(b, room - 2b - max_spread) to (room - b) // 2.
+    lowest = np.maximum(smallest, room - 2 * smallest - max_spread)
+    per_smallest = np.maximum((room - smallest) // 2 - lowest + 1, 0)
     b = np.repeat(smallest, per_smallest)
-    c = b + np.arange(b.size) - np.repeat(np.cumsum(per_smallest) - per_smallest,
-                                          per_smallest)
+    c = np.repeat(lowest, per_smallest) + np.arange(b.size) - np.repeat(
+        np.cumsum(per_smallest) - per_smallest, per_smallest)
     triples = np.stack([b, c, room - b - c], axis=1)
     return triples[np.argsort(triples[:, 2] - triples[:, 0], kind="stable")]
+
+
+def _widening_triples(room: int):
+    """`_balanced_triples(room)` in growing windows of spread (16, 32, ...,
+    all): the most balanced available triple is usually among the first few,
+    and listing all of them costs O(room^2)."""
+    spread = 16
+    while spread < room:
+        yield _balanced_triples(room, spread)
+        spread *= 4
+    yield _balanced_triples(room)
 
 
 def _balanced_pairs(room: int) -> np.ndarray:

@@ -29,6 +29,36 @@ _JSON_FORMAT = "packed_bert_tf.PackingPlan"
 _JSON_VERSION = 1
 
 
+def _merged_strategy_counts(strategy_counts):
+    """(strategy, count) pairs with each strategy sorted longest first, equal
+    ones merged, in tuple order. Vectorised: a plan of exact-fill rows has
+    hundreds of thousands of strategies."""
+    depths = np.fromiter((len(strategy) for strategy, _ in strategy_counts),
+                         dtype=np.int64, count=len(strategy_counts))
+    flat = np.fromiter(itertools.chain.from_iterable(s for s, _ in strategy_counts),
+                       dtype=np.int64, count=int(depths.sum()))
+    if not depths.size or not depths.all() or (flat < 1).any():
+        # Empty strategies and non-positive lengths (rejected later with the
+        # strategy named) cannot use 0 as padding.
+        merged: dict[tuple[int, ...], int] = {}
+        for strategy, count in strategy_counts:
+            key = tuple(sorted((int(length) for length in strategy), reverse=True))
+            merged[key] = merged.get(key, 0) + count
+        return sorted(merged.items())
+    rows = np.zeros((depths.size, int(depths.max())), dtype=np.int64)
+    rows[np.repeat(np.arange(depths.size), depths),
+         np.arange(flat.size) - np.repeat(np.cumsum(depths) - depths, depths)] = flat
+    rows = -np.sort(-rows, axis=1)  # longest first, 0 padding last
+    # Lexicographic order of 0-padded rows is tuple order (a prefix first).
+    rows, inverse = np.unique(rows, axis=0, return_inverse=True)
+    counts = np.zeros(len(rows), dtype=np.int64)
+    np.add.at(counts, inverse.ravel(),
+              np.fromiter((c for _, c in strategy_counts), dtype=np.int64,
+                          count=len(strategy_counts)))
+    return [(tuple(length for length in row if length), count)
+            for row, count in zip(rows.tolist(), counts.tolist())]
+
+
 @dataclasses.dataclass(frozen=True)
 class PackingPlan:
     """How to pack a length histogram into rows of fixed length.
@@ -113,14 +143,9 @@ class PackingPlan:
         Strategies are sorted longest first, equal strategies merged, zero
         counts dropped, and the result ordered by strategy for stable output.
         """
-        merged: dict[tuple[int, ...], int] = {}
-        for strategy, count in strategy_counts:
-            count = int(count)
-            if count == 0:
-                continue
-            key = tuple(sorted((int(length) for length in strategy), reverse=True))
-            merged[key] = merged.get(key, 0) + count
-        ordered = sorted(merged.items())
+        strategy_counts = [(strategy, int(count)) for strategy, count in strategy_counts
+                           if int(count) != 0]
+        ordered = _merged_strategy_counts(strategy_counts)
         return cls(
             algorithm=algorithm,
             max_sequence_length=int(max_sequence_length),

@@ -33,6 +33,16 @@ def test_balanced_triples_are_every_triple_most_balanced_first(room):
     assert (np.diff(spread) >= 0).all()
 
 
+@pytest.mark.parametrize("room", [5, 23, 40])
+@pytest.mark.parametrize("max_spread", [0, 1, 4, 16])
+def test_a_spread_window_keeps_exactly_the_triples_within_it(room, max_spread):
+    every = exact_fill._balanced_triples(room)
+    within = exact_fill._balanced_triples(room, max_spread)
+    expected = every[every[:, 2] - every[:, 0] <= max_spread]
+    assert sorted(map(tuple, within.tolist())) == sorted(map(tuple, expected.tolist()))
+    assert (np.diff(within[:, 2] - within[:, 0]) >= 0).all()
+
+
 def test_balanced_pairs_are_every_pair_most_balanced_first():
     assert exact_fill._balanced_pairs(7).tolist() == [[3, 4], [2, 5], [1, 6]]
     assert exact_fill._balanced_pairs(6).tolist() == [[3, 3], [2, 4], [1, 5]]

@@ -2,8 +2,11 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packed_bert_tf.packing import PackingPlan
+from packed_bert_tf.packing.plan import _merged_strategy_counts
 
 
 def _plan(**overrides):
@@ -76,3 +79,18 @@ def test_json_that_was_edited_into_an_inexact_plan_is_rejected():
     document["format"] = "something else"
     with pytest.raises(ValueError, match="not a packing plan"):
         PackingPlan.from_json(json.dumps(document))
+
+
+def _merged_by_dict(strategy_counts):
+    merged = {}
+    for strategy, count in strategy_counts:
+        key = tuple(sorted((int(length) for length in strategy), reverse=True))
+        merged[key] = merged.get(key, 0) + count
+    return sorted(merged.items())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(-1, 9), min_size=0, max_size=4),
+                          st.integers(-3, 5)), max_size=30))
+def test_merging_strategies_matches_sorting_them_one_by_one(strategy_counts):
+    assert _merged_strategy_counts(strategy_counts) == _merged_by_dict(strategy_counts)
