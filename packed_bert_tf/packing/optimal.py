@@ -58,6 +58,10 @@ O(S^2 / 12) memory for D >= 3 (67 MB at S = 8192); a round of pricing is one
 pass over it; the dynamic program (D > 3 only) is O(D S n) per call, done in
 blocks of rows so that its memory stays O(S + 64 n).
 
+Where the optimum fills rows to the last token, this LP is highly
+degenerate; `pack_histogram` then tries `exact_fill` first (rows built
+directly, certified by the token bound) and comes here for its residual.
+
 Sources: Gilmore and Gomory, "A linear programming approach to the
 cutting-stock problem", Operations Research 9 (1961); Ben Amor, Desrosiers
 and Valerio de Carvalho, "Dual-optimal inequalities for stabilized column

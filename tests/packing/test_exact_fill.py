@@ -191,3 +191,14 @@ def test_matching_gives_up_where_rows_cannot_be_filled(few_lengths_suffice):
     slow = pack_histogram(histogram, 1000, 4, certified_gap=None)
     assert (plan.strategies, plan.counts, plan.lp_lower_bound) == (
         slow.strategies, slow.counts, slow.lp_lower_bound)
+
+
+def test_the_long_context_case_is_exact_fill_rows_within_the_gap():
+    # Issue 14's case at a tenth of its size: column generation takes about
+    # a minute here, exact-fill rows well under a second.
+    histogram = _long_context(2048, 100_000)
+    plan = pack_histogram(histogram, 2048, 4)
+    token_bound = _token_bound(histogram, 2048)
+    assert plan.lp_lower_bound == token_bound  # certified against it
+    assert plan.num_packs <= token_bound * (1 + 5e-4)
+    assert plan.num_sequences == histogram.sum()
