@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from packed_bert_tf.packing import exact_fill, heuristics, nnlshp, optimal
+from packed_bert_tf.packing import coarse, exact_fill, heuristics, nnlshp, optimal
 from packed_bert_tf.packing.plan import PackingPlan
 
 ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
@@ -113,7 +113,11 @@ def pack_histogram(histogram, max_sequence_length: int,
           which then is the reported bound (0: only when that proves them
           optimal; None: never tried). Long-context histograms whose
           optimum fills rows completely are planned this way in seconds
-          rather than a minute.
+          rather than a minute. At S >= 8192 (more lengths present than
+          1,024), lengths grouped into 1,024 classes are planned instead
+          (`packing.coarse`), returned when within ``certified_gap`` of
+          the LP bound of the rounded-down relaxation, which is then the
+          reported bound.
 
     Returns
     -------
@@ -201,6 +205,9 @@ def pack_histogram(histogram, max_sequence_length: int,
         certified = None
         if certified_gap is not None and exact_fill.eligible(histogram, *args):
             certified = _certified_exact_fill(histogram, args, options, certified_gap)
+        if (certified is None and certified_gap is not None
+                and coarse.eligible(histogram, max_sequence_length)):
+            certified = _certified_coarse(histogram, args, options, certified_gap)
         pairs, lp_lower_bound = certified or _pack_optimal(histogram, args, options)
     return PackingPlan.from_strategy_counts(
         pairs, algorithm=algorithm, histogram=histogram,
@@ -244,6 +251,21 @@ def _certified_exact_fill(histogram, args, options, certified_gap):
         if packs <= most_packs:
             return candidate.strategy_counts() + residual_pairs, token_bound
     return None
+
+
+def _certified_coarse(histogram, args, options, certified_gap):
+    """The plan of length classes, refined, with the LP bound of the
+    rounded-down relaxation, when within `certified_gap` of it; else None."""
+    max_len, cap = args
+    width = coarse.class_width(max_len)
+    class_pairs, _ = _pack_optimal(coarse.round_up(histogram, width),
+                                   (max_len // width, cap), options)
+    packs = sum(count for _, count in class_pairs)
+    relaxed, capacity = coarse.relaxation(histogram, width, cap)
+    _, bound = _pack_optimal(relaxed, (capacity, cap), options)
+    if packs > max(math.ceil(bound - 1e-6), bound * (1 + certified_gap)):
+        return None
+    return coarse.refine(class_pairs, histogram, width), bound
 
 
 def pack_lengths(lengths, max_sequence_length: int,

@@ -55,6 +55,8 @@ import itertools
 
 import numpy as np
 
+from packed_bert_tf.packing.plan import strategy_counts_of_rows
+
 # Fewer sequences than this per half-sum do not make a histogram token-tight
 # enough to try: see `eligible`.
 MIN_LENGTHS = 1024
@@ -120,20 +122,7 @@ class ExactFill:
 
     def strategy_counts(self) -> list[tuple[tuple[int, ...], int]]:
         """The rows as (strategy, count) pairs, each strategy longest first."""
-        if not len(self.rows):
-            return []
-        rows = -np.sort(-self.rows, axis=1)
-        if rows.max() < 1 << 16:
-            # One 64-bit key per row (16 bits a length): a 1-D unique is fast.
-            keys = (rows.astype(np.uint64) << np.uint64(16) * np.arange(3, -1, -1,
-                                                                       dtype=np.uint64)
-                    ).sum(axis=1, dtype=np.uint64)
-            _, first, counts = np.unique(keys, return_index=True, return_counts=True)
-        else:
-            _, first, counts = np.unique(rows, axis=0, return_index=True,
-                                         return_counts=True)
-        return [(tuple(length for length in row if length), count)
-                for row, count in zip(rows[first].tolist(), counts.tolist())]
+        return strategy_counts_of_rows(self.rows)
 
 
 def eligible(histogram: np.ndarray, max_sequence_length: int,

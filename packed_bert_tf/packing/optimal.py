@@ -61,6 +61,8 @@ blocks of rows so that its memory stays O(S + 64 n).
 Where the optimum fills rows to the last token, this LP is highly
 degenerate; `pack_histogram` then tries `exact_fill` first (rows built
 directly, certified by the token bound) and comes here for its residual.
+From S = 8192 it tries `coarse` (lengths in 1,024 classes, certified by a
+relaxation), coming here for the classes only.
 
 Sources: Gilmore and Gomory, "A linear programming approach to the
 cutting-stock problem", Operations Research 9 (1961); Ben Amor, Desrosiers

@@ -29,6 +29,23 @@ _JSON_FORMAT = "packed_bert_tf.PackingPlan"
 _JSON_VERSION = 1
 
 
+def strategy_counts_of_rows(rows: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
+    """(strategy, count) pairs of packs given as rows of lengths (0 = none),
+    each strategy longest first, equal ones merged."""
+    if not len(rows):
+        return []
+    rows = -np.sort(-np.asarray(rows, dtype=np.int64), axis=1)
+    if rows.shape[1] <= 4 and rows.max() < 1 << 16:
+        # One 64-bit key per row (16 bits a length): a 1-D unique is fast.
+        shifts = np.uint64(16) * np.arange(rows.shape[1] - 1, -1, -1, dtype=np.uint64)
+        keys = (rows.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
+        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+    else:
+        _, first, counts = np.unique(rows, axis=0, return_index=True, return_counts=True)
+    return [(tuple(length for length in row if length), count)
+            for row, count in zip(rows[first].tolist(), counts.tolist())]
+
+
 def _merged_strategy_counts(strategy_counts):
     """(strategy, count) pairs with each strategy sorted longest first, equal
     ones merged, in tuple order. Vectorised: a plan of exact-fill rows has
