@@ -12,9 +12,9 @@ from packed_bert_tf.packing.plan import PackingPlan
 
 ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
 
-# `optimal` returns an exact-fill plan, without column generation over the
-# whole histogram, when it is proven within this fraction of the optimum
-# (issue 14 asks for 0.05 %).
+# `optimal` returns a shortcut's plan (exact-fill rows, or length classes),
+# without column generation over the whole histogram, when a lower bound
+# proves it within this fraction of the optimum (issue 14 asks for 0.05 %).
 DEFAULT_CERTIFIED_GAP = 5e-4
 
 # Residuals of the best exact-fill candidates packed to choose between them.
@@ -106,7 +106,7 @@ def pack_histogram(histogram, max_sequence_length: int,
           ``max_iterations`` (1000 column-generation rounds per LP),
           ``integer_node_limit`` (50 branch-and-bound nodes per integer
           master), ``certified_gap`` (`DEFAULT_CERTIFIED_GAP`, 0.05 %):
-          with at most 4 sequences per pack or more and over 1,024 lengths
+          with 4 or more sequences per pack and over 1,024 lengths
           present, rows filled exactly by `exact_fill.match_exact_fills`
           (the rest packed by column generation) are returned when their
           packs are at most ``(1 + certified_gap)`` times the token bound,
