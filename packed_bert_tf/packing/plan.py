@@ -96,8 +96,10 @@ class PackingPlan:
         ``counts[j]`` = number of packs built with ``strategies[j]``.
     lp_lower_bound : float or None
         Optimum of the linear-programming relaxation (fractional packs) where
-        the algorithm computed one, else None. No plan can use fewer than
-        ``ceil(lp_lower_bound)`` packs.
+        the algorithm computed one; where ``optimal`` returned a certified
+        shortcut's plan, the bound it was certified against (the token bound,
+        or the LP of a rounded-down relaxation), never above that optimum;
+        else None. No plan can use fewer than ``ceil(lp_lower_bound)`` packs.
     solve_time_seconds : float
         Wall time the algorithm took.
     """
