@@ -2,12 +2,12 @@
 exact relaxation.
 
 At S = 8192 with 4 sequences per pack, column generation over the 8,101
-lengths of a long-context histogram spends about 30 s pricing: the table of
-maximal 3-patterns has 5.6 M rows and the dynamic program for 4-patterns is
-O(D S n), 0.7 s a call, called over a hundred times. Where rows are not
-filled to the last token (there the count of sequences per pack binds, not
-the tokens), lengths can be grouped into classes of ``g = S / 1024`` tokens
-at almost no cost:
+lengths of a long-context histogram takes 35 s, 25 of them pricing: the
+table of maximal 3-patterns has 5.6 M rows, priced 184 times (10 s), and
+the dynamic program for 4-patterns, O(D S n) (0.7 s a call at all 8,101
+lengths), is called 118 times (15 s). Where rows are not filled to the last
+token (there the count of sequences per pack binds, not the tokens),
+lengths can be grouped into classes of ``g = S / 1024`` tokens at almost no cost:
 
 - **The plan** (`round_up`, `refine`): every length is rounded up to its
   class, ``ceil(l / g)``, and the histogram of classes is planned by column
@@ -26,8 +26,8 @@ at almost no cost:
 The plan is kept when its packs are within the caller's gap of that bound;
 else column generation plans the real lengths. On the long-context
 histograms at S = 8192 (1 M documents): with 4 per pack, 254,300 packs
-(column generation: 254,285), 0.011 % above the bound, in about 2 s instead
-of 30; with 3, 337,614 (337,608), 0.005 %, 0.5 s instead of 7. At 4096 the
+(column generation: 254,285), 0.011 % above the bound, in 2.2 s instead of
+35; with 3, 337,614 (337,608), 0.005 %, 0.6 s instead of 8.7. At 4096 the
 classes are 4 tokens and the gap 0.05 % to 0.1 %: too coarse, and column
 generation takes a few seconds there anyway (`eligible`).
 
