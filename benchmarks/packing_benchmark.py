@@ -141,6 +141,7 @@ def long_context_case(max_sequence_length: int, cap: int, num_documents: int,
     cpu = time.process_time()
     plan = packing.pack_histogram(counts, max_sequence_length, cap, "optimal", **options)
     cpu = time.process_time() - cpu
+    peak = peak_memory_mib()
     token_bound = float(np.dot(counts, np.arange(1, max_sequence_length + 1))
                         ) / max_sequence_length
     # The shortcuts report the bound they were certified against: the token
@@ -161,8 +162,7 @@ def long_context_case(max_sequence_length: int, cap: int, num_documents: int,
                 bound=plan.lp_lower_bound, bound_packs=plan.lp_lower_bound_packs,
                 shortcut=shortcut,
                 efficiency=plan.efficiency, wall=plan.solve_time_seconds, cpu=cpu,
-                rss_before_mib=before,
-                rss_peak_mib=peak_memory_mib())
+                rss_before_mib=before, rss_peak_mib=peak)
 
 
 def _run_case(length, cap, *extra) -> dict:
