@@ -29,21 +29,29 @@ _JSON_FORMAT = "packed_bert_tf.PackingPlan"
 _JSON_VERSION = 1
 
 
-def strategy_counts_of_rows(rows: np.ndarray) -> list[tuple[tuple[int, ...], int]]:
-    """(strategy, count) pairs of packs given as rows of lengths (0 = none),
-    each strategy longest first, equal ones merged."""
+def strategy_counts_of_rows(rows: np.ndarray,
+                            counts=None) -> list[tuple[tuple[int, ...], int]]:
+    """(strategy, count) pairs of packs given as rows of positive lengths
+    (0 = none), each strategy longest first, equal ones merged (their
+    `counts`, default 1 a row, summed), in tuple order."""
+    rows = np.asarray(rows, dtype=np.int64)
     if not len(rows):
         return []
-    rows = -np.sort(-np.asarray(rows, dtype=np.int64), axis=1)
+    rows = -np.sort(-rows, axis=1)  # longest first, 0 padding last
+    # Lexicographic order of 0-padded rows is tuple order (a prefix first).
     if rows.shape[1] <= 4 and rows.max() < 1 << 16:
-        # One 64-bit key per row (16 bits a length): a 1-D unique is fast.
+        # One 64-bit key per row (16 bits a length): a 1-D unique is fast,
+        # and the keys' order is the rows' lexicographic order.
         shifts = np.uint64(16) * np.arange(rows.shape[1] - 1, -1, -1, dtype=np.uint64)
         keys = (rows.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
-        _, first, counts = np.unique(keys, return_index=True, return_counts=True)
+        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
     else:
-        _, first, counts = np.unique(rows, axis=0, return_index=True, return_counts=True)
-    return [(tuple(length for length in row if length), count)
-            for row, count in zip(rows[first].tolist(), counts.tolist())]
+        _, first, inverse = np.unique(rows, axis=0, return_index=True,
+                                      return_inverse=True)
+    totals = np.zeros(len(first), dtype=np.int64)
+    np.add.at(totals, inverse.ravel(), 1 if counts is None else counts)
+    return [(tuple(length for length in row if length), total)
+            for row, total in zip(rows[first].tolist(), totals.tolist())]
 
 
 def _merged_strategy_counts(strategy_counts):
@@ -65,15 +73,9 @@ def _merged_strategy_counts(strategy_counts):
     rows = np.zeros((depths.size, int(depths.max())), dtype=np.int64)
     rows[np.repeat(np.arange(depths.size), depths),
          np.arange(flat.size) - np.repeat(np.cumsum(depths) - depths, depths)] = flat
-    rows = -np.sort(-rows, axis=1)  # longest first, 0 padding last
-    # Lexicographic order of 0-padded rows is tuple order (a prefix first).
-    rows, inverse = np.unique(rows, axis=0, return_inverse=True)
-    counts = np.zeros(len(rows), dtype=np.int64)
-    np.add.at(counts, inverse.ravel(),
-              np.fromiter((c for _, c in strategy_counts), dtype=np.int64,
-                          count=len(strategy_counts)))
-    return [(tuple(length for length in row if length), count)
-            for row, count in zip(rows.tolist(), counts.tolist())]
+    return strategy_counts_of_rows(rows, np.fromiter(
+        (count for _, count in strategy_counts), dtype=np.int64,
+        count=len(strategy_counts)))
 
 
 @dataclasses.dataclass(frozen=True)
