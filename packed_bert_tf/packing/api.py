@@ -236,20 +236,16 @@ def _certified_exact_fill(histogram, args, options, certified_gap):
     token_bound = float(histogram @ np.arange(1, max_len + 1)) / max_len
     # The token bound rounds up; a plan at it is optimal whatever the gap.
     most_packs = max(math.ceil(token_bound - 1e-9), token_bound * (1 + certified_gap))
-    for matching in exact_fill.MATCHINGS:
+    for candidates in exact_fill.match_exact_fills(histogram, max_len):
         best = None
-        for candidate in exact_fill.match_exact_fills(
-                histogram, max_len, matching=matching)[:_EXACT_FILL_CANDIDATES]:
+        for candidate in candidates[:_EXACT_FILL_CANDIDATES]:
             residual_pairs = (_pack_optimal(candidate.residual, args, options)[0]
                               if candidate.residual.any() else [])
             packs = len(candidate.rows) + sum(c for _, c in residual_pairs)
             if best is None or packs < best[0]:
                 best = packs, candidate, residual_pairs
-        if best is None:
-            continue
-        packs, candidate, residual_pairs = best
-        if packs <= most_packs:
-            return candidate.strategy_counts() + residual_pairs, token_bound
+        if best is not None and best[0] <= most_packs:
+            return best[1].strategy_counts() + best[2], token_bound
     return None
 
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -144,9 +145,10 @@ def eligible(histogram: np.ndarray, max_sequence_length: int,
 
 
 def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
-                      matching: Matching = MATCHINGS[0],
-                      seed: int = 0) -> list[ExactFill]:
-    """Rows of at most 4 sequences filled to exactly S tokens, and the rest.
+                      matchings: tuple[Matching, ...] = MATCHINGS,
+                      seed: int = 0) -> Iterator[list[ExactFill]]:
+    """Rows of at most 4 sequences filled to exactly S tokens, and the rest,
+    for each matching in turn (step 1, the same for all, is done once).
 
     Parameters
     ----------
@@ -154,18 +156,20 @@ def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
         ``histogram[i]`` = number of sequences of length ``i + 1``.
     max_sequence_length : int
         Tokens per row, S.
-    matching : Matching
-        How step 2 treats one-sequence halves.
+    matchings : tuple of Matching
+        How step 2 treats one-sequence halves, one after the other (the
+        caller stops at the first whose rows it certifies).
     seed : int
         Seed of the random matching (the result is deterministic given it).
 
-    Returns
-    -------
+    Yields
+    ------
     list of ExactFill
-        One per complement limit tried, best first (fewest residual tokens,
-        then fewest residual sequences): the caller packs the residual of
-        the first one or two and keeps the plan with fewer packs. Empty when
-        the first limit tried leaves over `GIVE_UP_FRACTION` of the tokens.
+        For each matching, one per complement limit tried, best first
+        (fewest residual tokens, then fewest residual sequences): the caller
+        packs the residual of the first one or two and keeps the plan with
+        fewer packs. Empty when the first limit tried leaves over
+        `GIVE_UP_FRACTION` of the tokens.
     """
     max_len = int(max_sequence_length)
     counts = np.zeros(max_len + 1, dtype=np.int64)
@@ -174,38 +178,39 @@ def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
     full = np.zeros((int(counts[max_len]), 4), dtype=np.int64)
     full[:, 0] = max_len
     counts[max_len] = 0
+    total_tokens = int(counts @ np.arange(max_len + 1)) + max_len * len(full)
 
     half = max_len // 2
     # The search moves at most a step, half a step, ... from the centre.
     most = int(round(min(1.0, LIMIT_CENTRE + LIMIT_STEP * 2) * half))
     complement_rows, rooms = _complements_for_longest(counts.copy(), max_len, most)
 
-    results = {}
+    for matching in matchings:
+        results = {}
 
-    def attempt(fraction: float) -> tuple[int, int]:
-        limit = int(round(min(max(fraction, 0.0), 1.0) * half))
-        if limit not in results:
-            taken = complement_rows[rooms <= limit]
-            pool_counts = counts - np.bincount(taken.ravel(), minlength=max_len + 1)
-            pool_counts[0] = 0
-            rng = np.random.default_rng(seed)
-            matched, left = _match_random_halves(
-                np.repeat(np.arange(max_len + 1, dtype=np.int32), pool_counts), max_len,
-                matching, rng)
-            results[limit] = ExactFill(
-                rows=np.concatenate([full, taken, matched]),
-                residual=np.bincount(left, minlength=max_len + 1)[1:],
-                complement_limit=limit)
-        return _residual_size(results[limit].residual)
+        def attempt(fraction: float) -> tuple[int, int]:
+            limit = int(round(fraction * half))
+            if limit not in results:
+                taken = complement_rows[rooms <= limit]
+                pool_counts = counts - np.bincount(taken.ravel(), minlength=max_len + 1)
+                pool_counts[0] = 0
+                matched, left = _match_random_halves(
+                    np.repeat(np.arange(max_len + 1, dtype=np.int32), pool_counts),
+                    max_len, matching, np.random.default_rng(seed))
+                results[limit] = ExactFill(
+                    rows=np.concatenate([full, taken, matched]),
+                    residual=np.bincount(left, minlength=max_len + 1)[1:],
+                    complement_limit=limit)
+            return _residual_size(results[limit].residual)
 
-    centre, step = LIMIT_CENTRE, LIMIT_STEP
-    total_tokens = int(counts @ np.arange(max_len + 1)) + max_len * len(full)
-    if attempt(centre)[0] > GIVE_UP_FRACTION * total_tokens:
-        return []
-    for _ in range(LIMIT_REFINEMENTS):
-        centre = min((centre - step, centre, centre + step), key=attempt)
-        step /= 2
-    return sorted(results.values(), key=lambda r: _residual_size(r.residual))
+        centre, step = LIMIT_CENTRE, LIMIT_STEP
+        if attempt(centre)[0] > GIVE_UP_FRACTION * total_tokens:
+            yield []
+            continue
+        for _ in range(LIMIT_REFINEMENTS):
+            centre = min((centre - step, centre, centre + step), key=attempt)
+            step /= 2
+        yield sorted(results.values(), key=lambda r: _residual_size(r.residual))
 
 
 def _residual_size(residual: np.ndarray) -> tuple[int, int]:

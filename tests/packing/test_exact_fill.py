@@ -88,7 +88,8 @@ _histograms = st.integers(16, 96).flatmap(lambda max_len: st.tuples(
 def test_rows_are_full_and_hold_every_sequence_once(case, matching):
     max_len, histogram = case
     histogram = np.array(histogram, dtype=np.int64)
-    candidates = exact_fill.match_exact_fills(histogram, max_len, matching=matching)
+    candidates = next(exact_fill.match_exact_fills(histogram, max_len,
+                                                   matchings=(matching,)))
     sizes = [exact_fill._residual_size(c.residual) for c in candidates]
     assert sizes == sorted(sizes)
     for candidate in candidates:
@@ -104,8 +105,10 @@ def test_rows_are_full_and_hold_every_sequence_once(case, matching):
 def test_matching_is_deterministic_for_a_seed():
     histogram = _long_context(512, 20_000)
     matching = exact_fill.MATCHINGS[1]
-    first = exact_fill.match_exact_fills(histogram, 512, matching=matching, seed=3)[0]
-    again = exact_fill.match_exact_fills(histogram, 512, matching=matching, seed=3)[0]
+    first = next(exact_fill.match_exact_fills(histogram, 512, matchings=(matching,),
+                                              seed=3))[0]
+    again = next(exact_fill.match_exact_fills(histogram, 512, matchings=(matching,),
+                                              seed=3))[0]
     np.testing.assert_array_equal(first.rows, again.rows)
     np.testing.assert_array_equal(first.residual, again.residual)
 
@@ -186,7 +189,7 @@ def test_matching_gives_up_where_rows_cannot_be_filled(few_lengths_suffice):
     # row can be full; the shortcut gives up and column generation packs.
     histogram = np.zeros(1000, np.int64)
     histogram[399:449] = 20
-    assert exact_fill.match_exact_fills(histogram, 1000) == []
+    assert list(exact_fill.match_exact_fills(histogram, 1000)) == [[], []]
     plan = pack_histogram(histogram, 1000, 4)
     slow = pack_histogram(histogram, 1000, 4, certified_gap=None)
     assert (plan.strategies, plan.counts, plan.lp_lower_bound) == (
