@@ -8,8 +8,8 @@ from typing import Callable, Sequence
 
 #: Files a wildcard never means as records: the tools' side files beside
 #: them (``packing_stats.json``, a trained ``vocab.txt``, ...) and unfinished
-#: ``*.tmp-*`` files of a run.
-_SIDE_FILE = re.compile(r".*\.(json|txt)|.*\.tmp-.*")
+#: ``*.tmp-*`` files and ``.lock`` files of a run.
+_SIDE_FILE = re.compile(r".*\.(json|txt|lock)|.*\.tmp-.*")
 _WILDCARD = re.compile(r"[*?\[]")
 
 

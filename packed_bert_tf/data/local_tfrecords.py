@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import struct
-import uuid
 from typing import Mapping
 
 import numpy as np
@@ -31,6 +30,7 @@ from crcmod.predefined import mkPredefinedCrcFun
 
 from packed_bert_tf.data.example_encoding import encode_examples
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
+from packed_bert_tf.output_files import temporary_name
 
 try:
     from packed_bert_tf.data._example_reader import frame_records
@@ -60,7 +60,7 @@ class AtomicRecordWriter:
 
     def __init__(self, path: str):
         self.path = path
-        self._temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        self._temporary = temporary_name(path)
         self.num_records = 0
 
     def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:

@@ -1,6 +1,6 @@
 """A whole pre-training run (what ``run_pretraining.py`` does), from options.
 
-Order of events: the output folder is made and locked (`output_dir_lock`);
+Order of events: the output folder is made and locked (`output_files.output_lock`);
 every input is checked (config, files, record sizes, the first records'
 token ids, batch sizes, packing statistics) before anything is built; then
 the model and optimizer are made under the strategy, restored from the

@@ -5,17 +5,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import shutil
-import socket
 import tempfile
-import time
 
 import keras
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf import output_files
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.google_checkpoint import (load_google_checkpoint,
                                                      save_google_checkpoint)
@@ -136,11 +134,11 @@ class WorkerOutputDirs:
 @contextlib.contextmanager
 def worker_output_dirs(output_dir: str | None, worker: cluster.WorkerTask):
     """`WorkerOutputDirs` for the run: the chief makes and locks ``output_dir``
-    (`make_output_dir`, `output_dir_lock`); another worker gets a temporary
+    (`make_output_dir`, `output_files.output_lock`); another worker gets a temporary
     folder, removed when the run ends, however it ends."""
     if worker.is_chief:
         output_dir = make_output_dir(output_dir)
-        with output_dir_lock(output_dir):
+        with output_files.output_lock(output_dir, flag="--output_dir"):
             yield WorkerOutputDirs(output_dir, output_dir)
         return
     if not output_dir:
@@ -179,90 +177,6 @@ def run_on_this_worker(options, run_in, *, strategy=None, batch_flags: dict):
     with worker_output_dirs(options.output_dir, worker) as dirs, \
             cluster.cluster_errors(worker, dirs.shared):
         return run_in(dirs, strategy, worker)
-
-
-#: The file that says which process writes into an output folder.
-LOCK_FILE = ".lock"
-
-
-@contextlib.contextmanager
-def output_dir_lock(output_dir: str):
-    """Holds ``OUTPUT_DIR/.lock`` while a run writes into ``output_dir``.
-
-    The lock file (created exclusively: ``O_EXCL``) holds the host, pid and
-    start time of its run, and is removed when the run ends, however it ends.
-    A lock left by a killed run (its pid gone, on this host) is taken over
-    with a warning. Local folders only: on other file systems (``gs://``)
-    nothing is locked.
-
-    Raises:
-      ValueError: another live run holds the lock (naming it), or the folder
-        is not writable.
-    """
-    if "://" in output_dir:
-        logging.warning("--output_dir=%s: no lock on this file system; make sure no "
-                        "other run writes there", output_dir)
-        yield
-        return
-    path = os.path.join(output_dir, LOCK_FILE)
-    holder = {"host": socket.gethostname(), "pid": os.getpid(),
-              "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-    _take_lock(path, holder, output_dir)
-    try:
-        yield
-    finally:
-        if _read_lock(path) == holder:
-            os.remove(path)
-
-
-def _take_lock(path: str, holder: dict, output_dir: str) -> None:
-    for _ in range(2):  # a second try after taking over a stale lock
-        try:
-            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            other = _read_lock(path)
-            if not _is_stale(other, holder["host"]):
-                who = (f"pid {other['pid']} on host {other['host']} (started "
-                       f"{other['started']})" if other else "another run")
-                raise ValueError(f"--output_dir={output_dir} is in use by {who}; wait "
-                                 f"for it or remove {path}") from None
-            logging.warning("taking over %s: its run (pid %d on %s) is gone", path,
-                            other["pid"], other["host"])
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(path)
-            continue
-        except OSError as error:
-            raise ValueError(f"--output_dir={output_dir} is not writable "
-                             f"({error.strerror})") from None
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump(holder, handle)
-        return
-    raise ValueError(f"--output_dir={output_dir}: another run took {path} at the same "
-                     f"time")
-
-
-def _read_lock(path: str) -> dict | None:
-    """The lock's holder; None when there is no lock or it cannot be read."""
-    try:
-        with open(path) as handle:
-            holder = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return holder if isinstance(holder, dict) and {"host", "pid", "started"} <= set(
-        holder) else None
-
-
-def _is_stale(holder: dict | None, host: str) -> bool:
-    """A lock of this host whose process is gone (another host's: never stale)."""
-    if holder is None or holder["host"] != host:
-        return False
-    try:
-        os.kill(int(holder["pid"]), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # alive, another user's
-        return False
-    return False
 
 
 def google_checkpoint_path(output_dir: str, step: int) -> str:
