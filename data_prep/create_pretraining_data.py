@@ -29,8 +29,12 @@ reference on several files: its one pool lets a random next segment come from
 any file and a file's last document run on into the next file when the file
 does not end with a blank line.
 
-Files are written under temporary names and renamed when all are complete, so
-a failed run leaves no file that looks finished. Local output files are
+Files are written under temporary names and renamed when all are complete,
+the trained vocabulary with the records, so a failed or interrupted run
+leaves no file that looks finished and never records of one run beside the
+vocabulary of another. An output that is also an input (the corpus,
+``--vocab_file``) or another output is refused before any work, and so is a
+second run writing the same files while the first one runs. Local output files are
 written without TensorFlow (`local_tfrecords`: the same bytes, without
 TensorFlow's seconds of start-up); for other file systems (``gs://``, ...)
 TensorFlow is imported, after the flags and the vocabulary are checked, so
@@ -51,6 +55,7 @@ import numpy as np
 from absl import app, flags, logging
 
 from data_prep import tool_output
+from packed_bert_tf import output_files as output_files_module
 from packed_bert_tf.data import (file_patterns, local_tfrecords, pretraining_instances,
                                   tokenization)
 
@@ -58,6 +63,8 @@ from packed_bert_tf.data import (file_patterns, local_tfrecords, pretraining_ins
 WRITE_BATCH_SIZE = 4096
 #: Instances shown in the log (BERT shows 20).
 NUM_LOGGED_INSTANCES = 3
+#: What writes the vocabulary that --vocab_size trains, in error lines.
+TRAINED_VOCAB = "the vocabulary --vocab_size trains"
 
 
 def define_flags():
@@ -124,9 +131,11 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     `num_workers` processes; see the module docstring. ``report`` gets a line
     when the long work starts (the tool prints it).
 
-    Raises ValueError or OSError naming the flag or file at fault; a failure
-    leaves no output file behind (a trained vocabulary is complete when
-    written).
+    Raises ValueError or OSError naming the flag or file at fault, before any
+    work when an output is also an input or another output, or when another
+    run holds one of the outputs (`output_files.output_lock`). A failure or an
+    interrupt leaves no output file behind: every output, the trained
+    vocabulary included, gets its name at the end, all together.
     """
     pretraining_instances.validate_options(
         max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
@@ -136,7 +145,6 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         raise ValueError(f"--num_workers must be >= 1, got {num_workers}")
     if not output_files:
         raise ValueError("--output_file is empty")
-    _check_distinct_files(output_files, flag="output_file")
     if vocab_file and vocab_size is not None:
         raise ValueError("give --vocab_file or --vocab_size, not both")
     if not vocab_file and vocab_size is None:
@@ -153,7 +161,7 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         if folders:
             raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
         megabytes = sum(os.path.getsize(path) for path in input_files) / 1e6
-        record_writer, write_errors = local_tfrecords.RecordWriter, ()
+        record_writer, write_errors = local_tfrecords.RecordWriter, OSError
         try:
             for output_file in output_files:  # fail on an unwritable place before the work
                 os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
@@ -165,76 +173,70 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         from packed_bert_tf.data import tfrecords
         input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
         megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
-        record_writer, write_errors = tfrecords.RecordWriter, tf.errors.OpError
+        record_writer, write_errors = tfrecords.RecordWriter, (OSError, tf.errors.OpError)
         try:
             for output_file in output_files:  # fail on an unwritable place before the work
                 tfrecords.make_parent_dirs(output_file)
         except tf.errors.OpError as error:
             raise OSError(f"--output_file: {error.message}") from None
-    logging.info("*** Reading from %d input files ***", len(input_files))
-    for input_file in input_files:
-        logging.info("  %s", input_file)
-    report(f"reading {len(input_files)} input files ({megabytes:,.1f} MB) ...")
-    if tokenizer is None:
-        vocab_file = os.path.join(os.path.dirname(output_files[0]), "vocab.txt")
+    trained_vocab = (None if tokenizer else
+                     os.path.join(os.path.dirname(output_files[0]), "vocab.txt"))
+    outputs = {"--output_file": output_files}
+    if trained_vocab:
+        outputs[TRAINED_VOCAB] = [trained_vocab]
+    inputs = {"--input_file": input_files, "--vocab_file": [vocab_file] if tokenizer else []}
+    output_files_module.check_outputs_apart(outputs, inputs)
+    # Everything written from here on gets its name at the end, together, under
+    # the outputs' locks (two runs into one place would mix their files).
+    with contextlib.ExitStack() as stack:
+        for label, paths in outputs.items():
+            stack.enter_context(output_files_module.output_lock(paths, flag=label))
+        logging.info("*** Reading from %d input files ***", len(input_files))
+        for input_file in input_files:
+            logging.info("  %s", input_file)
+        report(f"reading {len(input_files)} input files ({megabytes:,.1f} MB) ...")
+        if trained_vocab:
+            # Read under its temporary name (by the workers too) until the end.
+            vocab_file = stack.enter_context(output_files_module.renamed_at_exit(
+                trained_vocab))
+            tokenizer = _train_vocabulary(input_files, vocab_size, vocab_file,
+                                          do_lower_case)
+
         start = time.perf_counter()
-        text_documents = pretraining_instances.read_text_documents(input_files)
-        vocab = tokenization.train_wordpiece_vocab(
-            [sentence for document in text_documents for sentence in document],
-            vocab_size, vocab_file, do_lower_case=do_lower_case)
-        del text_documents
-        logging.info("Trained a vocabulary of %d tokens in %.1f s: %s", len(vocab),
-                     time.perf_counter() - start, vocab_file)
-        if len(vocab) != vocab_size:
-            logging.warning("The vocabulary has %d tokens, not --vocab_size=%d",
-                            len(vocab), vocab_size)
-        tokenizer = tokenization.WordPieceTokenizer(vocab_file,
-                                                    do_lower_case=do_lower_case)
+        tasks = [_FileTask(index, path, vocab_file, do_lower_case, random_seed + index,
+                           dict(max_seq_length=max_seq_length,
+                                max_predictions_per_seq=max_predictions_per_seq,
+                                masked_lm_prob=masked_lm_prob,
+                                short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
+                                do_whole_word_mask=do_whole_word_mask))
+                 for index, path in enumerate(input_files)]
+        results = _make_instances(tasks, num_workers)
+        num_documents = sum(result.num_documents for result in results)
+        if not num_documents:
+            raise ValueError(f"--input_file: no sentence of {', '.join(input_files)} "
+                             f"has a token")
+        arrays = merge_file_instances([result.arrays for result in results if
+                                       result.arrays is not None], random_seed)
+        seconds = time.perf_counter() - start
+        num_instances = len(arrays["input_ids"])
+        _log_instances(arrays, tokenizer)
 
-    start = time.perf_counter()
-    tasks = [_FileTask(index, path, vocab_file, do_lower_case, random_seed + index,
-                       dict(max_seq_length=max_seq_length,
-                            max_predictions_per_seq=max_predictions_per_seq,
-                            masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
-                            dupe_factor=dupe_factor,
-                            do_whole_word_mask=do_whole_word_mask))
-             for index, path in enumerate(input_files)]
-    num_workers = min(num_workers, len(tasks))
-    if num_workers == 1:
-        results = [_instances_of_file(task) for task in tasks]
-    else:
-        # Imported here: a one-worker run has no use for it (start-up time).
-        import multiprocessing
-
-        # 'spawn': the workers start clean (this process has TensorFlow's
-        # threads, which 'fork' would copy half-way); they import no TensorFlow.
-        with multiprocessing.get_context("spawn").Pool(
-                num_workers, initializer=_start_worker) as pool:
-            results = pool.map(_instances_of_file, tasks, chunksize=1)
-    num_documents = sum(result.num_documents for result in results)
-    if not num_documents:
-        raise ValueError(f"--input_file: no sentence of {', '.join(input_files)} has "
-                         f"a token")
-    arrays = merge_file_instances([result.arrays for result in results if
-                                   result.arrays is not None], random_seed)
-    seconds = time.perf_counter() - start
-    num_instances = len(arrays["input_ids"])
-    _log_instances(arrays, tokenizer)
-
-    logging.info("*** Writing to %d output files ***", len(output_files))
-    try:
-        with contextlib.ExitStack() as stack:  # all renamed at the end, or none
-            writers = []
-            for output_file in output_files:
-                logging.info("  %s", output_file)
-                writers.append(stack.enter_context(record_writer(output_file)))
-            for writer, part in zip(writers, pretraining_instances.split_round_robin(
-                    arrays, len(output_files))):
+        logging.info("*** Writing to %d output files ***", len(output_files))
+        for output_file in output_files:
+            logging.info("  %s", output_file)
+        writers = [stack.enter_context(record_writer(path)) for path in output_files]
+        for writer, part in zip(writers, pretraining_instances.split_round_robin(
+                arrays, len(output_files))):
+            try:
                 for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
                     writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
                                          for name, values in part.items()})
-    except write_errors as error:
-        raise OSError(f"--output_file: {error.message}") from None
+            except write_errors as error:
+                raise OSError(f"--output_file: {writer.path}: "
+                              f"{getattr(error, 'strerror', None) or error}") from None
+        # Every output gets its name now, in one step that an interrupt cannot split.
+        with tool_output.completing([*output_files, *outputs.get(TRAINED_VOCAB, [])]):
+            stack.close()
     num_tokens = int(arrays["input_mask"].sum())
     return {"input_files": len(input_files),
             "documents": num_documents,
@@ -245,8 +247,41 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             "masked_tokens": int(arrays["masked_lm_weights"].sum()),
             "random_next": int(arrays["next_sentence_labels"].sum()),
             "instances_per_second": num_instances / max(seconds, 1e-9),
-            "vocab_file": vocab_file,
+            "vocab_file": trained_vocab or vocab_file,
             "output_files": output_files}
+
+
+def _train_vocabulary(input_files: list[str], vocab_size: int, vocab_file: str,
+                      do_lower_case: bool) -> tokenization.WordPieceTokenizer:
+    """Trains a WordPiece vocabulary on the input, writes it to ``vocab_file`` and
+    returns its tokenizer."""
+    start = time.perf_counter()
+    text_documents = pretraining_instances.read_text_documents(input_files)
+    vocab = tokenization.train_wordpiece_vocab(
+        [sentence for document in text_documents for sentence in document],
+        vocab_size, vocab_file, do_lower_case=do_lower_case)
+    del text_documents
+    logging.info("Trained a vocabulary of %d tokens in %.1f s", len(vocab),
+                 time.perf_counter() - start)
+    if len(vocab) != vocab_size:
+        logging.warning("The vocabulary has %d tokens, not --vocab_size=%d",
+                        len(vocab), vocab_size)
+    return tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
+def _make_instances(tasks: list["_FileTask"], num_workers: int) -> list["_FileInstances"]:
+    """Each input file's instances, by ``num_workers`` processes."""
+    num_workers = min(num_workers, len(tasks))
+    if num_workers == 1:
+        return [_instances_of_file(task) for task in tasks]
+    # Imported here: a one-worker run has no use for it (start-up time).
+    import multiprocessing
+
+    # 'spawn': the workers start clean (this process has TensorFlow's
+    # threads, which 'fork' would copy half-way); they import no TensorFlow.
+    with multiprocessing.get_context("spawn").Pool(
+            num_workers, initializer=_start_worker) as pool:
+        return pool.map(_instances_of_file, tasks, chunksize=1)
 
 
 class _FileTask(NamedTuple):
@@ -296,17 +331,6 @@ def merge_file_instances(parts: list[dict], random_seed: int) -> dict:
     random.Random(random_seed).shuffle(order)
     return {name: np.concatenate([part[name] for part in parts])[order]
             for name in parts[0]}
-
-
-def _check_distinct_files(paths: list[str], *, flag: str) -> None:
-    """Raises ValueError when two names are one file (``a``, ``./a``, a link)."""
-    seen: dict[str, str] = {}
-    for path in paths:
-        key = path if "://" in path else os.path.realpath(path)
-        if key in seen:
-            same = "twice" if seen[key] == path else f"as {seen[key]!r} and {path!r}"
-            raise ValueError(f"--{flag} names the file {key} {same}")
-        seen[key] = path
 
 
 def _log_instances(arrays, tokenizer) -> None:

@@ -25,6 +25,7 @@ to cancel the job) and removes them, and a run removes those a killed run left. 
 output is replaced only once the new one is complete.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -36,6 +37,7 @@ import time
 from absl import app, flags, logging
 
 from data_prep import process_tree, tool_output
+from packed_bert_tf import output_files
 
 FLAGS = flags.FLAGS
 TOOL = "pack_pretraining_data"
@@ -199,21 +201,30 @@ def _remove(paths) -> int:
     return len(paths)
 
 
-def _prepare_output_dir(job, overwrite) -> int:
-    """Checks --output_dir before any work; returns the number of unfinished
-    files of an interrupted earlier run it removed."""
+def _make_output_dir(job) -> None:
+    """Makes --output_dir, refusing one that holds an input: nothing of the
+    folder a run replaces and cleans may be an input."""
     from apache_beam.io.filesystems import FileSystems
-
-    from packed_bert_tf.data import pack_pipeline
 
     if os.path.isfile(job.output_dir):
         raise ValueError(f"--output_dir {job.output_dir} is a file")
+    output_files.check_folder_holds_no_input(
+        job.output_dir, job.input_files, folder_flag="--output_dir",
+        input_flag="--input_file")
     try:
         FileSystems.mkdirs(job.output_dir)
     except OSError as error:  # Beam: "already exists", or cannot
         if not FileSystems.exists(job.output_dir):
             raise ValueError(f"--output_dir {job.output_dir}: cannot create it "
                              f"({str(error).splitlines()[0]})") from None
+
+
+def _prepare_output_dir(job, overwrite) -> int:
+    """Checks --output_dir's files before any work (the run holds the folder's
+    lock: no other run is writing there); returns the number of unfinished
+    files of an interrupted earlier run it removed."""
+    from packed_bert_tf.data import pack_pipeline
+
     names = _list_dir(job.output_dir)
     existing = [name for name, _ in names if pack_pipeline.is_output_file(name)]
     if existing and not overwrite:
@@ -247,9 +258,10 @@ def _job_from_flags(skipped: list[str]):
             len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
 
 
-def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) -> None:
+def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list,
+                     release_lock) -> None:
     """SIGINT and SIGTERM: stop the workers, remove this run's unfinished
-    files, one line, exit 128 + signal.
+    files, release the folder's lock, one line, exit 128 + signal.
 
     The workers are this process's children with the local runner; with a
     runner that submits the job to a service (``submitted`` then holds its
@@ -266,6 +278,7 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list) ->
         try:
             say_and_clean(signum)
         finally:  # whatever failed on the way (a closed stderr, say): still end
+            release_lock()
             os._exit(128 + signum)
 
     def say_and_clean(signum):
@@ -329,19 +342,28 @@ def main(argv):
     quiet = tool_output.quiet_unless_verbose()
     # No TensorFlow here (seconds to import): only the workers read and write
     # records; files are found and managed with Beam's FileSystems.
+    skipped = []
+    with contextlib.ExitStack() as stack:
+        try:
+            job = _job_from_flags(skipped)
+            options = _beam_options(argv[1:], quiet)
+            _make_output_dir(job)
+            release_lock = stack.enter_context(
+                output_files.output_lock(job.output_dir, flag="--output_dir"))
+            removed = _prepare_output_dir(job, FLAGS.overwrite)
+        except ValueError as error:
+            sys.exit(f"{TOOL}: {error}")
+        _pack(job, options, argv, skipped, removed, release_lock)
+
+
+def _pack(job, options, argv, skipped: list[str], removed: int, release_lock) -> None:
+    """Runs the pipeline of a checked job (the output folder locked) and prints
+    its report."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.runners.runner import PipelineState
 
     from packed_bert_tf.data import pack_pipeline
-
-    skipped = []
-    try:
-        job = _job_from_flags(skipped)
-        options = _beam_options(argv[1:], quiet)
-        removed = _prepare_output_dir(job, FLAGS.overwrite)
-    except ValueError as error:
-        sys.exit(f"{TOOL}: {error}")
 
     transform = pack_pipeline.PackPretrainingData(job)
     if skipped:
@@ -355,7 +377,7 @@ def main(argv):
                  job.num_output_shards, job.output_dir, job)
     start = time.perf_counter()
     submitted = []  # the job a service runs (not the local runner's): to cancel
-    _stop_on_signals(job.output_dir, transform.temporary_suffix, submitted)
+    _stop_on_signals(job.output_dir, transform.temporary_suffix, submitted, release_lock)
     try:
         pipeline = beam.Pipeline(options=options)
         _ = pipeline | "Pack" >> transform

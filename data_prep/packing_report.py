@@ -13,12 +13,13 @@ histograms (``wikipedia_512``, ``squad_1_1_384``, installed with the package),
 or of a user's ``NAME.json`` in a folder of ``$PACKED_BERT_TF_HISTOGRAM_DIR``.
 """
 
+import os
 import sys
 
 from absl import app, flags, logging
 
 from data_prep import tool_output
-from packed_bert_tf import packing
+from packed_bert_tf import output_files, packing
 from packed_bert_tf.json_files import check_output_file, write_json_atomically
 
 FLAGS = flags.FLAGS
@@ -89,6 +90,11 @@ def main(argv):
     tool_output.quiet_unless_verbose()
     try:
         # The outputs first: the packing takes seconds.
+        output_files.check_outputs_apart(
+            {"--output_json": [FLAGS.output_json] if FLAGS.output_json else [],
+             "--plot": [FLAGS.plot] if FLAGS.plot else []},
+            {"--histogram": [FLAGS.histogram] if os.path.isfile(FLAGS.histogram or "")
+             else []})
         if FLAGS.output_json:
             check_output_file(FLAGS.output_json, flag="output_json")
         if FLAGS.plot:

@@ -15,11 +15,13 @@ or one error line, and nothing else:
 ``--verbosity=0`` (``-v 0``) or more brings all of it back, unchanged.
 
 `one_line_on_interrupt` makes Ctrl-C and SIGTERM one line too; the tools
-write their outputs under temporary names, so an interrupted run leaves none.
+write their outputs under temporary names and rename them at the end
+(`completing`), so an interrupted run leaves none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging as logging_module
 import os
@@ -63,6 +65,24 @@ def quiet_unless_verbose() -> bool:
     return True
 
 
+#: Outputs that got their names before an interrupt came (see `completing`).
+_completed: list[str] = []
+
+
+@contextlib.contextmanager
+def completing(paths: list[str]):
+    """Holds SIGINT and SIGTERM while a run's outputs get their names (renames
+    of complete files), so that an interrupt comes before all of them or after
+    all of them; one that comes after says they are complete."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+        _completed.extend(paths)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def one_line_on_interrupt(tool: str):
     """Decorates a tool's ``main``: SIGINT (Ctrl-C) and SIGTERM end it with
     ``TOOL: interrupted by SIG...`` and exit status 128 + the signal, no traceback.
@@ -86,8 +106,10 @@ def one_line_on_interrupt(tool: str):
             except KeyboardInterrupt:
                 signum = received[-1] if received else signal.SIGINT
                 sys.stdout.flush()
+                written = (f"after writing {', '.join(_completed)}" if _completed
+                           else "nothing written")
                 sys.stderr.write(f"{tool}: interrupted by "
-                                 f"{signal.Signals(signum).name}; nothing written\n")
+                                 f"{signal.Signals(signum).name}; {written}\n")
                 sys.exit(128 + signum)
         return wrapped
     return decorate

@@ -6,7 +6,9 @@ The cases run as subprocesses, a few at a time."""
 
 import concurrent.futures
 import json
+import os
 import signal
+import socket
 
 import pytest
 
@@ -18,10 +20,14 @@ from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool,
 MAX_LINES = 10
 
 
+CORPUS = ("A first sentence here.\nAnd a second one.\n\n"
+          "Another document starts.\nIt ends here.\n")
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "first", "sentence", "."]
+
+
 def _corpus(root):
     path = root / "corpus.txt"
-    path.write_text("A first sentence here.\nAnd a second one.\n\n"
-                    "Another document starts.\nIt ends here.\n", encoding="utf-8")
+    path.write_text(CORPUS, encoding="utf-8")
     (root / "binary.txt").write_bytes(b"Text.\n\x80\x81\n")
     return path
 
@@ -47,6 +53,15 @@ def _cases(root):
     (root / "packed" / "packing_stats.json").write_text(json.dumps(
         {"sequences_in": 900, "packs": 617, "packing_factor": 1.4587}, indent=2))
     (root / "a_file").write_text("")
+    vocab = root / "vocab.txt"
+    vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+    # Outputs another run holds (this process: alive).
+    held = root / "held"
+    held.mkdir()
+    lock = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "started": "today"})
+    (held / ".lock").write_text(lock)
+    (held / ".a.tfrecord.lock").write_text(lock)
     out = "{out}"
     pack = [f"--input_file={','.join(unpacked)}", f"--output_dir={out}/packed",
             f"--max_seq_length={SMALL_SEQ_LENGTH}",
@@ -67,6 +82,20 @@ def _cases(root):
         ("create_pretraining_data",
          [*create, f"--output_file={out}/a.tfrecord,{out}/./a.tfrecord"],
          "/a.tfrecord as '{out}/a.tfrecord' and '{out}/./a.tfrecord'", None),
+        # An output that is an input, or another output of the run.
+        ("create_pretraining_data", [*create, f"--output_file={corpus}"],
+         f"--output_file would write over --input_file's file {corpus}: a run never "
+         f"writes over its input", None),
+        ("create_pretraining_data", [create[0], f"--vocab_file={vocab}",
+                                     f"--output_file={vocab}", *create[3:]],
+         f"--output_file would write over --vocab_file's file {vocab}", None),
+        ("create_pretraining_data", [*create, f"--output_file={out}/vocab.txt"],
+         f"the vocabulary --vocab_size trains and --output_file name one file, "
+         f"{out}/vocab.txt", None),
+        ("create_pretraining_data", [*create, f"--output_file={held}/a.tfrecord"],
+         f"--output_file={held}/a.tfrecord is in use by pid {os.getpid()} on host "
+         f"{socket.gethostname()} (started today); wait for it or remove "
+         f"{held}/.a.tfrecord.lock", None),
         ("create_pretraining_data", [*create, "--max_seq_length=4"],
          "max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP]", None),
         ("create_pretraining_data", [*create, "--num_workers=0"],
@@ -88,6 +117,13 @@ def _cases(root):
         # A worker's error, through Beam's multi-process runner.
         ("pack_pretraining_data", [*pack, f"--input_file={truncated}/*"],
          f"{truncated}/part-1.tfrecord: record 29 is corrupt", None),
+        ("pack_pretraining_data", [*pack, f"--output_dir={root}/unpacked", "--overwrite"],
+         f"--output_dir={root}/unpacked holds --input_file's {unpacked[0]} (and 1 more): "
+         f"write the output to a folder of its own", None),
+        ("pack_pretraining_data", [*pack, f"--output_dir={held}", "--overwrite"],
+         f"--output_dir={held} is in use by pid {os.getpid()} on host "
+         f"{socket.gethostname()} (started today); wait for it or remove {held}/.lock",
+         None),
         ("verify_packing", [*verify, f"--packed={root}/packed"],
          f"--packed: {root}/packed is a folder", None),
         ("verify_packing", [*verify, f"--packed={root}/packed/packing_stats.json"],
@@ -101,6 +137,10 @@ def _cases(root):
          f"--plot={root}/report.pgn: unknown image format 'pgn'", root / "report.pgn"),
         ("packing_report", [*report, f"--plot={root}"], f"--plot={root}: is a folder",
          None),
+        ("packing_report", [*report, f"--plot={out}/r.json", f"--output_json={out}/r.json"],
+         f"--plot and --output_json name one file, {out}/r.json", None),
+        ("packing_report", [*report, f"--output_json={histogram}"],
+         f"--output_json would write over --histogram's file {histogram}", None),
     ]
 
 
@@ -146,6 +186,17 @@ def test_every_tool_fails_on_bad_input_with_one_line(bad_runs):
             failures.append(f"{tool} {arguments[-1]}: {', '.join(problems)}\n"
                             f"{(result.stdout + result.stderr)[-2000:]}")
     assert not failures, "\n".join(failures)
+
+
+def test_no_tool_changed_an_input_or_another_runs_files(bad_runs):
+    root, cases, _ = bad_runs
+    assert (root / "corpus.txt").read_text(encoding="utf-8") == CORPUS
+    assert (root / "vocab.txt").read_text(encoding="utf-8") == "\n".join(VOCAB) + "\n"
+    assert sorted(path.name for path in (root / "unpacked").iterdir()) == [
+        "unpacked-000.tfrecord", "unpacked-001.tfrecord"]
+    assert sorted(path.name for path in (root / "held").iterdir()) == [
+        ".a.tfrecord.lock", ".lock"]
+    assert json.loads((root / "histogram.json").read_text())["counts"] == [3] * 64
 
 
 def test_packing_report_checks_its_outputs_before_packing(tmp_path):

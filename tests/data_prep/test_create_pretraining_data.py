@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_prep import create_pretraining_data as cpd
 from data_prep.create_pretraining_data import create_pretraining_data, merge_file_instances
-from packed_bert_tf.data import features, pretraining_instances, tfrecords, tokenization
+from packed_bert_tf.data import (features, local_tfrecords, pretraining_instances,
+                                 tfrecords, tokenization)
 from tests.conftest import tool_command, tool_environment
 
 WORDS = ("the a of packing sequence sequences token tokens model models train "
@@ -309,3 +311,49 @@ def test_num_workers_below_one_is_named(corpus):
     directory, inputs, vocab = corpus
     with pytest.raises(ValueError, match="--num_workers must be >= 1, got 0"):
         _create(inputs, str(directory / "out.tfrecord"), vocab_file=vocab, num_workers=0)
+
+
+@pytest.mark.parametrize("failure", [RuntimeError, KeyboardInterrupt])
+def test_a_run_that_stops_after_training_its_vocabulary_changes_nothing(
+        corpus, monkeypatch, failure):
+    # What an interrupt or a failure while instances are made leaves: the
+    # earlier run's records and vocabulary, together, and nothing else.
+    directory, inputs, _ = corpus
+    out = directory / "out"
+    out.mkdir()
+    (out / "train.tfrecord").write_bytes(b"earlier records")
+    (out / "vocab.txt").write_text("earlier vocabulary")
+    trained = []
+
+    def stop(tasks, num_workers):
+        trained.append(open(tasks[0].vocab_file, encoding="utf-8").read())
+        raise failure
+
+    monkeypatch.setattr(cpd, "_make_instances", stop)
+    with pytest.raises(failure):
+        _create(inputs, str(out / "train.tfrecord"), vocab_file=None, vocab_size=120)
+    assert trained and trained[0].startswith("[PAD]\n")  # it had trained one
+    assert sorted(p.name for p in out.iterdir()) == ["train.tfrecord", "vocab.txt"]
+    assert (out / "train.tfrecord").read_bytes() == b"earlier records"
+    assert (out / "vocab.txt").read_text() == "earlier vocabulary"
+
+    monkeypatch.undo()
+    summary = _create(inputs, str(out / "train.tfrecord"), vocab_file=None,
+                      vocab_size=120)
+    assert summary["vocab_file"] == str(out / "vocab.txt")
+    assert (out / "vocab.txt").read_text(encoding="utf-8") == trained[0]
+    assert sorted(p.name for p in out.iterdir()) == ["train.tfrecord", "vocab.txt"]
+
+
+def test_a_full_disk_names_the_output_file(corpus, monkeypatch):
+    directory, inputs, vocab = corpus
+
+    def full(self, buffer, offsets):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(local_tfrecords.RecordWriter, "write_serialized", full)
+    output = directory / "out" / "train.tfrecord"
+    with pytest.raises(OSError, match=rf"^--output_file: {output}: No space left on "
+                                      rf"device$"):
+        _create(inputs, str(output), vocab_file=vocab)
+    assert list((directory / "out").iterdir()) == []
