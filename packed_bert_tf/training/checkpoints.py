@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 
 import tensorflow as tf
 from absl import logging
@@ -65,6 +67,7 @@ class TrainingCheckpoints:
     def __init__(self, output_dir: str, *, model, optimizer, step: tf.Variable,
                  max_to_keep: int = 3, resume_dir: str | None = None):
         self.directory = os.path.join(output_dir, CHECKPOINT_SUBDIR)
+        repair_state_file(self.directory)
         self.step = step
         # Dropout's random state too, so that a resumed run draws the masks
         # the uninterrupted run would have drawn.
@@ -89,14 +92,22 @@ class TrainingCheckpoints:
     @staticmethod
     def exists(output_dir: str) -> bool:
         """Whether ``output_dir`` holds a checkpoint a run would resume from."""
-        return tf.train.latest_checkpoint(os.path.join(output_dir, CHECKPOINT_SUBDIR)) \
-            is not None
+        return bool(checkpoints_on_disk(os.path.join(output_dir, CHECKPOINT_SUBDIR)))
+
+    def _candidates(self) -> list[str]:
+        """The checkpoints to resume from, oldest first: those the state file lists
+        and those whose index file is there (the state file may be older than
+        them, or damaged), each once."""
+        by_step = {_step_of(path): path for path in checkpoints_on_disk(
+            self.source.directory)}
+        by_step.update((_step_of(path), path) for path in self.source.checkpoints)
+        return [by_step[step] for step in sorted(by_step)]
 
     @property
     def latest(self) -> str | None:
         """The newest checkpoint whose files are there (one whose files were deleted,
         a damaged one, say, is passed over)."""
-        for path in reversed(self.source.checkpoints):
+        for path in reversed(self._candidates()):
             if tf.io.gfile.exists(path + ".index"):
                 return path
         return None
@@ -111,7 +122,8 @@ class TrainingCheckpoints:
         path = self.latest
         if path is None:
             return None
-        if path != self.source.latest_checkpoint:
+        if self.source.latest_checkpoint and _step_of(path) < _step_of(
+                self.source.latest_checkpoint):
             logging.warning("%s is missing; resuming from %s",
                             self.source.latest_checkpoint, path)
         try:
@@ -131,7 +143,7 @@ class TrainingCheckpoints:
     def _damaged(self, path: str, error: Exception) -> str:
         """One line: which checkpoint is damaged and how to fall back."""
         why = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-        earlier = [p for p in self.source.checkpoints
+        earlier = [p for p in self._candidates()
                    if p != path and tf.io.gfile.exists(p + ".index")]
         fallback = (f"resume from {earlier[-1]}" if earlier
                     else "start again from step 0")
@@ -144,3 +156,62 @@ class TrainingCheckpoints:
         self.saved_step = step
         logging.info("saved checkpoint %s", path)
         return path
+
+
+#: The name of a checkpoint's files: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``.
+_CHECKPOINT_INDEX = re.compile(r"ckpt-(\d+)\.index")
+
+
+def _step_of(path: str) -> int:
+    return int(os.path.basename(path).rsplit("-", 1)[1])
+
+
+def checkpoints_on_disk(directory: str) -> list[str]:
+    """The checkpoints (``DIR/ckpt-N`` prefixes) whose index file is in
+    ``directory``, by step."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    found = [(int(match[1]), os.path.join(directory, f"ckpt-{match[1]}"))
+             for match in map(_CHECKPOINT_INDEX.fullmatch, tf.io.gfile.listdir(directory))
+             if match]
+    return [path for _, path in sorted(found)]
+
+
+def repair_state_file(directory: str) -> None:
+    """Rewrites the ``checkpoint`` state file of ``directory`` when it is missing,
+    unreadable, or names an older checkpoint than the newest whose files are
+    there, so that a run never starts again from step 0 over checkpoints it
+    did not write. The checkpoints it lists again are kept, never pruned
+    (`tf.train.CheckpointManager` prunes only what it saved).
+
+    One warning says what was wrong and which checkpoint the run resumes from.
+    """
+    on_disk = checkpoints_on_disk(directory)
+    if not on_disk:
+        return
+    state_file = os.path.join(directory, "checkpoint")
+    with _tensorflow_warnings_off():  # a damaged file's ParseError: said below, once
+        state = tf.train.get_checkpoint_state(directory)
+    newest = on_disk[-1]
+    if state is not None and state.model_checkpoint_path and _step_of(
+            state.model_checkpoint_path) >= _step_of(newest):
+        return
+    problem = ("is missing" if not tf.io.gfile.exists(state_file) else
+               "cannot be read" if state is None or not state.model_checkpoint_path else
+               f"names {os.path.basename(state.model_checkpoint_path)}, not the newest")
+    with _tensorflow_warnings_off():  # deprecated for hand edits: this is a repair
+        tf.compat.v1.train.update_checkpoint_state(
+            directory, newest, all_model_checkpoint_paths=on_disk)
+    logging.warning("%s %s: rewrote it from the %d checkpoints there; resuming from the "
+                    "newest, %s", state_file, problem, len(on_disk), newest)
+
+
+@contextlib.contextmanager
+def _tensorflow_warnings_off():
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

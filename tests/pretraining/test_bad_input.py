@@ -5,6 +5,7 @@ The runs are started at once (each imports TensorFlow: seconds of CPU) and
 read from one module-scoped fixture.
 """
 
+import json
 import os
 import re
 import shutil
@@ -104,7 +105,21 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
         f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
         "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
         "--nojit_compile")
+    # The same, with the state file (`checkpoint`) damaged: resumed from ckpt-2.
+    damaged_state = root / "damaged_state"
+    run_pretraining(_trained_twice(config_file, packed_files[0], damaged_state))
+    state_file = damaged_state / "checkpoints" / "checkpoint"
+    state_file.write_text(state_file.read_text()[:40])
+    written = {path.name: path.read_bytes()
+               for path in (damaged_state / "checkpoints").glob("ckpt-*")}
+    processes["damaged_state"] = _start(
+        f"--bert_config_file={config_file}", f"--output_dir={damaged_state}",
+        f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
+        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
+        "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
+        "--nojit_compile")
     results = {name: finish_tool(process) for name, process in processes.items()}
+    results["damaged_state_files"] = written
     return root, files, lock, results
 
 
@@ -183,6 +198,22 @@ def test_a_damaged_checkpoint_is_named_with_the_one_to_fall_back_to(runs, config
     summary = run_pretraining(_trained_twice(config_file, packed_files[0],
                                              root / "damaged"))
     assert (summary["train"]["start_step"], summary["train"]["final_step"]) == (1, 2)
+
+
+def test_a_damaged_state_file_resumes_from_the_newest_checkpoint(runs):
+    root, _, _, results = runs
+    result, written = results["damaged_state"], results["damaged_state_files"]
+    checkpoints = root / "damaged_state" / "checkpoints"
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "rewrote it" in line]
+    assert len(said) == 1, result.stderr[-3000:]
+    assert said[0].endswith(f"{checkpoints / 'checkpoint'} cannot be read: rewrote it "
+                            f"from the 2 checkpoints there; resuming from the newest, "
+                            f"{checkpoints / 'ckpt-2'}")
+    summary = json.loads((root / "damaged_state" / "train_summary.json").read_text())
+    assert (summary["train"]["start_step"], summary["train"]["final_step"]) == (2, 3)
+    # The checkpoints of the earlier run are there, unchanged.
+    assert {name: (checkpoints / name).read_bytes() for name in written} == written
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
