@@ -45,6 +45,9 @@ def write_text_atomically(path: str, text: str) -> str:
 
     Returns:
       ``path``.
+
+    Raises:
+      OSError: ``cannot write PATH (why)`` (locally).
     """
     temporary = f"{path}.tmp-{os.getpid()}"
     if "://" in path:
@@ -63,6 +66,8 @@ def write_text_atomically(path: str, text: str) -> str:
         with open(temporary, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
         os.replace(temporary, path)
+    except OSError as error:  # a full disk, say: name the file
+        raise OSError(f"cannot write {path} ({error.strerror})") from None
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import time
 import uuid
@@ -219,3 +220,15 @@ def renamed_at_exit(path: str) -> Iterator[str]:
             os.remove(temporary)
         raise
     os.replace(temporary, path)
+
+
+def write_error_reason(error: Exception) -> str:
+    """Why a write failed (an `OSError` or TensorFlow's ``OpError``), in a few
+    words: ``File too large``, ``No space left on device`` (TensorFlow's
+    message ends with it, after the file's temporary name)."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = getattr(error, "message", None) or str(error)
+    text = re.sub(r"\s*\[Op:\w+\]\s*$", "", text.strip().splitlines()[0])
+    return text.rsplit("; ", 1)[-1].strip() or type(error).__name__
+

@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import time
@@ -101,14 +102,19 @@ def tool_environment(tmp_path=None, **extra) -> dict:
 
 
 def start_tool(tool: str, *args, cwd=None, tmp_path=None, python_options=(),
-               env=None) -> subprocess.Popen:
+               env=None, max_file_bytes=None) -> subprocess.Popen:
     """Starts a command-line tool as a user would, in a subprocess (see `run_tool`;
     `finish_tool` collects it). Tests start several at once: each imports
-    TensorFlow, seconds of CPU."""
+    TensorFlow, seconds of CPU. ``max_file_bytes``: the largest file the tool
+    may write (``ulimit -f``: a full disk, as the tool sees it)."""
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_bytes, max_file_bytes))
+
     return subprocess.Popen(tool_command(tool, *args, python_options=python_options),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=str(cwd or REPOSITORY),
-                            env=tool_environment(tmp_path, **(env or {})))
+                            env=tool_environment(tmp_path, **(env or {})),
+                            preexec_fn=limit_file_size if max_file_bytes else None)
 
 
 def finish_tool(process: subprocess.Popen, timeout: float = 300) -> ToolResult:

@@ -39,6 +39,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf.output_files import write_error_reason
+
 # Checkpoint entries that hold optimizer or training state, never weights.
 _OPTIMIZER_STATE = re.compile(
     r"(^|/)(adam_m|adam_v|Adam|Adam_1|LAMB|LAMB_1|Momentum|global_step|"
@@ -284,13 +286,19 @@ def save_google_checkpoint(model, path) -> str:
 
     Returns:
       ``path`` as a string.
+
+    Raises:
+      OSError: the checkpoint could not be written, naming it.
     """
     path = os.fspath(path)
     weights = google_named_weights(model)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
-    tf.raw_ops.SaveV2(prefix=path, tensor_names=list(weights),
-                      shape_and_slices=[""] * len(weights),
-                      tensors=[tf.constant(value) for value in weights.values()])
+    try:
+        tf.raw_ops.SaveV2(prefix=path, tensor_names=list(weights),
+                          shape_and_slices=[""] * len(weights),
+                          tensors=[tf.constant(value) for value in weights.values()])
+    except tf.errors.OpError as error:  # a full disk, say: name the checkpoint
+        raise OSError(f"cannot write {path} ({write_error_reason(error)})") from None
     return path

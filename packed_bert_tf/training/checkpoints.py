@@ -10,6 +10,8 @@ import re
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf import output_files
+
 CHECKPOINT_SUBDIR = "checkpoints"
 
 
@@ -150,9 +152,34 @@ class TrainingCheckpoints:
         return f"checkpoint {path} is damaged ({why}); delete {path}.* to {fallback}"
 
     def save(self) -> str:
-        """Writes a checkpoint for the current step (at most once per step)."""
+        """Writes a checkpoint for the current step (at most once per step).
+
+        Raises:
+          OSError: the checkpoint could not be written (a full disk, say),
+            naming the folder and the checkpoint the run can resume from. The
+            files of the failed save are removed; the state file still names
+            the previous checkpoint.
+        """
         step = int(self.step.numpy())
-        path = self.manager.save(checkpoint_number=step)
+        before = set(tf.io.gfile.listdir(self.directory)) if tf.io.gfile.isdir(
+            self.directory) else set()
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (tf.errors.OpError, OSError) as error:
+            unfinished = [name for name in tf.io.gfile.listdir(self.directory)
+                          if name not in before and name.startswith(f"ckpt-{step}")]
+            for name in unfinished:
+                with contextlib.suppress(tf.errors.OpError):
+                    target = os.path.join(self.directory, name)
+                    if tf.io.gfile.isdir(target):
+                        tf.io.gfile.rmtree(target)
+                    else:
+                        tf.io.gfile.remove(target)
+            previous = self.latest
+            resume = (f"{previous} is intact: a run resumes from it" if previous
+                      else "there is no earlier checkpoint")
+            raise OSError(f"cannot save checkpoint ckpt-{step} in {self.directory} "
+                          f"({output_files.write_error_reason(error)}); {resume}") from None
         self.saved_step = step
         logging.info("saved checkpoint %s", path)
         return path

@@ -169,11 +169,12 @@ def options_from_flags(options_class, values=None):
 
 
 def run_or_exit(program: str, run, options_class) -> None:
-    """``run(options_from_flags(options_class))``; a bad flag or input, or a NaN
-    loss, ends the program with one line ``program: why`` and exit status 1."""
+    """``run(options_from_flags(options_class))``; a bad flag or input, an output
+    that cannot be written (a full disk), or a NaN loss, ends the program with
+    one line ``program: why`` and exit status 1."""
     from packed_bert_tf.training.loop import NonFiniteLossError
 
     try:
         run(options_from_flags(options_class))
-    except (ValueError, NonFiniteLossError) as error:
+    except (ValueError, OSError, NonFiniteLossError) as error:
         sys.exit(f"{program}: {error}")

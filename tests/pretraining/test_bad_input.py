@@ -118,6 +118,15 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
         f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
         "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
         "--nojit_compile")
+    # A disk that fills up at the second checkpoint (about 2 MB each here).
+    full_disk = root / "full_disk"
+    run_pretraining(_trained_twice(config_file, packed_files[0], full_disk))
+    processes["full_disk"] = start_tool(
+        "run_pretraining.py", f"--bert_config_file={config_file}", f"--output_dir={full_disk}",
+        f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
+        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
+        "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
+        "--nojit_compile", max_file_bytes=1_000_000)
     results = {name: finish_tool(process) for name, process in processes.items()}
     results["damaged_state_files"] = written
     return root, files, lock, results
@@ -214,6 +223,19 @@ def test_a_damaged_state_file_resumes_from_the_newest_checkpoint(runs):
     assert (summary["train"]["start_step"], summary["train"]["final_step"]) == (2, 3)
     # The checkpoints of the earlier run are there, unchanged.
     assert {name: (checkpoints / name).read_bytes() for name in written} == written
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line(runs):
+    root, _, _, results = runs
+    checkpoints = root / "full_disk" / "checkpoints"
+    _check_one_line(results["full_disk"],
+                    rf"run_pretraining: cannot save checkpoint ckpt-3 in "
+                    rf"{re.escape(str(checkpoints))} \(File too large\); "
+                    rf"{re.escape(str(checkpoints / 'ckpt-2'))} is intact: a run resumes "
+                    rf"from it")
+    assert sorted(p.name for p in checkpoints.iterdir() if "ckpt-3" in p.name) == []
+    assert tf.train.get_checkpoint_state(str(checkpoints)).model_checkpoint_path \
+        .endswith("ckpt-2")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
