@@ -62,6 +62,8 @@ from typing import Iterator
 
 from absl import logging
 
+from packed_bert_tf.data.text_files import utf8_lines
+
 SPLITS = ("train", "dev", "test")
 
 # google-research/bert's XnliProcessor and XNLI 1.0's 15 languages.
@@ -295,14 +297,14 @@ def _split_format(task: GlueTask, split: str, language: str | None
     return _FORMATS[task.name][split], language
 
 
-def _open_text(path: str):
+def _open_binary(path: str):
     if "://" in path:
         # Remote files (gs://...) through TensorFlow, as the reference reads
         # all of them; local ones without it.
         import tensorflow as tf
 
-        return tf.io.gfile.GFile(path, "r")
-    return open(path, encoding="utf-8", newline="")
+        return tf.io.gfile.GFile(path, "rb")
+    return open(path, "rb")
 
 
 def _file_exists(path: str) -> bool:
@@ -315,9 +317,10 @@ def _file_exists(path: str) -> bool:
 
 def _records(path: str) -> Iterator[tuple[int, list[str]]]:
     """(1-based line number, columns) of every line of a TSV file."""
-    with _open_text(path) as handle:
-        # quotechar=None: quoting off, as the reference; a record is a line.
-        reader = csv.reader(handle, delimiter="\t", quotechar=None)
+    with _open_binary(path) as handle:
+        # quotechar=None: quoting off, as the reference; a record is a line
+        # (lines as they are, "\r\n" included: csv's newline="").
+        reader = csv.reader(utf8_lines(handle, path), delimiter="\t", quotechar=None)
         for columns in reader:
             yield reader.line_num, columns
 

@@ -57,6 +57,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from packed_bert_tf.data.features import UNPACKED_FEATURE_NAMES
+from packed_bert_tf.data.text_files import utf8_lines
 
 #: A document: sentences, each a list of token ids.
 Document = list[list[int]]
@@ -82,12 +83,8 @@ def read_text_documents(input_files: Sequence[str]) -> list[list[str]]:
     for path in input_files:
         num_sentences = 0
         with open(path, "rb") as reader:
-            for line_number, raw_line in enumerate(reader, start=1):
-                try:
-                    line = raw_line.decode("utf-8").strip()
-                except UnicodeDecodeError as error:
-                    raise ValueError(f"{path}:{line_number}: not UTF-8 text "
-                                     f"({error.reason} at byte {error.start})") from None
+            for line in utf8_lines(reader, path):
+                line = line.strip()
                 if line:
                     documents[-1].append(line)
                     num_sentences += 1

@@ -31,8 +31,11 @@ import os
 from typing import Iterable, Sequence
 
 import numpy as np
+from absl import logging
 from tokenizers import (AddedToken, Tokenizer, models, normalizers, pre_tokenizers,
                         trainers)
+
+from packed_bert_tf.data.text_files import utf8_lines
 
 #: The special tokens every vocabulary needs, in the order a trained one has them.
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -51,7 +54,8 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     """Token -> id of a BERT ``vocab.txt`` (one token per line, id = line index).
 
     Read as google-research/bert reads it: each line stripped; a token that
-    occurs twice keeps its last id.
+    occurs twice keeps its last id (a warning names both lines: the first
+    line's id is never used).
 
     Raises
     ------
@@ -63,16 +67,26 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
         When the file cannot be read.
     """
     vocab: dict[str, int] = {}
+    duplicates = []
     with open(vocab_file, "rb") as reader:
-        for index, raw_line in enumerate(reader):
-            try:
-                token = raw_line.decode("utf-8").strip()
-            except UnicodeDecodeError:
-                raise ValueError(f"{vocab_file}:{index + 1}: not UTF-8 text") from None
+        for index, line in enumerate(utf8_lines(reader, vocab_file)):
+            token = line.strip()
             if not token:
                 raise ValueError(f"{vocab_file}:{index + 1}: blank line in a vocabulary "
                                  f"(one token per line expected)")
+            if token in vocab:
+                duplicates.append((token, vocab[token], index))
             vocab[token] = index
+    if duplicates:
+        # The reference's reading, kept so that ids match a model trained with
+        # it; but a line whose id is never used is worth a word.
+        shown = "; ".join(f"{token!r} on lines {first + 1} and {last + 1}: id {last} is "
+                          f"used, id {first} never"
+                          for token, first, last in duplicates[:3])
+        more = f" (and {len(duplicates) - 3} more)" if len(duplicates) > 3 else ""
+        logging.warning("%s: %d token%s twice, read as google-research/bert reads them "
+                        "(the last line wins): %s%s", vocab_file, len(duplicates),
+                        "s" if len(duplicates) > 1 else "", shown, more)
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]
     if missing:
         raise ValueError(

@@ -50,6 +50,7 @@ from typing import Sequence
 import numpy as np
 from absl import logging
 
+from packed_bert_tf.data.text_files import decode_utf8
 from packed_bert_tf.json_files import write_json_atomically
 
 #: White space of the reference's ``read_squad_examples``.
@@ -196,12 +197,12 @@ def load_squad_json(input_file: str) -> list:
     with open(input_file, "rb") as reader:
         raw = reader.read()
     try:
-        dataset = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise SquadFormatError(f"{input_file}: not UTF-8 text ({error})") from None
+        dataset = json.loads(decode_utf8(raw, input_file))
     except json.JSONDecodeError as error:
         raise SquadFormatError(f"{input_file}: not valid JSON: {error.msg} at line "
                                f"{error.lineno} column {error.colno}") from None
+    except ValueError as error:  # not UTF-8: the line to look at
+        raise SquadFormatError(str(error)) from None
     data = _get(dataset, "data", list, input_file)
     version = dataset.get("version")
     if version != "1.1":

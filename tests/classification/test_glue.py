@@ -275,6 +275,18 @@ def test_windows_line_ends_read_the_same(tmp_path):
     assert examples[1].text_b.endswith("in the war .")
 
 
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path):
+    rows = FILES["mrpc"]["dev.tsv"]
+    text = "".join("\t".join(row) + "\n" for row in rows).encode("utf-8")
+    lines = text.split(b"\n")
+    lines[2] = lines[2].replace(b"in the war", b"in the caf\xe9 war")  # Latin-1 bytes
+    (tmp_path / "dev.tsv").write_bytes(b"\n".join(lines))
+    path = re.escape(str(tmp_path / "dev.tsv"))
+    with pytest.raises(ValueError, match=rf"^{path}:3: not UTF-8 text \(invalid "
+                                         rf"continuation byte at byte \d+\)$"):
+        read_examples(get_task("mrpc"), str(tmp_path), "dev")
+
+
 @pytest.mark.parametrize("name, canonical", [
     ("CoLA", "cola"), ("MNLI", "mnli"), ("mrpc", "mrpc"), ("XNLI", "xnli"),
     ("SST-2", "sst-2"), ("sst2", "sst-2"), ("sst_2", "sst-2"), ("QQP", "qqp"),

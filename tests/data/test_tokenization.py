@@ -65,10 +65,28 @@ def test_special_token_ids_and_vocab(vocab_file):
     assert tokenizer.vocab_size == len(VOCAB)
 
 
-def test_load_vocab_keeps_the_last_id_of_a_repeated_token(tmp_path):
+def test_load_vocab_keeps_the_last_id_of_a_repeated_token(tmp_path, caplog):
     path = _write(tmp_path / "vocab.txt", [*tokenization.SPECIAL_TOKENS, "a", " b ", "a"])
     assert tokenization.load_vocab(path) == {
         "[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4, "a": 7, "b": 6}
+    assert [record.getMessage() for record in caplog.records] == [
+        f"{path}: 1 token twice, read as google-research/bert reads them (the last line "
+        f"wins): 'a' on lines 6 and 8: id 7 is used, id 5 never"]
+
+
+def test_many_repeated_tokens_are_counted(tmp_path, caplog):
+    path = _write(tmp_path / "vocab.txt", [*tokenization.SPECIAL_TOKENS, *"abcde",
+                                           *"abcde"])
+    tokenization.load_vocab(path)
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert message.startswith(f"{path}: 5 tokens twice")
+    assert message.endswith("'c' on lines 8 and 13: id 12 is used, id 7 never (and 2 "
+                            "more)")
+
+
+def test_a_vocabulary_without_repeats_says_nothing(vocab_file, caplog):
+    tokenization.load_vocab(vocab_file)
+    assert caplog.records == []
 
 
 @pytest.mark.parametrize("lines, message", [

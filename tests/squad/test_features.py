@@ -202,6 +202,15 @@ def test_malformed_json_names_the_file(tmp_path):
         read_squad_examples(str(path), is_training=True)
 
 
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "latin1.json"
+    path.write_bytes('{"version": "1.1",\n "data": [{"title": "Caf\u00e9"}]}'
+                     .encode("latin-1"))
+    with pytest.raises(SquadFormatError, match=r"latin1\.json:2: not UTF-8 text \(invalid "
+                                               r"continuation byte at byte 24\)"):
+        read_squad_examples(str(path), is_training=True)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.pop("data"), r"missing key 'data'"),
     (lambda d: d["data"][0]["paragraphs"][1].pop("context"),
