@@ -42,7 +42,7 @@ from packed_bert_tf.batching.bucketing import BucketSpec, epoch_rng
 from packed_bert_tf.batching.plan import COSTS
 from packed_bert_tf.batching.sharding import plan_pool
 from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.pipeline import (interleave_records, parse_records, shard_files,
                                           to_packed_layout)
 
@@ -65,7 +65,7 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
                                  balance_cost: str = "padded_tokens",
                                  shuffle_buffer_size: int = 10_000,
                                  cycle_length: int = 8,
-                                 vocab_size: int | None = None) -> tf.data.Dataset:
+                                 id_limits: IdLimits | None = None) -> tf.data.Dataset:
     """Length-bucketed batches of unpacked pre-training records, packed layout.
 
     Parameters
@@ -105,8 +105,9 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
     shuffle_buffer_size, cycle_length : int
         Records shuffled together (a block; bigger than `pool_size` so that
         pools differ from epoch to epoch) and files read at once.
-    vocab_size : int, optional
-        Check every token id against it (`packed_bert_tf.data.pipeline.parse_records`).
+    id_limits : IdLimits, optional
+        Check every id (token, segment, position) against them
+        (`packed_bert_tf.data.pipeline.parse_records`).
 
     Returns
     -------
@@ -143,7 +144,7 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
         files, RecordFormat.unpacked(max_seq_length, max_predictions_per_seq), spec,
         num_workers=num_workers, seed=seed, is_training=is_training,
         balance_cost=balance_cost, shuffle_buffer_size=shuffle_buffer_size,
-        cycle_length=cycle_length, vocab_size=vocab_size)
+        cycle_length=cycle_length, id_limits=id_limits)
     return epochs.flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
 
 
@@ -171,7 +172,7 @@ class _BucketedEpoch:
 
     def __init__(self, files, record_format: RecordFormat, spec: BucketSpec, *,
                  num_workers: int, seed: int, is_training: bool, balance_cost: str,
-                 shuffle_buffer_size: int, cycle_length: int, vocab_size: int | None):
+                 shuffle_buffer_size: int, cycle_length: int, id_limits: IdLimits | None):
         self.files = files
         self.record_format = record_format
         self.spec = spec
@@ -181,7 +182,7 @@ class _BucketedEpoch:
         self.balance_cost = balance_cost
         self.shuffle_buffer_size = shuffle_buffer_size
         self.cycle_length = cycle_length
-        self.vocab_size = vocab_size
+        self.id_limits = id_limits
         self.empty = {name: tf.zeros([0, length], tf.float32 if name == "masked_lm_weights"
                                      else tf.int32)
                       for name, length in record_format.feature_lengths().items()}
@@ -228,7 +229,7 @@ class _BucketedEpoch:
         """
         pools = records.batch(self.spec.pool_size).map(
             functools.partial(parse_records, record_format=self.record_format,
-                              vocab_size=self.vocab_size),
+                              id_limits=self.id_limits),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return pools.map(lambda features: (features, False)).concatenate(
             tf.data.Dataset.from_tensors((self.empty, True)))

@@ -33,7 +33,7 @@ from packed_bert_tf.classification.packing import (DEFAULT_MAX_SEQUENCES_PER_PAC
 from packed_bert_tf.json_files import (write_json_atomically,
                                        write_text_atomically)
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
-from packed_bert_tf.training.fine_tuning import (FineTuningOptions,
+from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_feature_ids,
                                                  check_fine_tuning_options, export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
@@ -115,6 +115,8 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
     features = {split: convert_examples_to_features(examples, glue_task, tokenizer,
                                                     options.max_seq_length)
                 for split, examples in splits.items()}
+    for split, examples in splits.items():
+        _check_ids(features[split], examples, options.data_dir, config)
     train_packs = None
     if options.do_train:
         train_packs = pack_features(features["train"], **pack_args)
@@ -152,6 +154,18 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
         summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary
+
+
+def _check_ids(features, examples, data_dir: str, config) -> None:
+    """Every example's ids against the model (`check_feature_ids`), naming the
+    example (``--data_dir``, its guid): a pair task on a config of one token
+    type, say."""
+    def describe(row, column):
+        example = examples[np.searchsorted(features.row_splits, column, side="right") - 1]
+        return f"--data_dir={data_dir} example {example.guid}"
+
+    check_feature_ids(features.input_ids[None], features.segment_ids[None], config,
+                      describe)
 
 
 def example_logits(model, features, strategy, *, batch_size: int, jit_compile: bool,

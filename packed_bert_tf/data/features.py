@@ -28,12 +28,15 @@ A pack of two sequences at S = 8 (a = first, b = second)::
     positions    0  1  2  3  0  1  2  0
     next_sentence_positions  0 4 0
 
-This module is plain Python: it names things, the readers and writers use it.
+This module is plain Python and numpy: it names things, the readers and
+writers use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 UNPACKED_FEATURE_NAMES = (
     "input_ids", "input_mask", "segment_ids", "masked_lm_positions",
@@ -112,3 +115,79 @@ class RecordFormat:
         else:
             lengths["next_sentence_labels"] = 1
         return {name: lengths[name] for name in self.feature_names}
+
+
+#: What each id feature indexes, in error lines.
+_ID_NAMES = {"input_ids": "token id", "masked_lm_ids": "token id",
+             "segment_ids": "segment id", "positions": "position",
+             "masked_lm_positions": "masked-LM position"}
+
+
+@dataclasses.dataclass(frozen=True)
+class IdLimits:
+    """The ids a model can look up, for checking records before it reads them.
+
+    An embedding lookup or gather with an id out of its table does not fail
+    under XLA: it clamps the id and trains on a wrong row, silently. Every id
+    feature of a record read for a model is checked against its limit:
+
+    ===================== ==========================
+    feature               limit
+    ===================== ==========================
+    input_ids             vocab_size
+    masked_lm_ids         vocab_size
+    segment_ids           type_vocab_size
+    positions (packed)    max_position_embeddings
+    masked_lm_positions   the record length S
+    ===================== ==========================
+
+    (Unpacked records' positions are 0..S-1: S itself is checked against
+    ``max_position_embeddings`` once, with the flags.)
+
+    Attributes:
+      vocab_size, type_vocab_size, max_position_embeddings: the model
+        config's (`packed_bert_tf.models.BertConfig`).
+    """
+
+    vocab_size: int
+    type_vocab_size: int
+    max_position_embeddings: int
+
+    @classmethod
+    def of_config(cls, config) -> "IdLimits":
+        """The limits of a model config (anything with the three fields)."""
+        return cls(config.vocab_size, config.type_vocab_size,
+                   config.max_position_embeddings)
+
+    def limits(self, feature_names, max_seq_length: int) -> dict[str, int]:
+        """Id feature -> its limit, for those of ``feature_names`` that are ids."""
+        limits = {"input_ids": self.vocab_size, "masked_lm_ids": self.vocab_size,
+                  "segment_ids": self.type_vocab_size,
+                  "positions": self.max_position_embeddings,
+                  "masked_lm_positions": max_seq_length}
+        return {name: limit for name, limit in limits.items() if name in feature_names}
+
+    def first_out_of_range(self, arrays) -> tuple[int, int, str] | None:
+        """The first row of ``arrays`` (feature -> [N, K] numpy) with an id out of
+        range, the column of its first such id, and what is wrong: ``(290, 5,
+        "segment id 2 is out of range for type_vocab_size 2 of
+        --bert_config_file")``; None when every id is in range."""
+        first = None
+        for name, limit in self.limits(arrays, arrays["input_ids"].shape[1]).items():
+            values = arrays[name]
+            bad = (values < 0) | (values >= limit)  # [N, K]
+            rows = np.flatnonzero(bad.any(axis=1))
+            if rows.size and (first is None or rows[0] < first[0]):
+                row = int(rows[0])
+                column = int(np.flatnonzero(bad[row])[0])
+                first = (row, column, self.describe(name, int(values[row, column]), limit))
+        return first
+
+    def describe(self, name: str, value: int, limit: int) -> str:
+        """One id out of range, in words, with the limit and where it comes from."""
+        source = {"input_ids": "vocab_size", "masked_lm_ids": "vocab_size",
+                  "segment_ids": "type_vocab_size",
+                  "positions": "max_position_embeddings"}.get(name)
+        where = (f"{source} {limit} of --bert_config_file" if source
+                 else f"the sequence length {limit}")
+        return f"{_ID_NAMES[name]} {value} is out of range for {where}"

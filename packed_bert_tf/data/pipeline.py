@@ -19,13 +19,13 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 
-#: The start of the error an out-of-range token id raises in the input pipeline
-#: (``vocab_size`` of `parse_records`); the host then finds the record by
+#: The start of the error an id out of range raises in the input pipeline
+#: (``id_limits`` of `parse_records`); the host then finds the record by
 #: `packed_bert_tf.pretraining.task.find_bad_record`.
-TOKEN_ID_ERROR = "token id out of range"
+ID_ERROR = "id out of range"
 
 
 def detect_record_format(files: Sequence[str]) -> RecordFormat:
@@ -88,7 +88,7 @@ def interleave_records(file_names: tf.data.Dataset, num_files: int, *,
 
 
 def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
-                  vocab_size: int | None = None) -> dict[str, tf.Tensor]:
+                  id_limits: IdLimits | None = None) -> dict[str, tf.Tensor]:
     """A batch of serialized records [B] -> the record's own features, int32.
 
     The one cast, here: int64 on disk, int32 in the model (the masked-LM
@@ -97,27 +97,27 @@ def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
     Args:
       serialized: [B] strings.
       record_format: the records' format (features and their lengths).
-      vocab_size: when given, a token id (``input_ids`` or ``masked_lm_ids``)
-        outside [0, vocab_size) fails the batch with an InvalidArgumentError
-        whose message holds `TOKEN_ID_ERROR` (an XLA embedding lookup would
-        otherwise clamp it, silently). One min and max per feature and batch.
+      id_limits: when given, an id out of range (`IdLimits`: token, segment
+        and position ids) fails the batch with an InvalidArgumentError whose
+        message holds `ID_ERROR` (an XLA lookup would otherwise clamp it,
+        silently). One min and max per id feature and batch.
     """
     features = tf.io.parse_example(serialized, tfrecords.parse_spec(record_format))
     features = {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
                 for name, value in features.items()}
-    if vocab_size is not None:
-        # Signed int32 reductions: the check costs 2 to 4 % of the pipeline's
-        # CPU time (S = 512, batches of 32, one core), most of it the Assert's
-        # fixed cost per batch; one max of the ids bitcast to uint32 (both ends
-        # at once) cost 5 to 7 %, its reduction not being vectorised.
-        ids = (features["input_ids"], features["masked_lm_ids"])
-        smallest = tf.minimum(*map(tf.reduce_min, ids))
-        largest = tf.maximum(*map(tf.reduce_max, ids))
-        in_range = tf.debugging.Assert(
-            (smallest >= 0) & (largest < vocab_size),
-            [f"{TOKEN_ID_ERROR} [0, {vocab_size}): smallest and largest id", smallest,
-             largest])
-        with tf.control_dependencies([in_range]):
+    if id_limits is not None:
+        # Signed int32 reductions and one Assert per batch: the Assert's fixed
+        # cost dominates (the token-id check alone cost 2 to 4 % of the
+        # pipeline's CPU at S = 512, batches of 32, one core); one max of the
+        # ids bitcast to uint32 (both ends at once) was slower, its reduction
+        # not being vectorised.
+        limits = id_limits.limits(features, record_format.max_seq_length)
+        in_range = tf.reduce_all(tf.stack([
+            (tf.reduce_min(features[name]) >= 0) & (tf.reduce_max(features[name]) < limit)
+            for name, limit in limits.items()]))
+        check = tf.debugging.Assert(in_range, [
+            f"{ID_ERROR}: limits {', '.join(f'{n} {v}' for n, v in limits.items())}"])
+        with tf.control_dependencies([check]):
             features["input_ids"] = tf.identity(features["input_ids"])
     return features
 
@@ -154,7 +154,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         cycle_length: int = 8, seed: int | None = None,
                         repeat: bool | None = None, skip_batches: int = 0,
                         pad_with_empty_batches: bool = False,
-                        vocab_size: int | None = None,
+                        id_limits: IdLimits | None = None,
                         micro_batches: int | None = None,
                         pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
     """Batches of pre-training features in the packed layout.
@@ -197,8 +197,9 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         records (all features 0, so every weight is 0), then yield empty
         batches forever, so that replicas with fewer batches can run as many
         steps as the others and every record counts exactly once.
-    vocab_size : int, optional
-        Check every token id against it (see `parse_records`).
+    id_limits : IdLimits, optional
+        Check every id (token, segment, position) against them (see
+        `parse_records`).
     micro_batches : int, optional
         K: each element stacks K consecutive batches of one replica,
         [K, b, ...] (gradient accumulation); default: elements are batches.
@@ -240,7 +241,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         is_training=is_training, shuffle_buffer_size=shuffle_buffer_size,
         cycle_length=cycle_length, seed=seed,
         repeat=is_training if repeat is None else repeat, skip_batches=skip_batches,
-        pad_with_empty_batches=pad_with_empty_batches, vocab_size=vocab_size,
+        pad_with_empty_batches=pad_with_empty_batches, id_limits=id_limits,
         pack_on_the_fly=pack_on_the_fly)
         for replica in replicas]
     if micro_batches is not None:
@@ -262,7 +263,7 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
                      batch_size: int, record_format: RecordFormat, is_training: bool,
                      shuffle_buffer_size: int, cycle_length: int, seed: int | None,
                      repeat: bool, skip_batches: int, pad_with_empty_batches: bool,
-                     vocab_size: int | None,
+                     id_limits: IdLimits | None,
                      pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
     """The batches of replica ``replica`` of ``num_replicas`` (see `pretraining_dataset`)."""
     if not by_record:
@@ -286,14 +287,14 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
     if pack_on_the_fly is not None:
         return _packed_on_the_fly(dataset, pack_on_the_fly, batch_size=batch_size,
                                   record_format=record_format, seed=seed,
-                                  skip_batches=skip_batches, vocab_size=vocab_size,
+                                  skip_batches=skip_batches, id_limits=id_limits,
                                   deterministic=deterministic)
     if skip_batches:
         dataset = dataset.skip(skip_batches * batch_size)
     dataset = dataset.batch(batch_size, drop_remainder=not pad_with_empty_batches)
 
     def parse(serialized):
-        features = parse_records(serialized, record_format, vocab_size=vocab_size)
+        features = parse_records(serialized, record_format, id_limits=id_limits)
         return features if record_format.is_packed else to_packed_layout(features)
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
@@ -305,11 +306,11 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
 
 def _packed_on_the_fly(records: tf.data.Dataset, packing: PackOnTheFly, *,
                        batch_size: int, record_format: RecordFormat, seed: int | None,
-                       skip_batches: int, vocab_size: int | None,
+                       skip_batches: int, id_limits: IdLimits | None,
                        deterministic: bool) -> tf.data.Dataset:
     """Serialized unpacked records -> batches of packs made as they are read."""
     examples = records.batch(256).map(
-        lambda serialized: parse_records(serialized, record_format, vocab_size=vocab_size),
+        lambda serialized: parse_records(serialized, record_format, id_limits=id_limits),
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic).unbatch()
     packs = pack_dataset(examples, max_sequence_length=record_format.max_seq_length,
                          max_sequences_per_pack=packing.max_sequences_per_pack,

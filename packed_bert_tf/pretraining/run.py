@@ -30,6 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.features import IdLimits
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
@@ -164,7 +165,7 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         train_format = task.expected_record_format(
             train_files, packed_input=options.packed_input, **sizes)
         _check_batching(options, train_files, train_format)
-        _check_first_records(train_files, train_format, config.vocab_size)
+        _check_first_records(train_files, train_format, IdLimits.of_config(config))
         if options.batching == "packed" and not train_format.is_packed:
             pack_on_the_fly = PackOnTheFly(options.max_sequences_per_pack,
                                            options.packing_buffer_size)
@@ -177,16 +178,17 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         eval_files = tfrecords.expand_file_patterns(options.eval_input_file,
                                                     flag="eval_input_file")
         eval_format = task.expected_record_format(eval_files, **sizes)
-        _check_first_records(eval_files, eval_format, config.vocab_size)
+        _check_first_records(eval_files, eval_format, IdLimits.of_config(config))
     return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor,
                    pack_on_the_fly)
 
 
-def _check_first_records(files, record_format, vocab_size: int) -> None:
+def _check_first_records(files, record_format, id_limits: IdLimits) -> None:
     """The first records of each file, before anything is built: a config whose
-    vocabulary is smaller than the data's fails here, not after compiling. (The
-    input pipeline checks every record as it reads.)"""
-    problem = task.find_bad_record(files, record_format, vocab_size,
+    vocabulary (or token types, positions) is smaller than the data's fails
+    here, not after compiling. (The input pipeline checks every record as it
+    reads.)"""
+    problem = task.find_bad_record(files, record_format, id_limits,
                                    records_per_file=256)
     if problem:
         raise ValueError(problem)
@@ -287,6 +289,7 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
                    adjustment=dataclasses.asdict(adjustment),
                    steps={**dataclasses.asdict(steps), **dataclasses.asdict(clip)})
 
+    id_limits = IdLimits.of_config(config)
     with mixed_precision_policy(options.mixed_precision):
         if options.seed is not None:
             tf.keras.utils.set_random_seed(options.seed)
@@ -314,15 +317,15 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
 
         if options.do_train:
             with _naming_the_bad_record(inputs.train_files, inputs.train_format,
-                                        config.vocab_size):
+                                        id_limits):
                 summary["train"] = _train(options, inputs, trainer, checkpoints, schedule,
-                                          start_step, output_dir, config.vocab_size)
+                                          start_step, output_dir, id_limits)
         if options.do_eval:
             with _naming_the_bad_record(inputs.eval_files, inputs.eval_format,
-                                        config.vocab_size):
+                                        id_limits):
                 summary["eval"] = evaluate(trainer, inputs.eval_files, inputs.eval_format,
                                            options.eval_batch_size, options.max_eval_steps,
-                                           vocab_size=config.vocab_size)
+                                           id_limits=id_limits)
             write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE),
                                   summary["eval"])
     summary_path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
@@ -343,7 +346,7 @@ def _earlier_training(summary_path: str) -> dict:
 
 
 @contextlib.contextmanager
-def _naming_the_bad_record(files, record_format, vocab_size: int):
+def _naming_the_bad_record(files, record_format, id_limits: IdLimits):
     """An input-pipeline error mid-run becomes one ValueError naming the file and
     record at fault (found by reading the files on the host; tf.data's own
     errors name neither). Other errors pass unchanged.
@@ -358,14 +361,14 @@ def _naming_the_bad_record(files, record_format, vocab_size: int):
         logging.info("the input pipeline failed (%s: %s); reading the input files to find "
                      "the record at fault", type(error).__name__,
                      error.message.splitlines()[0][:200])
-        problem = task.find_bad_record(files, record_format, vocab_size)
+        problem = task.find_bad_record(files, record_format, id_limits)
         if problem is None:
             raise
         raise ValueError(problem) from None
 
 
 def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir,
-           vocab_size) -> dict:
+           id_limits) -> dict:
     if options.batching == "bucketed":
         dataset_fn = task.bucketed_train_dataset_fn(
             inputs.train_files, max_seq_length=options.max_seq_length,
@@ -374,13 +377,13 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
             bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size,
             seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size,
             skip_steps=start_step // trainer.global_steps_per_update,
-            vocab_size=vocab_size)
+            id_limits=id_limits)
     else:
         dataset_fn = task.train_dataset_fn(
             inputs.train_files, global_batch_size=options.train_batch_size,
             steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
             seed=options.seed, skip_steps=start_step // trainer.global_steps_per_update,
-            shuffle_buffer_size=options.shuffle_buffer_size, vocab_size=vocab_size,
+            shuffle_buffer_size=options.shuffle_buffer_size, id_limits=id_limits,
             pack_on_the_fly=inputs.pack_on_the_fly)
     return train_and_export(trainer, dataset_fn, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=schedule,
@@ -392,7 +395,7 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,
-             max_eval_steps: int = 0, *, vocab_size: int | None = None) -> dict:
+             max_eval_steps: int = 0, *, id_limits: IdLimits | None = None) -> dict:
     """Masked-LM and next-sentence accuracy (and losses) over the evaluation records.
 
     Every record is read exactly once (the last batch filled up with empty
@@ -404,7 +407,7 @@ def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,
                                   strategy=strategy, max_eval_steps=max_eval_steps)
     iterator = iter(strategy.distribute_datasets_from_function(
         task.eval_dataset_fn(files, global_batch_size=eval_batch_size,
-                             record_format=record_format, vocab_size=vocab_size)))
+                             record_format=record_format, id_limits=id_limits)))
     started = time.perf_counter()
     sums = trainer.evaluate(iterator, steps, task.eval_sums)
     results = task.eval_results(sums)

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.data import pipeline, tfrecords
-from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
+from packed_bert_tf.data.features import IdLimits, RecordFormat, default_max_masked_tokens
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.packing.streaming import pack_stream
 from packed_bert_tf.layers.losses import (loss_normalisers, masked_lm_accuracy,
@@ -114,18 +114,20 @@ def expected_record_format(files: Sequence[str], *, max_seq_length: int,
     return found
 
 
-def find_bad_record(files: Sequence[str], record_format: RecordFormat, vocab_size: int,
-                    *, records_per_file: int | None = None) -> str | None:
+def find_bad_record(files: Sequence[str], record_format: RecordFormat,
+                    id_limits: IdLimits, *, records_per_file: int | None = None
+                    ) -> str | None:
     """The first record that would stop training, described; None when all are good.
 
     Reads the files on the host, in order: a truncated or corrupt record, a
     missing feature or one of the wrong length (`tfrecords.RecordError`), or
-    a token id (``input_ids``, ``masked_lm_ids``) outside [0, vocab_size).
+    an id out of range for the model (`IdLimits`: token, segment and position
+    ids).
 
     Args:
       files: the TFRecord files.
       record_format: their format.
-      vocab_size: the model's vocabulary size.
+      id_limits: the model's.
       records_per_file: read only this many records of each file (a quick
         check before training); None: every record (after the input
         pipeline failed, to say where).
@@ -138,13 +140,10 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat, vocab_siz
         try:
             for start, arrays in tfrecords.iter_array_batches(path, record_format,
                                                               batch_size=batch_size):
-                ids = np.concatenate([arrays["input_ids"], arrays["masked_lm_ids"]], axis=1)
-                bad = (ids < 0) | (ids >= vocab_size)  # [n, S + M]
-                if bad.any():
-                    row, column = np.argwhere(bad)[0]  # the first bad record
-                    return (f"{path} record {start + int(row)}: token id "
-                            f"{int(ids[row, column])} is out of range for vocab_size "
-                            f"{vocab_size} of --bert_config_file")
+                bad = id_limits.first_out_of_range(arrays)
+                if bad is not None:
+                    row, _, why = bad
+                    return f"{path} record {start + row}: {why}"
                 if records_per_file is not None and start + batch_size >= records_per_file:
                     break
         except tfrecords.RecordError as error:
@@ -155,13 +154,13 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat, vocab_siz
 def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                      steps_per_update: int, record_format: RecordFormat,
                      seed: int | None, skip_steps: int = 0,
-                     shuffle_buffer_size: int = 10_000, vocab_size: int | None = None,
+                     shuffle_buffer_size: int = 10_000, id_limits: IdLimits | None = None,
                      pack_on_the_fly: PackOnTheFly | None = None):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
 
     Each pipeline yields per-replica elements [K, b, ...]; ``skip_steps``
-    updates already done are skipped (a resumed run). ``vocab_size``: every
-    token id is checked against it (`pipeline.parse_records`).
+    updates already done are skipped (a resumed run). ``id_limits``: every
+    id is checked against them (`pipeline.parse_records`).
     ``pack_on_the_fly``: unpacked records are packed as they are read.
     """
 
@@ -171,7 +170,7 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
         return pipeline.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
             input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
-            skip_batches=skip_steps * steps_per_update, vocab_size=vocab_size,
+            skip_batches=skip_steps * steps_per_update, id_limits=id_limits,
             micro_batches=steps_per_update, pack_on_the_fly=pack_on_the_fly)
 
     return dataset_fn
@@ -203,7 +202,7 @@ def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,
                               max_predictions_per_seq: int, global_batch_size: int,
                               token_budget: int | None, bucket_boundaries, pool_size: int,
                               seed: int, shuffle_buffer_size: int, skip_steps: int = 0,
-                              vocab_size: int | None = None):
+                              id_limits: IdLimits | None = None):
     """``dataset_fn`` of length-bucketed batches (`packed_bert_tf.batching`).
 
     Batches have their bucket's shape; each step's batches (one per replica
@@ -222,7 +221,7 @@ def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,
             batch_size=None if token_budget else global_batch_size,
             token_budget=token_budget, boundaries=bucket_boundaries, pool_size=pool_size,
             seed=seed, input_context=input_context, shuffle_buffer_size=shuffle_buffer_size,
-            vocab_size=vocab_size)
+            id_limits=id_limits)
         if skip_steps:
             dataset = dataset.skip(skip_steps * replicas_per_pipeline)
         return stack_micro_batches(dataset, 1)
@@ -231,16 +230,16 @@ def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,
 
 
 def eval_dataset_fn(files: Sequence[str], *, global_batch_size: int,
-                    record_format: RecordFormat, vocab_size: int | None = None):
+                    record_format: RecordFormat, id_limits: IdLimits | None = None):
     """Evaluation ``dataset_fn``: every record once, then empty batches."""
     return functools.partial(_eval_dataset, files, global_batch_size, record_format,
-                             vocab_size)
+                             id_limits)
 
 
-def _eval_dataset(files, global_batch_size, record_format, vocab_size, input_context):
+def _eval_dataset(files, global_batch_size, record_format, id_limits, input_context):
     return pipeline.pretraining_dataset(
         files, global_batch_size, record_format=record_format, is_training=False,
-        input_context=input_context, pad_with_empty_batches=True, vocab_size=vocab_size)
+        input_context=input_context, pad_with_empty_batches=True, id_limits=id_limits)
 
 
 def evaluation_steps(files: Sequence[str], *, global_batch_size: int,

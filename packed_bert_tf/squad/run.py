@@ -27,7 +27,7 @@ from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
-from packed_bert_tf.training.fine_tuning import (FineTuningOptions,
+from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_feature_ids,
                                                  check_fine_tuning_options, export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
@@ -106,6 +106,7 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
         train_data = load_or_create_features(options.train_file, tokenizer,
                                              cache_dir=output_dir, is_training=True,
                                              **feature_args)
+        _check_ids(train_data, options.train_file, config)
         train_packs = pack_features(train_data.features, **pack_args)
         summary["train_features"] = _describe(train_data, train_packs)
         logging.info("training features: %s", summary["train_features"])
@@ -113,6 +114,7 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
         predict_data = load_or_create_features(options.predict_file, tokenizer,
                                                cache_dir=output_dir, is_training=False,
                                                **feature_args)
+        _check_ids(predict_data, options.predict_file, config)
 
     with mixed_precision_policy(options.mixed_precision):
         run = start_fine_tuning(options, lambda: BertSquadModel(config, packed=packed),
@@ -129,6 +131,20 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
         summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary
+
+
+def _check_ids(data, input_file: str, config) -> None:
+    """Every feature's ids against the model (`check_feature_ids`), naming the
+    file the features came from (a feature cache, or the SQuAD file) and the
+    question."""
+    features = data.features
+
+    def describe(row, column):
+        example = data.examples[features.example_index[row]]
+        return (f"{data.cache_path if data.from_cache else input_file} feature {row} "
+                f"(question {example.qas_id!r})")
+
+    check_feature_ids(features.input_ids, features.segment_ids, config, describe)
 
 
 def _describe(data, packs) -> dict:

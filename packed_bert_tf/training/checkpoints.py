@@ -96,6 +96,20 @@ class TrainingCheckpoints:
         """Whether ``output_dir`` holds a checkpoint a run would resume from."""
         return bool(checkpoints_on_disk(os.path.join(output_dir, CHECKPOINT_SUBDIR)))
 
+    @staticmethod
+    def model_parts(output_dir: str) -> set[str]:
+        """The model's attributes saved in ``output_dir``'s newest checkpoint
+        (``masked_lm_head``, ...), read without restoring it: what kind of model
+        wrote it. Empty when there is none."""
+        found = checkpoints_on_disk(os.path.join(output_dir, CHECKPOINT_SUBDIR))
+        if not found:
+            return set()
+        try:
+            names = [name for name, _ in tf.train.list_variables(found[-1])]
+        except (tf.errors.OpError, ValueError):  # damaged: restoring names it
+            return set()
+        return {name.split("/")[1] for name in names if name.startswith("model/")}
+
     def _candidates(self) -> list[str]:
         """The checkpoints to resume from, oldest first: those the state file lists
         and those whose index file is there (the state file may be older than
@@ -132,7 +146,7 @@ class TrainingCheckpoints:
             # Every saved object must find its variable: a checkpoint of another
             # model or optimizer fails here rather than training from half of it.
             self.checkpoint.restore(path).assert_existing_objects_matched()
-        except AssertionError as error:
+        except (AssertionError, ValueError) as error:  # ValueError: another shape
             raise ValueError(f"checkpoint {path} is not of this model and optimizer "
                              f"({str(error).splitlines()[0][:200]}): use another "
                              f"--output_dir") from None

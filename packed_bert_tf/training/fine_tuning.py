@@ -11,11 +11,13 @@ files and strides, GLUE's task and data folder) to the task's run module.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Mapping, Sequence
 
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf.data.features import IdLimits
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
@@ -120,6 +122,7 @@ def check_fine_tuning_options(options, config, strategy, *, actions: Mapping[str
                          f"--bert_config_file")
     if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
         raise ValueError(f"--vocab_file={options.vocab_file}: no such file")
+    _check_not_pretraining_output(options.output_dir)
     for flag in need_weights:
         if actions[flag] and not options.do_train and not options.init_checkpoint \
                 and not TrainingCheckpoints.exists(options.output_dir):
@@ -137,6 +140,22 @@ def check_fine_tuning_options(options, config, strategy, *, actions: Mapping[str
                 check_static_shapes(options.batching, strategy)
 
 
+def _check_not_pretraining_output(output_dir: str) -> None:
+    """Refuses an ``--output_dir`` of ``run_pretraining.py``: its checkpoints
+    are of another model (the masked-LM head, `BertPretrainingModel`), whose
+    weights a fine-tuning run starts from with ``--init_checkpoint``."""
+    if "masked_lm_head" not in TrainingCheckpoints.model_parts(output_dir):
+        return
+    exported = sorted(tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*.index")),
+                      key=lambda path: int(path[:-len(".index")].rsplit("-", 1)[1]))
+    weights = (exported[-1][:-len(".index")] if exported
+               else os.path.join(output_dir, "checkpoints", "ckpt-N"))
+    raise ValueError(f"--output_dir={output_dir} holds a pre-training run "
+                     f"(run_pretraining.py): pass its weights as "
+                     f"--init_checkpoint={weights} and give this run an --output_dir of "
+                     f"its own")
+
+
 def make_tokenizer(options, config) -> WordPieceTokenizer:
     """The ``--vocab_file`` tokenizer; refused if it has more ids than the model."""
     tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
@@ -145,6 +164,28 @@ def make_tokenizer(options, config) -> WordPieceTokenizer:
                          f"tokens but vocab_size in --bert_config_file is "
                          f"{config.vocab_size}")
     return tokenizer
+
+
+def check_feature_ids(input_ids, segment_ids, config, describe) -> None:
+    """Refuses features with an id the model cannot look up (`IdLimits`: a
+    token id of another vocabulary, a segment id beyond ``type_vocab_size``),
+    which XLA would clamp silently.
+
+    Args:
+      input_ids, segment_ids: [N, K] numpy, the features' rows (ragged
+        features: one row of all their tokens).
+      config: the model's `BertConfig`.
+      describe: ``(row, column) -> str``, where that id comes from (the file
+        and the example).
+
+    Raises:
+      ValueError: ``"<describe(row, column)>: <why, with the limit>"``.
+    """
+    bad = IdLimits.of_config(config).first_out_of_range(
+        {"input_ids": input_ids, "segment_ids": segment_ids})
+    if bad is not None:
+        row, column, why = bad
+        raise ValueError(f"{describe(row, column)}: {why}")
 
 
 def step_counting(options) -> StepCounting:

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from packed_bert_tf.batching import bucket_batches, bucketed_pretraining_dataset
 from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.features import IdLimits, RecordFormat
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
 
 S, P = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS
@@ -172,23 +172,27 @@ def test_every_token_id_is_checked_against_the_vocabulary(unpacked_files, raw):
     largest = int(max(records["input_ids"][in_file].max(),
                       records["masked_lm_ids"][in_file].max()))
     batches = list(_dataset(unpacked_files[0], batch_size=16, is_training=False,
-                            vocab_size=largest + 1).as_numpy_iterator())
+                            id_limits=IdLimits(largest + 1, 2, S)).as_numpy_iterator())
     assert sum(int(b["next_sentence_weights"].sum()) for b in batches) == 300
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=rf"token id out of range \[0, {largest}\)"):
+                       match=rf"id out of range: limits input_ids {largest}, masked_lm_ids "
+                             rf"{largest}, segment_ids 2, masked_lm_positions {S}\]"):
         list(_dataset(unpacked_files[0], batch_size=16, is_training=False,
-                      vocab_size=largest).as_numpy_iterator())
+                      id_limits=IdLimits(largest, 2, S)).as_numpy_iterator())
 
 
-def test_negative_token_ids_fail_the_batch_too(unpacked_files, tmp_path):
+@pytest.mark.parametrize("feature, value", [("masked_lm_ids", -3), ("segment_ids", 2),
+                                            ("input_ids", 5000),
+                                            ("masked_lm_positions", S)])
+def test_every_id_out_of_range_fails_the_batch(unpacked_files, tmp_path, feature, value):
     arrays = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
     arrays = {name: value[:20].copy() for name, value in arrays.items()}
-    arrays["masked_lm_ids"][7, 0] = -3
-    path = str(tmp_path / "negative.tfrecord")
+    arrays[feature][7, 0] = value
+    path = str(tmp_path / "bad.tfrecord")
     tfrecords.write_arrays(path, arrays)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="token id out of range"):
+    with pytest.raises(tf.errors.InvalidArgumentError, match="id out of range"):
         list(_dataset(path, batch_size=16, is_training=False,
-                      vocab_size=5000).as_numpy_iterator())
+                      id_limits=IdLimits(5000, 2, S)).as_numpy_iterator())
 
 
 def test_empty_rows_leave_the_model_losses_unchanged(unpacked_files):

@@ -154,6 +154,26 @@ def test_bucketed_training(files, tmp_path):
     assert summary["train"]["occupancy"] > 0.5
 
 
+def test_a_pair_task_on_a_config_of_one_token_type_is_refused(tmp_path):
+    # Sentence pairs have segment ids 0 and 1; a single-sentence task runs on
+    # one token type (SST-2, below), a pair task never.
+    (tmp_path / "one_type").mkdir()
+    files = write_files(tmp_path / "one_type", type_vocab_size=1)
+    folder = write_glue_files(str(tmp_path / "glue"), tasks=["sts-b"])["sts-b"]
+    with pytest.raises(ValueError, match=rf"^--data_dir={folder} example train-\d+: "
+                                         rf"segment id 1 is out of range for "
+                                         rf"type_vocab_size 1 of --bert_config_file$"):
+        run_classifier(ClassifierOptions(
+            **{**files, "task_name": "STS-B", "data_dir": folder},
+            output_dir=str(tmp_path / "out"), do_train=True, max_seq_length=32))
+    assert not (tmp_path / "out" / "classifier_summary.json").exists()
+    single = run_classifier(ClassifierOptions(
+        **files, output_dir=str(tmp_path / "single"), do_train=True, max_seq_length=32,
+        train_batch_size=64, num_train_epochs=1.0, jit_compile=False,
+        progress_bar=False))
+    assert single["train"]["final_step"] == single["train"]["num_train_steps"]
+
+
 def test_regression_writes_scores(files, tmp_path):
     folder = write_glue_files(str(tmp_path / "glue"), tasks=["sts-b"])["sts-b"]
     summary = run_classifier(ClassifierOptions(

@@ -69,7 +69,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     arrays = tfrecords.read_arrays(write_unpacked_dataset(
         root / "source", num_files=1, per_file=400, seed=7)[0], UNPACKED)
     files = {name: root / f"{name}.tfrecord" for name in ("truncated", "no_feature",
-                                                           "big_id")}
+                                                           "big_id", "segment_2")}
     tfrecords.write_arrays(str(files["truncated"]), arrays)
     with open(files["truncated"], "r+b") as handle:  # cut inside a record near 320
         handle.truncate(int(os.path.getsize(files["truncated"]) * 0.8) + 7)
@@ -78,6 +78,12 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     big_ids = dict(arrays, input_ids=arrays["input_ids"].copy())
     big_ids["input_ids"][300, 3] = CONFIG.vocab_size + 1000
     tfrecords.write_arrays(str(files["big_id"]), big_ids)
+    segments = dict(arrays, segment_ids=arrays["segment_ids"].copy())
+    segments["segment_ids"][290, 5] = 2  # a third token type, for type_vocab_size 2
+    tfrecords.write_arrays(str(files["segment_2"]), segments)
+    one_type = root / "one_type.json"
+    CONFIG.__class__(**{**CONFIG.to_dict(), "type_vocab_size": 1}).to_json_file(
+        str(one_type))
     a_file = root / "a_file"
     a_file.write_text("not a folder")
     locked = root / "locked"
@@ -89,6 +95,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     processes = {
         name: _start(*_flags(config_file, root / f"out_{name}", files[name]))
         for name in files}
+    processes["one_type"] = _start(*_flags(one_type, root / "out_one_type", good))
     processes["output_is_a_file"] = _start(*_flags(config_file, a_file, good))
     processes["output_under_a_file"] = _start(*_flags(config_file, a_file / "sub", good))
     processes["output_in_use"] = _start(*_flags(config_file, locked, good))
@@ -168,6 +175,22 @@ def test_every_token_id_is_checked_not_only_the_first_records(runs):
                     rf"token id 6000 is out of range for vocab_size 5000 of "
                     rf"--bert_config_file")
     _nothing_finished(root / "out_big_id")
+
+
+def test_every_segment_id_is_checked_against_the_token_types(runs):
+    root, files, _, results = runs
+    _check_one_line(results["segment_2"],
+                    rf"run_pretraining: {re.escape(str(files['segment_2']))} record 290: "
+                    rf"segment id 2 is out of range for type_vocab_size 2 of "
+                    rf"--bert_config_file")
+    _nothing_finished(root / "out_segment_2")
+    # Two-segment records, a config of one token type: refused before training.
+    _check_one_line(results["one_type"],
+                    r"run_pretraining: .*unpacked-000.tfrecord record \d+: segment id 1 is "
+                    r"out of range for type_vocab_size 1 of --bert_config_file")
+    record = int(re.search(r"record (\d+)", results["one_type"].last_line)[1])
+    assert record < 256  # among the records checked before anything is built
+    _nothing_finished(root / "out_one_type")
 
 
 def test_an_output_dir_that_cannot_be_a_folder_is_named(runs):

@@ -2,9 +2,13 @@
 
 import json
 
+import keras
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from packed_bert_tf.squad.run import SquadOptions, run_squad
+from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from tests.conftest import finish_tool, one_line_error_problems, start_tool
 from tests.squad import squad_data
 
@@ -73,6 +77,47 @@ def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, override
     with pytest.raises(ValueError, match=message):
         run_squad(options(files, tmp_path, **{"do_train": True, **overrides}))
     assert not list(tmp_path.glob("*.tfrecord"))
+
+
+def test_a_config_of_one_token_type_is_refused_naming_the_question(files, tmp_path):
+    # Question and context are two segments (ids 0 and 1).
+    config = json.loads(open(files["bert_config_file"]).read())
+    one_type = tmp_path / "one_type.json"
+    one_type.write_text(json.dumps({**config, "type_vocab_size": 1}))
+    with pytest.raises(ValueError, match=rf"^{files['train_file']} feature 0 \(question "
+                                         rf"'[^']+'\): segment id 1 is out of range for "
+                                         rf"type_vocab_size 1 of --bert_config_file$"):
+        run_squad(options(files, tmp_path / "out", do_train=True,
+                          bert_config_file=str(one_type)))
+    assert not (tmp_path / "out" / "squad_summary.json").exists()
+
+
+def test_a_pre_training_output_dir_is_refused_naming_its_weights(files, tmp_path):
+    # What run_pretraining.py leaves: checkpoints of a model with a masked-LM
+    # head, and its final weights as model.ckpt-N.
+    class Pretrained(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.masked_lm_head = keras.layers.Dense(2)
+
+        def call(self, inputs):
+            return self.masked_lm_head(inputs)
+
+    model = Pretrained()
+    model(np.zeros((1, 2), np.float32))
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    step = tf.Variable(3, dtype=tf.int64)
+    TrainingCheckpoints(str(tmp_path), model=model, optimizer=optimizer, step=step).save()
+    for suffix in ("index", "data-00000-of-00001"):
+        (tmp_path / f"model.ckpt-3.{suffix}").write_bytes(b"")
+    before = sorted(tmp_path.rglob("*"))
+    with pytest.raises(ValueError, match=rf"^--output_dir={tmp_path} holds a pre-training "
+                                         rf"run \(run_pretraining.py\): pass its weights "
+                                         rf"as --init_checkpoint={tmp_path}/model.ckpt-3 "
+                                         rf"and give this run an --output_dir of its own$"):
+        run_squad(options(files, tmp_path, do_train=False, do_predict=True))
+    assert sorted(tmp_path.rglob("*")) == before  # no feature cache written there
 
 
 def _bad_inputs(files, folder):
