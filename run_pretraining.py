@@ -43,6 +43,12 @@ def define_flags():
     flags.DEFINE_string("init_checkpoint", defaults.init_checkpoint,
                         "Original BERT (TF1) checkpoint to start from; ignored once "
                         "--output_dir holds a checkpoint of this run.")
+    flags.DEFINE_bool("resume_with_changed_flags", defaults.resume_with_changed_flags,
+                      "Resume --output_dir although flags that fix the run's trajectory "
+                      "(batch size, steps per update, sequence sizes, batching, seed, "
+                      "input files, model config) differ from the ones it was started "
+                      "with (OUTPUT_DIR/trajectory.json); the records already read are "
+                      "skipped. Without it such a resume is refused, naming each flag.")
 
     # Data.
     flags.DEFINE_integer("max_seq_length", defaults.max_seq_length,

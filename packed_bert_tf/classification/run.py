@@ -34,7 +34,8 @@ from packed_bert_tf.json_files import (write_json_atomically,
                                        write_text_atomically)
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
 from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_feature_ids,
-                                                 check_fine_tuning_options, export,
+                                                 check_fine_tuning_options, check_resume,
+                                                 export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
 from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
@@ -100,6 +101,7 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
     this worker writes)."""
     output_dir = dirs.own
     check_options(options, config, strategy)
+    check_resume(options, config, strategy, dirs, worker)
     tokenizer = make_tokenizer(options, config)
     packed = options.batching == "packed"
     pack_args = dict(packed=packed, max_sequences_per_pack=options.max_sequences_per_pack,

@@ -152,7 +152,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         input_context: tf.distribute.InputContext | None = None,
                         shuffle_buffer_size: int = 10_000,
                         cycle_length: int = 8, seed: int | None = None,
-                        repeat: bool | None = None, skip_batches: int = 0,
+                        repeat: bool | None = None, skip_rows: int = 0,
                         pad_with_empty_batches: bool = False,
                         id_limits: IdLimits | None = None,
                         micro_batches: int | None = None,
@@ -188,10 +188,11 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         This pipeline's place among the replicas (`pipeline_replicas`).
     repeat : bool, optional
         Default: `is_training`.
-    skip_batches : int
-        Batches of each replica to skip first, without parsing them: a
-        resumed run skips what it had consumed. With a `seed` the records
-        that follow are exactly those the interrupted run would have read.
+    skip_rows : int
+        Rows of each replica to skip first (records, without parsing them;
+        packs when packing on the fly): a resumed run skips what it had read.
+        With a `seed` the records that follow are exactly those the
+        interrupted run would have read.
     pad_with_empty_batches : bool
         For evaluation: keep the last, partial batch, filled up with empty
         records (all features 0, so every weight is 0), then yield empty
@@ -206,8 +207,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     pack_on_the_fly : PackOnTheFly, optional
         Unpacked records only: each replica packs its records as it reads
         them (`packed_bert_tf.data.streaming.pack_dataset`, seeded with
-        `seed`); batches are then `batch_size` packs, and `skip_batches`
-        counts packed batches (the packs are the same on a resumed run).
+        `seed`); batches are then `batch_size` packs, and `skip_rows` counts
+        packs (the packs are the same on a resumed run).
 
     Returns
     -------
@@ -240,7 +241,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         batch_size=per_replica_batch, record_format=record_format,
         is_training=is_training, shuffle_buffer_size=shuffle_buffer_size,
         cycle_length=cycle_length, seed=seed,
-        repeat=is_training if repeat is None else repeat, skip_batches=skip_batches,
+        repeat=is_training if repeat is None else repeat, skip_rows=skip_rows,
         pad_with_empty_batches=pad_with_empty_batches, id_limits=id_limits,
         pack_on_the_fly=pack_on_the_fly)
         for replica in replicas]
@@ -262,7 +263,7 @@ def take_in_turn(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
 def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
                      batch_size: int, record_format: RecordFormat, is_training: bool,
                      shuffle_buffer_size: int, cycle_length: int, seed: int | None,
-                     repeat: bool, skip_batches: int, pad_with_empty_batches: bool,
+                     repeat: bool, skip_rows: int, pad_with_empty_batches: bool,
                      id_limits: IdLimits | None,
                      pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
     """The batches of replica ``replica`` of ``num_replicas`` (see `pretraining_dataset`)."""
@@ -287,10 +288,10 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
     if pack_on_the_fly is not None:
         return _packed_on_the_fly(dataset, pack_on_the_fly, batch_size=batch_size,
                                   record_format=record_format, seed=seed,
-                                  skip_batches=skip_batches, id_limits=id_limits,
+                                  skip_rows=skip_rows, id_limits=id_limits,
                                   deterministic=deterministic)
-    if skip_batches:
-        dataset = dataset.skip(skip_batches * batch_size)
+    if skip_rows:
+        dataset = dataset.skip(skip_rows)
     dataset = dataset.batch(batch_size, drop_remainder=not pad_with_empty_batches)
 
     def parse(serialized):
@@ -306,7 +307,7 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
 
 def _packed_on_the_fly(records: tf.data.Dataset, packing: PackOnTheFly, *,
                        batch_size: int, record_format: RecordFormat, seed: int | None,
-                       skip_batches: int, id_limits: IdLimits | None,
+                       skip_rows: int, id_limits: IdLimits | None,
                        deterministic: bool) -> tf.data.Dataset:
     """Serialized unpacked records -> batches of packs made as they are read."""
     examples = records.batch(256).map(
@@ -316,9 +317,9 @@ def _packed_on_the_fly(records: tf.data.Dataset, packing: PackOnTheFly, *,
                          max_sequences_per_pack=packing.max_sequences_per_pack,
                          buffer_size=packing.buffer_size, max_wait=packing.max_wait,
                          seed=0 if seed is None else seed)
-    if skip_batches:
+    if skip_rows:
         # Packs depend on every record before them: skipping means packing.
-        packs = packs.skip(skip_batches * batch_size)
+        packs = packs.skip(skip_rows)
     return packs.batch(batch_size, drop_remainder=True)
 
 

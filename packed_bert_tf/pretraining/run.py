@@ -36,7 +36,8 @@ from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
-from packed_bert_tf.training import cluster
+from packed_bert_tf.training import cluster, trajectory
+from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
                                                   check_global_batch_size, check_static_shapes)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
@@ -103,6 +104,7 @@ class PretrainingOptions:
     pool_size: int = 8192
     token_budget: int | None = None
     progress_bar: bool | None = None
+    resume_with_changed_flags: bool = False
 
 
 BATCHING = ("packed", "bucketed", "padded")
@@ -290,6 +292,12 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
                    steps={**dataclasses.asdict(steps), **dataclasses.asdict(clip)})
 
     id_limits = IdLimits.of_config(config)
+    if options.do_train:
+        segments = trajectory.resume(
+            dirs.shared, _trajectory_segment(options, config, inputs, steps, strategy),
+            step=TrainingCheckpoints.newest_step(dirs.shared),
+            allow_changes=options.resume_with_changed_flags,
+            allow_flag="--resume_with_changed_flags", write=worker.is_chief)
     with mixed_precision_policy(options.mixed_precision):
         if options.seed is not None:
             tf.keras.utils.set_random_seed(options.seed)
@@ -316,10 +324,11 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
             init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
 
         if options.do_train:
+            skip_rows = trajectory.rows_read(segments, start_step)
             with _naming_the_bad_record(inputs.train_files, inputs.train_format,
                                         id_limits):
                 summary["train"] = _train(options, inputs, trainer, checkpoints, schedule,
-                                          start_step, output_dir, id_limits)
+                                          output_dir, id_limits, skip_rows)
         if options.do_eval:
             with _naming_the_bad_record(inputs.eval_files, inputs.eval_format,
                                         id_limits):
@@ -367,8 +376,35 @@ def _naming_the_bad_record(files, record_format, id_limits: IdLimits):
         raise ValueError(problem) from None
 
 
-def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_dir,
-           id_limits) -> dict:
+def _trajectory_segment(options, config, inputs, steps: StepCounting,
+                        strategy) -> trajectory.Segment:
+    """What fixes this run's trajectory (`trajectory`), from its step on."""
+    values = {f"--{name}": getattr(options, name) for name in (
+        "train_batch_size", "steps_per_update", "step_unit", "max_seq_length",
+        "max_predictions_per_seq", "batching", "seed", "shuffle_buffer_size")}
+    if options.batching == "packed":
+        values.update({"--max_sequences_per_pack": options.max_sequences_per_pack,
+                       "--packing_buffer_size": options.packing_buffer_size})
+    if options.batching == "bucketed":
+        values.update({"--bucket_boundaries": list(options.bucket_boundaries or []),
+                       "--pool_size": options.pool_size,
+                       "--token_budget": options.token_budget})
+    values.update({"--input_file": [path if "://" in path else os.path.abspath(path)
+                                    for path in inputs.train_files],
+                   "--bert_config_file": config.to_dict(),
+                   "replicas": strategy.num_replicas_in_sync})
+    # Bucketed batches hold varying rows: their resume skips whole updates
+    # (rows_per_update 1: an update).
+    rows = (1 if options.batching == "bucketed" else
+            options.train_batch_size // strategy.num_replicas_in_sync
+            * steps.micro_batches_per_update)
+    return trajectory.Segment(0, steps.global_steps_per_update, rows, values)
+
+
+def _train(options, inputs, trainer, checkpoints, schedule, output_dir, id_limits,
+           skip_rows: int) -> dict:
+    """Trains from the restored step, each replica skipping ``skip_rows`` rows of its
+    data first (updates, with bucketed batches: see `_trajectory_segment`)."""
     if options.batching == "bucketed":
         dataset_fn = task.bucketed_train_dataset_fn(
             inputs.train_files, max_seq_length=options.max_seq_length,
@@ -376,13 +412,12 @@ def _train(options, inputs, trainer, checkpoints, schedule, start_step, output_d
             global_batch_size=options.train_batch_size, token_budget=options.token_budget,
             bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size,
             seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size,
-            skip_steps=start_step // trainer.global_steps_per_update,
-            id_limits=id_limits)
+            skip_steps=skip_rows, id_limits=id_limits)
     else:
         dataset_fn = task.train_dataset_fn(
             inputs.train_files, global_batch_size=options.train_batch_size,
             steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
-            seed=options.seed, skip_steps=start_step // trainer.global_steps_per_update,
+            seed=options.seed, skip_rows=skip_rows,
             shuffle_buffer_size=options.shuffle_buffer_size, id_limits=id_limits,
             pack_on_the_fly=inputs.pack_on_the_fly)
     return train_and_export(trainer, dataset_fn, output_dir=output_dir,

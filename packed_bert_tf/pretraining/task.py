@@ -153,13 +153,14 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat,
 
 def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                      steps_per_update: int, record_format: RecordFormat,
-                     seed: int | None, skip_steps: int = 0,
+                     seed: int | None, skip_rows: int = 0,
                      shuffle_buffer_size: int = 10_000, id_limits: IdLimits | None = None,
                      pack_on_the_fly: PackOnTheFly | None = None):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
 
-    Each pipeline yields per-replica elements [K, b, ...]; ``skip_steps``
-    updates already done are skipped (a resumed run). ``id_limits``: every
+    Each pipeline yields per-replica elements [K, b, ...]; each replica first
+    skips ``skip_rows`` rows (a resumed run: those it had read,
+    `trajectory.rows_read`). ``id_limits``: every
     id is checked against them (`pipeline.parse_records`).
     ``pack_on_the_fly``: unpacked records are packed as they are read.
     """
@@ -170,7 +171,7 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
         return pipeline.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
             input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
-            skip_batches=skip_steps * steps_per_update, id_limits=id_limits,
+            skip_rows=skip_rows, id_limits=id_limits,
             micro_batches=steps_per_update, pack_on_the_fly=pack_on_the_fly)
 
     return dataset_fn

@@ -28,7 +28,8 @@ from packed_bert_tf.squad.features import check_feature_arguments, load_or_creat
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
 from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_feature_ids,
-                                                 check_fine_tuning_options, export,
+                                                 check_fine_tuning_options, check_resume,
+                                                 export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
 from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
@@ -90,6 +91,7 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
     worker writes, feature caches included)."""
     output_dir = dirs.own
     check_options(options, config, strategy)
+    check_resume(options, config, strategy, dirs, worker)
     tokenizer = make_tokenizer(options, config)
     feature_args = dict(max_seq_length=options.max_seq_length,
                         doc_stride=options.doc_stride,

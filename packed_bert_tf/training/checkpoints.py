@@ -52,7 +52,7 @@ class TrainingCheckpoints:
     seeds and the run's totals (`RunTotals`).
 
     The data position is the global step: a resumed run skips the batches
-    the step accounts for (``pretraining_dataset(skip_batches=...)``).
+    the step accounts for (``pretraining_dataset(skip_rows=...)``, `trajectory`).
     Checkpoints go to ``<output_dir>/checkpoints/ckpt-<step>``.
 
     Args:
@@ -95,6 +95,13 @@ class TrainingCheckpoints:
     def exists(output_dir: str) -> bool:
         """Whether ``output_dir`` holds a checkpoint a run would resume from."""
         return bool(checkpoints_on_disk(os.path.join(output_dir, CHECKPOINT_SUBDIR)))
+
+    @staticmethod
+    def newest_step(output_dir: str) -> int:
+        """The step of the newest checkpoint in ``output_dir`` (the one a run
+        resumes from), read without restoring it; 0 when there is none."""
+        found = checkpoints_on_disk(os.path.join(output_dir, CHECKPOINT_SUBDIR))
+        return _step_of(found[-1]) if found else 0
 
     @staticmethod
     def model_parts(output_dir: str) -> set[str]:

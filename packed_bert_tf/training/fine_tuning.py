@@ -21,6 +21,7 @@ from packed_bert_tf.data.features import IdLimits
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
+from packed_bert_tf.training import trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
                                                   check_global_batch_size,
@@ -267,6 +268,35 @@ def start_fine_tuning(options, make_model, task, *, strategy, train_packs, outpu
         keep_checkpoint_max=options.keep_checkpoint_max,
         init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
     return FineTuning(model, trainer, checkpoints, start_step, schedule, total_steps)
+
+
+#: The options that fix a fine-tuning run's trajectory, where a task has them.
+_TRAJECTORY_OPTIONS = ("train_batch_size", "steps_per_update", "step_unit",
+                       "max_seq_length", "doc_stride", "max_query_length", "batching",
+                       "max_sequences_per_pack", "algorithm", "seed", "train_file",
+                       "task_name", "data_dir", "vocab_file", "do_lower_case")
+
+
+def check_resume(options, config, strategy, dirs, worker) -> None:
+    """Refuses to resume ``--output_dir`` with other values of what fixes the run's
+    trajectory (`trajectory`: the options above, the model config, the
+    replicas) than it was started with; records them on a new run. Called
+    before the model is built, so that another config is one line, not a
+    failed restore. A fine-tuning run is short: instead of going on with
+    other flags, it starts from the weights in another folder."""
+    if not options.do_train:
+        return
+    steps = step_counting(options)
+    values = {f"--{name}": getattr(options, name) for name in _TRAJECTORY_OPTIONS
+              if hasattr(options, name)}
+    values.update({"--bert_config_file": config.to_dict(),
+                   "replicas": strategy.num_replicas_in_sync})
+    rows = (options.train_batch_size // strategy.num_replicas_in_sync
+            * steps.micro_batches_per_update)
+    trajectory.resume(dirs.shared,
+                      trajectory.Segment(0, steps.global_steps_per_update, rows, values),
+                      step=TrainingCheckpoints.newest_step(dirs.shared),
+                      allow_changes=False, allow_flag=None, write=worker.is_chief)
 
 
 def train_on_rows(options, run: FineTuning, train_dataset_fn, packs, output_dir) -> dict:

@@ -157,7 +157,7 @@ def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_
 def test_skipping_batches_resumes_the_seeded_order(unpacked_files):
     def batches(skip):
         dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=16, seed=5,
-                                               shuffle_buffer_size=100, skip_batches=skip)
+                                               shuffle_buffer_size=100, skip_rows=16 * skip)
         return [b["input_ids"] for b in dataset.take(6 - skip).as_numpy_iterator()]
 
     whole, resumed = batches(0), batches(4)
@@ -199,7 +199,7 @@ def test_packs_made_on_the_fly_depend_on_the_replica_count_alone(unpacked_files,
 def test_skipping_packed_batches_resumes_with_the_same_packs(unpacked_files):
     def batches(skip):
         dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=8, seed=5,
-                                               shuffle_buffer_size=100, skip_batches=skip,
+                                               shuffle_buffer_size=100, skip_rows=8 * skip,
                                                pack_on_the_fly=PACK)
         return [b["input_ids"] for b in dataset.take(10 - skip).as_numpy_iterator()]
 

@@ -255,3 +255,35 @@ def test_steps_count_micro_batches_as_in_the_mlperf_reference(config_file, unpac
     assert [point["step"] for point in train["history"]] == [3]
     assert summary["steps"]["optimizer_clipnorm"] == 1.0
     assert summary["steps"]["micro_batch_clipnorm"] is None
+
+
+def test_a_resume_with_other_flags_is_refused_naming_each(config_file, unpacked_files,
+                                                           tmp_path):
+    train = dict(do_train=True, input_file=unpacked_files[0], batching="padded",
+                 num_train_steps=3, jit_compile=False)
+    first = run_pretraining(options(config_file, tmp_path, **train))
+    assert first["train"]["final_step"] == 3
+    written = json.loads((tmp_path / "trajectory.json").read_text())["segments"]
+    assert [(s["start_step"], s["rows_per_update"]) for s in written] == [(0, 4)]
+    assert written[0]["values"]["--train_batch_size"] == 4
+
+    other_config = tmp_path / "other_config.json"
+    CONFIG.__class__(**{**CONFIG.to_dict(), "hidden_dropout_prob": 0.0}).to_json_file(
+        str(other_config))
+    with pytest.raises(ValueError, match=(
+            rf"^--output_dir={tmp_path} was trained to step 3 with other values: "
+            r"--bert_config_file \(hidden_dropout_prob 0.1 \(now 0.0\)\); --seed 3 "
+            r"\(now 4\); --train_batch_size 4 \(now 8\)\. Resume with the same flags, or "
+            r"pass --resume_with_changed_flags to go on with these \(the records already "
+            r"read are skipped\)$")):
+        run_pretraining(options(other_config, tmp_path, **{
+            **train, "num_train_steps": 6, "train_batch_size": 8, "seed": 4}))
+    assert json.loads((tmp_path / "trajectory.json").read_text())["segments"] == written
+
+    # Asked for: a second segment; the 3 updates of 4 records are what it skips.
+    resumed = run_pretraining(options(config_file, tmp_path, **{
+        **train, "num_train_steps": 6, "train_batch_size": 8,
+        "resume_with_changed_flags": True}))
+    assert (resumed["train"]["start_step"], resumed["train"]["final_step"]) == (3, 6)
+    segments = json.loads((tmp_path / "trajectory.json").read_text())["segments"]
+    assert [(s["start_step"], s["rows_per_update"]) for s in segments] == [(0, 4), (3, 8)]

@@ -120,6 +120,20 @@ def test_a_pre_training_output_dir_is_refused_naming_its_weights(files, tmp_path
     assert sorted(tmp_path.rglob("*")) == before  # no feature cache written there
 
 
+def test_a_resume_with_another_batch_size_is_refused(files, tmp_path):
+    train = dict(do_train=True, num_train_epochs=1.0, train_batch_size=8,
+                 jit_compile=False)
+    run_squad(options(files, tmp_path, **train))
+    assert (tmp_path / "trajectory.json").exists()
+    with pytest.raises(ValueError, match=rf"^--output_dir={tmp_path} was trained to step "
+                                         rf"\d+ with other values: --train_batch_size 8 "
+                                         rf"\(now 16\)\. Resume with the same flags, or "
+                                         rf"start from its weights \(--init_checkpoint\) in "
+                                         rf"another --output_dir$"):
+        run_squad(options(files, tmp_path, **{**train, "train_batch_size": 16,
+                                              "num_train_epochs": 2.0}))
+
+
 def _bad_inputs(files, folder):
     """run_squad.py command lines on bad inputs, with what their one error line
     must say (a regular expression)."""
