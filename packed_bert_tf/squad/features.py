@@ -94,13 +94,29 @@ class SquadExample:
 
 @dataclasses.dataclass(frozen=True)
 class ReadStats:
-    """What `read_squad_examples` read and skipped."""
+    """What `read_squad_examples` read and skipped.
+
+    Attributes:
+      num_questions: questions in the file.
+      skipped_answer_ids: training questions skipped, in file order.
+      skip_reasons: why each was skipped (`SKIP_REASONS`), in the same order.
+    """
     num_questions: int
-    skipped_answer_ids: tuple  # training questions whose answer text is not at its offset
+    skipped_answer_ids: tuple
+    skip_reasons: tuple = ()
 
     @property
     def num_skipped(self) -> int:
         return len(self.skipped_answer_ids)
+
+    def skipped_by_reason(self) -> dict[str, int]:
+        """Reason -> questions skipped for it (every reason, 0 included)."""
+        return {reason: self.skip_reasons.count(reason) for reason in SKIP_REASONS}
+
+
+#: Why a training question is skipped (`ReadStats.skip_reasons`).
+SKIP_REASONS = ("answer outside the context",  # empty, or offsets past the context
+                "answer text not at answer_start")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +268,7 @@ def read_squad_examples(input_file: str, *, is_training: bool
     data = load_squad_json(input_file)
     examples: list[SquadExample] = []
     skipped: list[str] = []
+    reasons: list[str] = []
     num_questions = 0
     paragraph_index = -1
     for article_index, article in enumerate(data):
@@ -286,25 +303,32 @@ def read_squad_examples(input_file: str, *, is_training: bool
                 if char_to_word_offset is None:
                     word_start, word_end, char_to_word_offset = whitespace_words(context)
                 answer_end = answer_start + len(answer_text) - 1
-                found = False
+                reason = SKIP_REASONS[0]
                 if answer_text and 0 <= answer_start and answer_end < len(context):
+                    reason = SKIP_REASONS[1]
                     start_word = max(int(char_to_word_offset[answer_start]), 0)
                     end_word = int(char_to_word_offset[answer_end])
                     if end_word >= start_word:
                         # The reference: the answer's words, joined by one space,
                         # must contain the white-space-normalised answer text.
+                        # Both sides normalised with all of Unicode's white
+                        # space, as the official evaluation normalises answers:
+                        # the reference normalises only the answer, and drops
+                        # an answer with a no-break or ideographic space that
+                        # is in the context as it is.
                         words = slice(start_word, end_word + 1)
                         actual_text = " ".join(context[s:e] for s, e in
                                                zip(word_start[words], word_end[words]))
                         cleaned = " ".join(answer_text.split())
-                        found = actual_text.find(cleaned) != -1
-                if not found:
+                        if " ".join(actual_text.split()).find(cleaned) != -1:
+                            reason = None
+                if reason is not None:
                     skipped.append(qas_id)
+                    reasons.append(reason)
                     if len(skipped) <= _MAX_LOGGED:
                         logging.warning(
-                            "%s: answer %r not found in the context at answer_start=%d "
-                            "(context there: %r); question skipped", where, answer_text,
-                            answer_start,
+                            "%s: %s: answer %r, answer_start=%d (context there: %r); "
+                            "question skipped", where, reason, answer_text, answer_start,
                             context[max(answer_start, 0):][:len(answer_text)])
                     continue
                 examples.append(SquadExample(qas_id, question, context, paragraph_index,
@@ -312,14 +336,16 @@ def read_squad_examples(input_file: str, *, is_training: bool
     if not num_questions:
         raise SquadFormatError(f"{input_file}: no questions (data[].paragraphs[].qas[] "
                                f"are all empty)")
+    stats = ReadStats(num_questions, tuple(skipped), tuple(reasons))
     if skipped:
-        logging.warning("%s: skipped %d of %d training questions whose answer text is "
-                        "not in the context at answer_start", input_file, len(skipped),
-                        num_questions)
+        logging.warning("%s: skipped %d of %d training questions (%s)", input_file,
+                        len(skipped), num_questions, ", ".join(
+                            f"{count} {reason}" for reason, count in
+                            stats.skipped_by_reason().items() if count))
     if not examples:
         raise SquadFormatError(f"{input_file}: none of its {num_questions} training "
                                f"questions has its answer text at answer_start")
-    return examples, ReadStats(num_questions, tuple(skipped))
+    return examples, stats
 
 
 def _reference_split(text: str) -> list[str]:

@@ -153,7 +153,9 @@ def _describe(data, packs) -> dict:
     return {"examples": len(data.examples), "features": packs.num_features,
             "rows": packs.num_packs, "packing_factor": packs.packing_factor,
             "padding_fraction": packs.padding_fraction,
-            "skipped_examples": data.read_stats.num_skipped, "from_cache": data.from_cache}
+            "skipped_examples": data.read_stats.num_skipped,
+            "skipped_by_reason": data.read_stats.skipped_by_reason(),
+            "from_cache": data.from_cache}
 
 
 def predict(options, model, strategy, data, output_dir, pack_args) -> dict:

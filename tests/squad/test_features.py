@@ -250,9 +250,34 @@ def test_answers_not_at_their_offset_are_skipped_and_counted(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         examples, stats = read_squad_examples(path, is_training=True)
     assert stats.skipped_answer_ids == ("p0q0", "p0q3") and stats.num_skipped == 2
+    assert stats.skip_reasons == ("answer text not at answer_start",
+                                  "answer outside the context")
+    assert stats.skipped_by_reason() == {"answer outside the context": 1,
+                                         "answer text not at answer_start": 1}
     assert len(examples) == 8 and stats.num_questions == 10
-    assert "answer 'London' not found in the context at answer_start" in caplog.text
-    assert "skipped 2 of 10 training questions" in caplog.text
+    assert "answer text not at answer_start: answer 'London', answer_start=" in caplog.text
+    assert ("skipped 2 of 10 training questions (1 answer outside the context, 1 answer "
+            "text not at answer_start)") in caplog.text
+
+
+@pytest.mark.parametrize("space", ["\u00a0", "\u3000", "\u2009"])
+def test_answers_with_unicode_spaces_at_their_offset_are_kept(tmp_path, space):
+    # No-break, ideographic and thin spaces are not the reference's word
+    # separators: "10<space>km" is one word of the context, found by
+    # normalising both sides as the official evaluation normalises answers.
+    context = f"The race is 10{space}km long and ends at noon."
+    answer = f"10{space}km"
+    dataset = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{
+        "context": context, "qas": [
+            {"id": "q0", "question": "How long?", "answers": [
+                {"text": answer, "answer_start": context.index(answer)}]},
+            {"id": "q1", "question": "When?", "answers": [
+                {"text": f"at{space}noon", "answer_start": context.index("at noon")}]}]}]}]}
+    path = squad_data.write_json(tmp_path / "train.json", dataset)
+    examples, stats = read_squad_examples(path, is_training=True)
+    assert [e.qas_id for e in examples] == ["q0", "q1"] and stats.num_skipped == 0
+    assert (examples[0].start_position, examples[0].end_position) == (3, 3)
+    assert (examples[1].start_position, examples[1].end_position) == (7, 8)
 
 
 def test_long_questions_are_truncated_with_a_counted_warning(tmp_path, caplog):
