@@ -69,18 +69,31 @@ def quiet_unless_verbose() -> bool:
 _completed: list[str] = []
 
 
+class _Holding:
+    """Whether an interrupt waits (`completing`), and the one that came meanwhile."""
+    active = False
+    pending: int | None = None
+
+
 @contextlib.contextmanager
 def completing(paths: list[str]):
     """Holds SIGINT and SIGTERM while a run's outputs get their names (renames
     of complete files), so that an interrupt comes before all of them or after
-    all of them; one that comes after says they are complete."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    all of them; one that comes after says they are complete.
+
+    Held in Python (`one_line_on_interrupt`'s handler notes the signal), not
+    by a signal mask: the kernel gives a process's signal to any of its
+    threads that does not block it (a tokenizer's, say).
+    """
+    _Holding.active = True
     try:
         yield
         _completed.extend(paths)
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _Holding.active = False
+        if _Holding.pending is not None:
+            _Holding.pending = None
+            raise KeyboardInterrupt
 
 
 def one_line_on_interrupt(tool: str):
@@ -97,6 +110,9 @@ def one_line_on_interrupt(tool: str):
 
             def interrupt(signum, frame):
                 received.append(signum)
+                if _Holding.active:  # outputs being named: after them (`completing`)
+                    _Holding.pending = signum
+                    return
                 raise KeyboardInterrupt
 
             signal.signal(signal.SIGINT, interrupt)

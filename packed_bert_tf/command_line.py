@@ -43,7 +43,11 @@ NATIVE_LOG_LINE = (
 # The filter runs in a process of its own, so that whatever the tool does
 # (exit, crash, abort in C++) everything else written to stderr comes out.
 _FILTER_PROGRAM = f"""
-import re, sys
+import re, signal, sys
+# Ctrl-C reaches the whole process group: the filter outlives it, passing on
+# the tool's own last line, and ends when the tool closes the pipe.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 native = re.compile({NATIVE_LOG_LINE!r})
 for line in sys.stdin.buffer:
     if not native.match(line.decode("utf-8", "replace")):
@@ -80,6 +84,8 @@ def quiet_native_logs(argv: list[str] | None = None) -> None:
     if wants_detail(argv) or os.environ.get(TF_LOG_LEVEL_ENV) == "0":
         return
     os.environ.setdefault(TF_LOG_LEVEL_ENV, "2")  # what TensorFlow itself honours
+    global _stderr_is_terminal
+    _stderr_is_terminal = os.isatty(2)
     sys.stderr.flush()
     read_end, write_end = os.pipe()
     log_filter = subprocess.Popen([sys.executable, "-S", "-c", _FILTER_PROGRAM],
@@ -100,6 +106,19 @@ def quiet_native_logs(argv: list[str] | None = None) -> None:
             pass
 
     atexit.register(drain)
+
+
+#: Whether stderr was a terminal before `quiet_native_logs` put its filter's
+#: pipe in between (None: no filter).
+_stderr_is_terminal: bool | None = None
+
+
+def stderr_is_terminal() -> bool:
+    """Whether the program's stderr is a terminal (a user watching), also behind
+    the filter of `quiet_native_logs`, where ``sys.stderr.isatty()`` is False."""
+    if _stderr_is_terminal is not None:
+        return _stderr_is_terminal
+    return sys.stderr.isatty()
 
 
 def discard_native_output() -> None:

@@ -14,7 +14,8 @@ ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
 
 # `optimal` returns a shortcut's plan (exact-fill rows, or length classes),
 # without column generation over the whole histogram, when a lower bound
-# proves it within this fraction of the optimum (issue 14 asks for 0.05 %).
+# proves it within this fraction of the optimum (0.05 %, the target for
+# long-context plans).
 DEFAULT_CERTIFIED_GAP = 5e-4
 
 # Residuals of the best exact-fill candidates packed to choose between them.

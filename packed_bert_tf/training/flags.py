@@ -4,6 +4,7 @@ run_squad.py, run_classifier.py)."""
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 
 from absl import flags
@@ -171,10 +172,29 @@ def options_from_flags(options_class, values=None):
 def run_or_exit(program: str, run, options_class) -> None:
     """``run(options_from_flags(options_class))``; a bad flag or input, an output
     that cannot be written (a full disk), or a NaN loss, ends the program with
-    one line ``program: why`` and exit status 1."""
+    one line ``program: why`` and exit status 1. SIGINT (Ctrl-C) and SIGTERM
+    stop training at the next step boundary with a checkpoint (`interrupts`),
+    or at once outside the training loop: one line saying where, exit status
+    128 + the signal."""
+    from packed_bert_tf.training import interrupts
     from packed_bert_tf.training.loop import NonFiniteLossError
 
     try:
-        run(options_from_flags(options_class))
+        with interrupts.stop_on_signals():
+            run(options_from_flags(options_class))
     except (ValueError, OSError, NonFiniteLossError) as error:
         sys.exit(f"{program}: {error}")
+    except interrupts.TrainingInterrupted as error:
+        _exit_on_signal(f"{program}: {error}", error.signal_number)
+    except KeyboardInterrupt:
+        signum = interrupts.last_signal()
+        _exit_on_signal(f"{program}: interrupted by {signal.Signals(signum).name} "
+                        f"outside the training loop; nothing of it saved (a resume "
+                        f"starts from the last checkpoint)", signum)
+
+
+def _exit_on_signal(line: str, signum: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+    sys.exit(128 + signum)

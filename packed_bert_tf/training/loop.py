@@ -8,6 +8,7 @@ from typing import Callable
 
 from absl import logging
 
+from packed_bert_tf.training import interrupts
 from packed_bert_tf.training.checkpoints import RunTotals, TrainingCheckpoints
 from packed_bert_tf.training.progress import TrainingLogger
 from packed_bert_tf.training.steps import crossed, updates_to_boundary
@@ -86,6 +87,22 @@ class TrainingSummary:
         return values
 
 
+def _run_chunk(trainer: Trainer, iterator, step: int, num_train_steps: int,
+               updates_per_loop: int, intervals: tuple):
+    """One call of the compiled loop: as many updates as fit before the next log
+    point, checkpoint (``intervals``, 0: none) or the end. Returns (result,
+    updates, wall seconds, CPU seconds)."""
+    per_update = trainer.global_steps_per_update
+    updates = min(updates_per_loop, (num_train_steps - step) // per_update)
+    for every in intervals:
+        if every:
+            updates = min(updates, updates_to_boundary(step, every, per_update))
+    started, cpu_started = time.perf_counter(), time.process_time()
+    result = trainer.train_steps(iterator, updates)
+    return (result, updates, time.perf_counter() - started,
+            time.process_time() - cpu_started)
+
+
 def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                  iterations_per_loop: int = 1, log_every_n_steps: int = 100,
                  save_checkpoints_steps: int = 0,
@@ -111,6 +128,8 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         K (a checkpoint written with another ``--steps_per_update``).
       NonFiniteLossError: an update's loss was NaN or infinite (naming the
         step it ended at); nothing is saved after it.
+      interrupts.TrainingInterrupted: a SIGINT or SIGTERM came while a chunk
+        ran (`interrupts`): the loop stopped after it, with a checkpoint.
     """
     per_update = trainer.global_steps_per_update
     start_step = int(trainer.step.numpy())
@@ -130,44 +149,48 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     interval = _Interval(trainer.metric_names)
     first_chunk = True
     updates_per_loop = max(1, -(-iterations_per_loop // per_update))
-    while step < num_train_steps:
-        updates = min(updates_per_loop, (num_train_steps - step) // per_update)
-        for every in (log_every_n_steps, save_checkpoints_steps):
-            if every:
-                updates = min(updates, updates_to_boundary(step, every, per_update))
-        started, cpu_started = time.perf_counter(), time.process_time()
-        result = trainer.train_steps(iterator, updates)
-        elapsed = time.perf_counter() - started
-        cpu_elapsed = time.process_time() - cpu_started
-        if result.first_nonfinite_step >= 0:
-            raise NonFiniteLossError(step + (result.first_nonfinite_step + 1) * per_update,
-                                     checkpoints.latest if checkpoints else None)
-        previous_step, step = step, step + updates * per_update
-        totals["seconds"] += elapsed
-        for name in STATISTICS:
-            totals[name] += result.statistics[name]
-        if not first_chunk:
-            totals["steady_seconds"] += elapsed
-            totals["steady_cpu_seconds"] += cpu_elapsed
-            totals["steady_sequences"] += result.statistics["sequences"]
-            totals["steady_tokens"] += result.statistics["tokens"]
-        first_chunk = False
-        interval.add(result, elapsed)
-        if crossed(previous_step, step, log_every_n_steps) or step == num_train_steps:
-            values = interval.values()
-            if learning_rate_at is not None:
-                values["learning_rate"] = learning_rate_at(step - 1)
-            values["sequences_seen"] = totals["sequences"]
-            values = {name: float(value) for name, value in values.items()}
-            history.append({"step": step, **values})
-            if logger is not None:
-                logger.log(step, values)
-            interval = _Interval(trainer.metric_names)
-        if checkpoints is not None and (
-                crossed(previous_step, step, save_checkpoints_steps)
-                or (step == num_train_steps and checkpoints.saved_step != step)):
-            checkpoints.totals.write(totals, history)
-            checkpoints.save()
+    # A stop signal while the loop runs is noted, not raised: the loop stops
+    # after the chunk in flight, with a checkpoint (`interrupts`).
+    with interrupts.at_step_boundaries():
+        while step < num_train_steps:
+            result, updates, elapsed, cpu_elapsed = _run_chunk(
+                trainer, iterator, step, num_train_steps, updates_per_loop,
+                (log_every_n_steps, save_checkpoints_steps))
+            if result.first_nonfinite_step >= 0:
+                raise NonFiniteLossError(
+                    step + (result.first_nonfinite_step + 1) * per_update,
+                    checkpoints.latest if checkpoints else None)
+            previous_step, step = step, step + updates * per_update
+            totals["seconds"] += elapsed
+            for name in STATISTICS:
+                totals[name] += result.statistics[name]
+            if not first_chunk:
+                totals["steady_seconds"] += elapsed
+                totals["steady_cpu_seconds"] += cpu_elapsed
+                totals["steady_sequences"] += result.statistics["sequences"]
+                totals["steady_tokens"] += result.statistics["tokens"]
+            first_chunk = False
+            interval.add(result, elapsed)
+            if crossed(previous_step, step, log_every_n_steps) or step == num_train_steps:
+                values = interval.values()
+                if learning_rate_at is not None:
+                    values["learning_rate"] = learning_rate_at(step - 1)
+                values["sequences_seen"] = totals["sequences"]
+                values = {name: float(value) for name, value in values.items()}
+                history.append({"step": step, **values})
+                if logger is not None:
+                    logger.log(step, values)
+                interval = _Interval(trainer.metric_names)
+            stop = interrupts.requested() if step < num_train_steps else None
+            last = step == num_train_steps or stop is not None
+            if checkpoints is not None and (
+                    crossed(previous_step, step, save_checkpoints_steps)
+                    or (last and checkpoints.saved_step != step)):
+                checkpoints.totals.write(totals, history)
+                checkpoints.save()
+            if stop is not None:
+                raise interrupts.TrainingInterrupted(
+                    stop, step, num_train_steps, checkpoints.latest if checkpoints else None)
     if step == start_step:
         logging.info("nothing to train: already at step %d of %d", step, num_train_steps)
     final_metrics = {name: history[-1][name] for name in trainer.metric_names

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import tensorflow as tf
 from absl import logging
 from tensorflow.core.framework import summary_pb2
+
+from packed_bert_tf.command_line import stderr_is_terminal
 
 # Order and format of the values on a log line (others follow, as %.4g).
 _LINE_FORMATS = {
@@ -38,7 +39,7 @@ class TrainingLogger:
       total_steps: the step the run ends at (for the progress bar).
       subdir: ``train`` or ``eval``.
       progress_bar: show a Keras progress bar; default: when stderr is a
-        terminal.
+        terminal (`command_line.stderr_is_terminal`).
     """
 
     def __init__(self, output_dir: str | None, total_steps: int, *, subdir: str = "train",
@@ -47,7 +48,7 @@ class TrainingLogger:
         self.writer = (tf.summary.create_file_writer(os.path.join(output_dir, subdir))
                        if output_dir else None)
         if progress_bar is None:
-            progress_bar = sys.stderr.isatty()
+            progress_bar = stderr_is_terminal()
         self.progress_bar = None
         if progress_bar:
             import keras

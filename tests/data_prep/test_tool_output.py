@@ -17,6 +17,7 @@ def handlers():
     for number, handler in saved.items():
         signal.signal(number, handler)
     tool_output._completed.clear()
+    tool_output._Holding.pending = None
 
 
 @pytest.mark.parametrize("signal_number", [signal.SIGINT, signal.SIGTERM])

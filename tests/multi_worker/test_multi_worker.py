@@ -84,7 +84,7 @@ def test_only_the_chief_writes_into_the_output_folder(pretraining):
     chief, other = pretraining["workers"]
     assert sorted(path.name for path in output_dir.iterdir()) == [
         "checkpoints", "eval_results.json", f"model.ckpt-{STEPS}.data-00000-of-00001",
-        f"model.ckpt-{STEPS}.index", "train", "train_summary.json"]
+        f"model.ckpt-{STEPS}.index", "train", "train_summary.json", "trajectory.json"]
     assert f"saved checkpoint {output_dir}" in chief.stderr
     assert str(output_dir) not in other.stderr.split("its own files go to")[1]
     assert not worker_folder(other).exists()  # removed at the end

@@ -111,6 +111,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
         f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
         f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
         "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
+        "--shuffle_buffer_size=50",
         "--nojit_compile")
     # The same, with the state file (`checkpoint`) damaged: resumed from ckpt-2.
     damaged_state = root / "damaged_state"
@@ -124,6 +125,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
         f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
         f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
         "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
+        "--shuffle_buffer_size=50",
         "--nojit_compile")
     # A disk that fills up at the second checkpoint (about 2 MB each here).
     full_disk = root / "full_disk"
@@ -133,6 +135,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
         f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
         f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
         "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
+        "--shuffle_buffer_size=50",
         "--nojit_compile", max_file_bytes=1_000_000)
     results = {name: finish_tool(process) for name, process in processes.items()}
     results["damaged_state_files"] = written
