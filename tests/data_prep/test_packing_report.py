@@ -47,12 +47,27 @@ def test_report_table_plot_and_json(tmp_path, histogram_file):
     assert plans["optimal"]["num_packs"] <= min(p["num_packs"] for p in plans.values())
 
 
-def test_a_subset_of_algorithms_still_reports_the_lp_gap(tmp_path, histogram_file):
+def test_a_subset_of_algorithms_reports_the_lp_gap_when_asked(tmp_path, histogram_file):
     path, _ = histogram_file
-    result = _run(f"--histogram={path}", "--algorithms=spfhp,lpfhp", cwd=tmp_path)
+    result = _run(f"--histogram={path}", "--algorithms=spfhp,lpfhp", "--lp_bound",
+                  cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     spfhp = next(line for line in result.stdout.splitlines() if line.startswith("spfhp"))
     assert spfhp.split()[-1] != "-"
+
+
+def test_heuristics_alone_compute_no_lp_bound(tmp_path, histogram_file):
+    # The bound is column generation: minutes on a long-context histogram,
+    # where the heuristics take a second.
+    path, _ = histogram_file
+    summary = tmp_path / "report.json"
+    result = _run(f"--histogram={path}", "--algorithms=bfd", f"--output_json={summary}",
+                  cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "LP lower bound not computed (--lp_bound)" in result.stdout
+    bfd = next(line for line in result.stdout.splitlines() if line.startswith("bfd"))
+    assert bfd.split()[-1] == "-"
+    assert json.loads(summary.read_text())["lp_lower_bound_packs"] is None
 
 
 @pytest.mark.parametrize("flags, message", [
