@@ -58,6 +58,7 @@ from data_prep import tool_output
 from packed_bert_tf import output_files as output_files_module
 from packed_bert_tf.data import (file_patterns, local_tfrecords, pretraining_instances,
                                   tokenization)
+from packed_bert_tf.tool_progress import Progress
 
 #: Records serialised per batch.
 WRITE_BATCH_SIZE = 4096
@@ -270,18 +271,31 @@ def _train_vocabulary(input_files: list[str], vocab_size: int, vocab_file: str,
 
 
 def _make_instances(tasks: list["_FileTask"], num_workers: int) -> list["_FileInstances"]:
-    """Each input file's instances, by ``num_workers`` processes."""
+    """Each input file's instances, by ``num_workers`` processes, with a progress
+    display (`tool_progress`): documents of one file, else files."""
     num_workers = min(num_workers, len(tasks))
-    if num_workers == 1:
-        return [_instances_of_file(task) for task in tasks]
-    # Imported here: a one-worker run has no use for it (start-up time).
-    import multiprocessing
+    if len(tasks) == 1:
+        with Progress("making instances", unit="documents") as progress:
+            return [_instances_of_file(tasks[0], progress.update)]
+    with Progress("making instances", total=len(tasks), unit="files") as progress:
+        if num_workers == 1:
+            results = []
+            for task in tasks:
+                results.append(_instances_of_file(task))
+                progress.advance()
+            return results
+        # Imported here: a one-worker run has no use for it (start-up time).
+        import multiprocessing
 
-    # 'spawn': the workers start clean (this process has TensorFlow's
-    # threads, which 'fork' would copy half-way); they import no TensorFlow.
-    with multiprocessing.get_context("spawn").Pool(
-            num_workers, initializer=_start_worker) as pool:
-        return pool.map(_instances_of_file, tasks, chunksize=1)
+        # 'spawn': the workers start clean (this process has TensorFlow's
+        # threads, which 'fork' would copy half-way); they import no TensorFlow.
+        with multiprocessing.get_context("spawn").Pool(
+                num_workers, initializer=_start_worker) as pool:
+            results = []
+            for result in pool.imap(_instances_of_file, tasks, chunksize=1):
+                results.append(result)
+                progress.advance()
+            return results
 
 
 class _FileTask(NamedTuple):
@@ -306,9 +320,10 @@ def _start_worker() -> None:
     os.environ["RAYON_NUM_THREADS"] = "1"
 
 
-def _instances_of_file(task: _FileTask) -> _FileInstances:
+def _instances_of_file(task: _FileTask, progress=None) -> _FileInstances:
     """Reads, tokenizes and makes the instances of one input file, as the
-    reference does for a run on that file alone with ``task.random_seed``."""
+    reference does for a run on that file alone with ``task.random_seed``
+    (``progress``: `create_training_instances`'s)."""
     tokenizer = tokenization.WordPieceTokenizer(task.vocab_file,
                                                 do_lower_case=task.do_lower_case)
     documents = pretraining_instances.tokenize_documents(
@@ -316,7 +331,8 @@ def _instances_of_file(task: _FileTask) -> _FileInstances:
     if not documents:
         return _FileInstances(None, 0, 0)
     arrays = pretraining_instances.create_training_instances(
-        documents, tokenizer.vocab, random_seed=task.random_seed, **task.options)
+        documents, tokenizer.vocab, random_seed=task.random_seed, progress=progress,
+        **task.options)
     return _FileInstances(arrays, len(documents),
                           sum(len(document) for document in documents))
 

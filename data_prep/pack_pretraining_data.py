@@ -332,6 +332,34 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list,
 CANCEL_TIMEOUT_S = 10
 
 
+@contextlib.contextmanager
+def _written_so_far(output_dir: str, temporary_suffix: str, poll_seconds: float = 1.0):
+    """Shows the packed MB the workers have written so far (this run's
+    unfinished files in ``output_dir``) while the pipeline runs (`Progress`:
+    nothing when it ends within seconds)."""
+    from packed_bert_tf.tool_progress import Progress
+
+    stop = threading.Event()
+
+    def watch(progress):
+        while not stop.wait(poll_seconds):
+            try:
+                written = sum(os.path.getsize(path) for name, path in _list_dir(output_dir)
+                              if temporary_suffix in name and os.path.isfile(path))
+            except OSError:  # renamed or removed meanwhile: next time
+                continue
+            progress.update(written / 1e6)
+
+    with Progress("packing, written", unit="MB") as progress:
+        watcher = threading.Thread(target=watch, args=(progress,), daemon=True)
+        watcher.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            watcher.join()
+
+
 def _size(paths) -> str:
     total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
     return f"{total / 1e6:,.1f} MB" if total else "remote"
@@ -379,12 +407,13 @@ def _pack(job, options, argv, skipped: list[str], removed: int, release_lock) ->
     submitted = []  # the job a service runs (not the local runner's): to cancel
     _stop_on_signals(job.output_dir, transform.temporary_suffix, submitted, release_lock)
     try:
-        pipeline = beam.Pipeline(options=options)
-        _ = pipeline | "Pack" >> transform
-        result = pipeline.run()  # the local runner returns once done
-        if (options.view_as(StandardOptions).runner or "") not in LOCAL_RUNNERS:
-            submitted.append(result)
-        state = result.wait_until_finish()
+        with _written_so_far(job.output_dir, transform.temporary_suffix):
+            pipeline = beam.Pipeline(options=options)
+            _ = pipeline | "Pack" >> transform
+            result = pipeline.run()  # the local runner returns once done
+            if (options.view_as(StandardOptions).runner or "") not in LOCAL_RUNNERS:
+                submitted.append(result)
+            state = result.wait_until_finish()
         if state != PipelineState.DONE:
             raise RuntimeError(f"the pipeline ended in state {state}")
     except Exception as error:  # noqa: BLE001 - Beam wraps worker errors

@@ -21,6 +21,7 @@ from absl import app, flags, logging
 from data_prep import tool_output
 from packed_bert_tf import output_files, packing
 from packed_bert_tf.json_files import check_output_file, write_json_atomically
+from packed_bert_tf.tool_progress import Progress
 
 FLAGS = flags.FLAGS
 
@@ -71,19 +72,21 @@ def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pa
         raise ValueError(f"--algorithms: unknown {', '.join(unknown)}; expected "
                          f"'all' or some of {', '.join(packing.ALGORITHMS)}")
     plans = []
-    for algorithm in algorithms:
-        options = {"seed": seed} if algorithm == "greedy" else {}
-        logging.info("Packing %s with %s", histogram.name, algorithm)
-        plans.append(packing.pack_histogram(
-            histogram.counts, max_sequence_length, max_sequences_per_pack,
-            algorithm, **options))
+    with Progress("planning", total=len(algorithms), unit="plans") as progress:
+        for algorithm in algorithms:
+            options = {"seed": seed} if algorithm == "greedy" else {}
+            logging.info("Packing %s with %s", histogram.name, algorithm)
+            plans.append(packing.pack_histogram(
+                histogram.counts, max_sequence_length, max_sequences_per_pack,
+                algorithm, **options))
+            progress.advance()
     known = [p.lp_lower_bound_packs for p in plans if p.lp_lower_bound_packs is not None]
     if known:
         return histogram, plans, max(known)
     if not lp_bound:
         return histogram, plans, None
     # The gap column needs the bound: the optimal solver computes it.
-    logging.info("Computing the LP lower bound")
+    print("computing the LP lower bound (--lp_bound) ...", flush=True)
     bound_plan = packing.pack_histogram(histogram.counts, max_sequence_length,
                                         max_sequences_per_pack, "optimal")
     return histogram, plans, bound_plan.lp_lower_bound_packs

@@ -38,7 +38,10 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     tool_output.quiet_unless_verbose()
+    import tensorflow as tf
+
     from packed_bert_tf.data import tfrecords, verify
+    from packed_bert_tf.tool_progress import Progress
 
     skipped = []
     try:
@@ -51,7 +54,10 @@ def main(argv):
                   f"records)")
         print(f"reading {len(unpacked)} unpacked and {len(packed)} packed files ...",
               flush=True)
-        report = verify.verify_packing(unpacked, packed)
+        sizes = {path: tf.io.gfile.stat(path).length / 1e6 for path in unpacked + packed}
+        with Progress("verifying", total=sum(sizes.values()), unit="MB") as progress:
+            report = verify.verify_packing(
+                unpacked, packed, file_read=lambda path: progress.advance(sizes[path]))
     except ValueError as error:  # VerificationError and RecordError included
         sys.exit(f"verify_packing: {error}")
     print(f"OK: {report.packed_sequences:,} sequences in {report.packed_records:,} packs "

@@ -52,7 +52,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import random
-from typing import Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -481,7 +481,8 @@ def create_training_instances(
         documents: Iterable[Sequence[Sequence[int]]], vocab: Mapping[str, int], *,
         max_seq_length: int, max_predictions_per_seq: int, masked_lm_prob: float,
         short_seq_prob: float = 0.1, dupe_factor: int = 10, random_seed: int = 12345,
-        do_whole_word_mask: bool = False) -> dict[str, np.ndarray]:
+        do_whole_word_mask: bool = False,
+        progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Training instances of tokenized documents, in the unpacked record format.
 
     Parameters
@@ -509,6 +510,9 @@ def create_training_instances(
     do_whole_word_mask
         Mask all pieces of a word together (BERT's ``--do_whole_word_mask``).
 
+    progress
+        Called as ``progress(done, total)`` after each document of each
+        duplication (``total`` = dupe_factor x documents): a tool's display.
     Returns
     -------
     dict
@@ -573,11 +577,14 @@ def create_training_instances(
     masker = _Masker(vocab, masked_lm_prob, max_predictions_per_seq, do_whole_word_mask,
                      max_seq_length)
     buffer = _InstanceBuffer()
+    total = dupe_factor * len(all_documents)
     with _cyclic_gc_paused():
-        for _ in range(dupe_factor):
+        for dupe in range(dupe_factor):
             for document_index in range(len(all_documents)):
                 _instances_from_document(all_documents, document_index, max_seq_length,
                                          short_seq_prob, masker, rng, buffer.append)
+                if progress is not None:
+                    progress(dupe * len(all_documents) + document_index + 1, total)
     # BERT shuffles its list of instances; shuffling their indices draws the
     # same numbers and gives the same order.
     order = list(range(len(buffer)))

@@ -11,6 +11,7 @@ sequence exactly once, nothing added. Only fingerprints are kept in memory.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -72,8 +73,9 @@ class VerificationReport:
         return self.real_tokens / total if total else 1.0
 
 
-def _fingerprints(files, packed: bool):
-    """Fingerprints of every sequence, and where each came from."""
+def _fingerprints(files, packed: bool, file_read=None):
+    """Fingerprints of every sequence, and where each came from; ``file_read(path)``
+    after each file."""
     prints, file_index, record_index = [], [], []
     records = tokens = padding = 0
     for number, path in enumerate(files):
@@ -93,6 +95,8 @@ def _fingerprints(files, packed: bool):
         prints.append(batch.fingerprints())
         file_index.append(np.full(len(batch), number, dtype=np.int32))
         record_index.append(records_of)
+        if file_read is not None:
+            file_read(path)
     return (np.concatenate(prints), np.concatenate(file_index),
             np.concatenate(record_index), records, tokens, padding)
 
@@ -114,8 +118,11 @@ def _first_unmatched(ours: np.ndarray, theirs: np.ndarray) -> int | None:
     return int(candidates.min())
 
 
-def verify_packing(unpacked_files, packed_files) -> VerificationReport:
+def verify_packing(unpacked_files, packed_files, *,
+                   file_read: Callable[[str], None] | None = None) -> VerificationReport:
     """Checks that the packed files hold every unpacked sequence exactly once.
+
+    ``file_read(path)`` is called after each file is read (a tool's progress).
 
     Raises
     ------
@@ -129,9 +136,9 @@ def verify_packing(unpacked_files, packed_files) -> VerificationReport:
     """
     unpacked_files, packed_files = list(unpacked_files), list(packed_files)
     source, source_file, source_record, *_ = _fingerprints(
-        unpacked_files, packed=False)
+        unpacked_files, packed=False, file_read=file_read)
     packed, packed_file, packed_record, records, packed_tokens, padding = _fingerprints(
-        packed_files, packed=True)
+        packed_files, packed=True, file_read=file_read)
     missing = _first_unmatched(source, packed)
     if missing is not None:
         raise VerificationError(

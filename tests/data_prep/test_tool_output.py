@@ -13,6 +13,7 @@ from data_prep import tool_output
 def handlers():
     saved = {number: signal.getsignal(number) for number in (signal.SIGINT,
                                                              signal.SIGTERM)}
+    tool_output._completed.clear()  # what in-process runs of the tools named
     yield
     for number, handler in saved.items():
         signal.signal(number, handler)
