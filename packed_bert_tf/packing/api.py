@@ -252,17 +252,18 @@ def _certified_exact_fill(histogram, args, options, certified_gap):
 
 def _certified_coarse(histogram, args, options, certified_gap):
     """The plan of length classes, refined, with the LP bound of the
-    rounded-down relaxation, when within `certified_gap` of it; else None."""
+    rounded-down relaxation, when within `certified_gap` of it; else the same
+    with classes half as wide (`coarse.class_widths`); else None."""
     max_len, cap = args
-    width = coarse.class_width(max_len)
-    class_pairs, _ = _pack_optimal(coarse.round_up(histogram, width),
-                                   (max_len // width, cap), options)
-    packs = sum(count for _, count in class_pairs)
-    relaxed, capacity = coarse.relaxation(histogram, width, cap)
-    _, bound = _pack_optimal(relaxed, (capacity, cap), options)
-    if packs > max(math.ceil(bound - 1e-6), bound * (1 + certified_gap)):
-        return None
-    return coarse.refine(class_pairs, histogram, width), bound
+    for width in coarse.class_widths(max_len):
+        class_pairs, _ = _pack_optimal(coarse.round_up(histogram, width),
+                                       (max_len // width, cap), options)
+        packs = sum(count for _, count in class_pairs)
+        relaxed, capacity = coarse.relaxation(histogram, width, cap)
+        _, bound = _pack_optimal(relaxed, (capacity, cap), options)
+        if packs <= max(math.ceil(bound - 1e-6), bound * (1 + certified_gap)):
+            return coarse.refine(class_pairs, histogram, width), bound
+    return None
 
 
 def pack_lengths(lengths, max_sequence_length: int,

@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.squad.packing import FeatureLogits, SquadPacks, unpack_logits
+from packed_bert_tf.tool_progress import Progress
 
 
 def _padded_arrays(packs: SquadPacks, multiple: int) -> dict[str, np.ndarray]:
@@ -156,9 +157,11 @@ def predict_rows(model, packs, batch_size: int, output_names, *,
                 for value in strategy.run(replica_forward, args=(features,))]
 
     parts = [[] for _ in range(len(output_names) + 1)]
-    for features in dataset:
-        for part, value in zip(parts, step(features)):
-            part.append(value.numpy())
+    with Progress("predicting", total=packs.num_packs, unit="rows") as progress:
+        for features in dataset:
+            for part, value in zip(parts, step(features)):
+                part.append(value.numpy())
+            progress.advance(int(np.sum(parts[0][-1] >= 0)))  # padding rows: -1
     if not parts[0]:
         return None
     return [np.concatenate(part) for part in parts]

@@ -52,6 +52,7 @@ from absl import logging
 
 from packed_bert_tf.data.text_files import decode_utf8
 from packed_bert_tf.json_files import write_json_atomically
+from packed_bert_tf.tool_progress import Progress
 
 #: White space of the reference's ``read_squad_examples``.
 REFERENCE_WHITESPACE = frozenset(" \t\r\n\u202f")
@@ -505,7 +506,9 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, *,
 
     rows: dict[str, list] = {name: [] for name in TOKEN_FEATURES + SCALAR_FEATURES}
     num_truncated = num_without = num_outside = 0
+    progress = Progress("making features", total=len(examples), unit="questions")
     for example_index, example in enumerate(examples):
+        progress.advance()
         if example.paragraph_index not in contexts:
             contexts[example.paragraph_index] = _context_char_spans(
                 context_encodings[example.paragraph_index], example.context_text)
@@ -573,6 +576,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, *,
     if num_without:
         logging.warning("%d questions have an empty context and no features",
                         num_without)
+    progress.close()
     features = SquadFeatures(**{
         name: (np.stack(rows[name]).astype(_DTYPES[name]) if rows[name] else
                np.zeros((0,) + ((max_seq_length,) if name in TOKEN_FEATURES else ()),
