@@ -59,6 +59,17 @@ def _trained_twice(config_file, packed_file, output_dir):
                    log_every_n_steps=1, jit_compile=False)
 
 
+def _resumed(config_file, output_dir, packed_file):
+    """The tool's flags that resume a run of `_trained_twice` (the same values)
+    to a third update, a checkpoint each."""
+    return [f"--bert_config_file={config_file}", f"--output_dir={output_dir}",
+            f"--input_file={packed_file}", "--do_train", f"--max_seq_length={S}",
+            f"--max_predictions_per_seq={P}", "--train_batch_size=4",
+            "--num_train_steps=3", "--save_checkpoints_steps=1",
+            "--iterations_per_loop=1", "--seed=3", "--shuffle_buffer_size=50",
+            "--nojit_compile"]
+
+
 def _start(*args):
     return start_tool("run_pretraining.py", *args)
 
@@ -106,13 +117,8 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     data_file = next((damaged / "checkpoints").glob("ckpt-2.data-*"))
     with open(data_file, "r+b") as handle:
         handle.truncate(os.path.getsize(data_file) // 2)
-    processes["damaged_checkpoint"] = _start(
-        f"--bert_config_file={config_file}", f"--output_dir={damaged}",
-        f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
-        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
-        "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
-        "--shuffle_buffer_size=50",
-        "--nojit_compile")
+    processes["damaged_checkpoint"] = _start(*_resumed(config_file, damaged,
+                                                       packed_files[0]))
     # The same, with the state file (`checkpoint`) damaged: resumed from ckpt-2.
     damaged_state = root / "damaged_state"
     run_pretraining(_trained_twice(config_file, packed_files[0], damaged_state))
@@ -120,23 +126,14 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     state_file.write_text(state_file.read_text()[:40])
     written = {path.name: path.read_bytes()
                for path in (damaged_state / "checkpoints").glob("ckpt-*")}
-    processes["damaged_state"] = _start(
-        f"--bert_config_file={config_file}", f"--output_dir={damaged_state}",
-        f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
-        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
-        "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
-        "--shuffle_buffer_size=50",
-        "--nojit_compile")
+    processes["damaged_state"] = _start(*_resumed(config_file, damaged_state,
+                                                  packed_files[0]))
     # A disk that fills up at the second checkpoint (about 2 MB each here).
     full_disk = root / "full_disk"
     run_pretraining(_trained_twice(config_file, packed_files[0], full_disk))
     processes["full_disk"] = start_tool(
-        "run_pretraining.py", f"--bert_config_file={config_file}", f"--output_dir={full_disk}",
-        f"--input_file={packed_files[0]}", "--do_train", f"--max_seq_length={S}",
-        f"--max_predictions_per_seq={P}", "--train_batch_size=4", "--num_train_steps=3",
-        "--save_checkpoints_steps=1", "--iterations_per_loop=1", "--seed=3",
-        "--shuffle_buffer_size=50",
-        "--nojit_compile", max_file_bytes=1_000_000)
+        "run_pretraining.py", *_resumed(config_file, full_disk, packed_files[0]),
+        max_file_bytes=1_000_000)
     results = {name: finish_tool(process) for name, process in processes.items()}
     results["damaged_state_files"] = written
     return root, files, lock, results
