@@ -48,8 +48,9 @@ flags.DEFINE_string("long_context_case", None,
                     "cg: column generation alone (certified_gap=None).")
 
 # (histogram, algorithm, cap, what the issues ask for, check on (packs, seconds)).
-# Issue 14: Wikipedia cap 3 in 0.5 s, SQuAD in 0.2 s; caps 2 and 4 no worse
-# than before it (10,099,081 and 8,135,728 packs; 40,195 on SQuAD).
+# The targets: Wikipedia cap 3 in 0.5 s, SQuAD in 0.2 s; caps 2 and 4 no
+# worse than column generation without the shortcuts (10,099,081 and
+# 8,135,728 packs; 40,195 on SQuAD).
 CASES = [
     ("wikipedia_512", "spfhp", None, "= 8,166,708 (reference)", lambda p, s: p == 8_166_708),
     ("wikipedia_512", "lpfhp", 12, "= 8,149,619 (reference)", lambda p, s: p == 8_149_619),

@@ -302,7 +302,7 @@ def markdown(results, plan, packed_tokens, unpacked_tokens) -> str:
               "medians of the per-repetition ratios, IQR their interquartile range. Wall: "
               "elapsed time; CPU: this process's CPU time (all threads), less sensitive to "
               "other processes on this shared machine. The last column is the packing "
-              "factor over the step ratio. Targets (issue 14): packed / keras-hub at most "
+              "factor over the step ratio. Targets: packed / keras-hub at most "
               "1.02 (packed sequences/s at least 1.95x keras-hub's), unpacked / keras-hub "
               "at most 1.00.", ""]
     return "\n".join(lines)
