@@ -154,7 +154,7 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     tokenizer = (tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
                  if vocab_file else None)
 
-    if all(map(local_tfrecords.is_local, output_files)):
+    if all(map(output_files_module.is_local, output_files)):
         # Local files need no TensorFlow (seconds of start-up).
         input_files = file_patterns.expand_file_patterns(input_patterns, glob=glob.glob,
                                                          flag="input_file")

@@ -32,14 +32,15 @@ from typing import Callable, Iterator, Mapping, Sequence
 LOCK_FILE = ".lock"
 
 
-def _is_local(path: str) -> bool:
+def is_local(path: str) -> bool:
+    """Whether a path is on the local disk (no ``scheme://``)."""
     return "://" not in path
 
 
 def _identity(path: str):
     """What makes two names one file: the device and inode of an existing local
     file, else its resolved path (a remote path: as written)."""
-    if not _is_local(path):
+    if not is_local(path):
         return path
     resolved = os.path.realpath(path)
     try:
@@ -92,11 +93,11 @@ def check_folder_holds_no_input(folder: str, inputs: Sequence[str], *, folder_fl
     Raises:
       ValueError: naming the folder, the flags and the first such input.
     """
-    if not _is_local(folder):
+    if not is_local(folder):
         inside = [path for path in inputs if path.startswith(folder.rstrip("/") + "/")]
     else:
         root = os.path.realpath(folder)
-        inside = [path for path in inputs if _is_local(path) and os.path.commonpath(
+        inside = [path for path in inputs if is_local(path) and os.path.commonpath(
             [root, os.path.realpath(path)]) == root]
     if inside:
         raise ValueError(f"{folder_flag}={folder} holds {input_flag}'s {inside[0]}"
@@ -135,7 +136,7 @@ def output_lock(targets: str | Sequence[str], *, flag: str
     holder = {"host": socket.gethostname(), "pid": os.getpid(),
               "started": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
     with contextlib.ExitStack() as stack:
-        for target in sorted(set(t for t in targets if _is_local(t))):
+        for target in sorted(set(t for t in targets if is_local(t))):
             path = lock_path(target)
             _take_lock(path, holder, f"{flag}={target}")
             stack.callback(_release_lock, path, holder)

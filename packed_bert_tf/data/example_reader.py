@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.data.local_tfrecords import is_local
+from packed_bert_tf.output_files import is_local
 
 try:
     from packed_bert_tf.data import _example_reader

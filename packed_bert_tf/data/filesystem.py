@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from packed_bert_tf.data.local_tfrecords import is_local
+from packed_bert_tf.output_files import is_local
 
 
 def _gfile():

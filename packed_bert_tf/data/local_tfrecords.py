@@ -47,11 +47,6 @@ def masked_crc32c(data: bytes) -> int:
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + _MASK_DELTA) & 0xFFFFFFFF
 
 
-def is_local(path: str) -> bool:
-    """Whether a path is on the local disk (no ``scheme://``)."""
-    return "://" not in path
-
-
 class AtomicRecordWriter:
     """What every TFRecord writer here shares: records go to
     ``PATH.tmp-<random>``, `close` renames it to ``PATH``; used as a context

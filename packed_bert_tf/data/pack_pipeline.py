@@ -64,7 +64,7 @@ import numpy as np
 
 from packed_bert_tf.data import example_reader, file_patterns, filesystem, local_tfrecords
 from packed_bert_tf.json_files import write_json_atomically
-from packed_bert_tf.data.local_tfrecords import is_local
+from packed_bert_tf.output_files import is_local
 from packed_bert_tf.data.features import (PACKING_STATS_FILE, RecordFormat,
                                           default_max_masked_tokens)
 from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,

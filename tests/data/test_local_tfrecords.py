@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.data import local_tfrecords, synthetic, tfrecords
+from packed_bert_tf.output_files import is_local
 
 
 def test_masked_crc32c_of_known_values():
@@ -36,4 +37,4 @@ def test_a_failed_write_leaves_no_file(tmp_path):
             writer.write_serialized(np.frombuffer(b"abc", np.uint8), np.array([0, 3]))
             raise RuntimeError("stop")
     assert list(tmp_path.iterdir()) == []
-    assert local_tfrecords.is_local(str(path)) and not local_tfrecords.is_local("gs://b/x")
+    assert is_local(str(path)) and not is_local("gs://b/x")
