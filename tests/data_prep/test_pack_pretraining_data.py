@@ -519,3 +519,42 @@ def _command_line(pid):
             return cmdline.read().replace("\0", " ").strip()
     except OSError:
         return ""
+
+
+def test_a_second_run_into_the_folder_of_a_running_one_is_refused(unpacked_files,
+                                                                   tmp_path):
+    # The first run is held (its workers stopped) while the second starts: the
+    # second is refused, naming the first, and the first ends complete.
+    output_dir = tmp_path / "out"
+    first = subprocess.Popen(
+        tool_command("data_prep.pack_pretraining_data",
+                     *_pack_arguments(unpacked_files, output_dir)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=tool_environment(tmp_path))
+    assert first.stdout.readline().startswith("packing 3 files")  # the lock is held
+    workers, deadline = [], time.monotonic() + 120
+    try:
+        while not workers:
+            assert first.poll() is None and time.monotonic() < deadline
+            workers = list(descendants(first.pid))
+            time.sleep(0.005)
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        second = _pack(unpacked_files, output_dir, tmp_path, "--overwrite", *IN_MEMORY)
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+    assert second.returncode == 1
+    assert re.fullmatch(rf"pack_pretraining_data: --output_dir={re.escape(str(output_dir))}"
+                        rf" is in use by pid {first.pid} on host .*; wait for it or remove "
+                        rf"{re.escape(str(output_dir / '.lock'))}", second.last_line)
+    stdout, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr[-3000:]
+    assert sorted(os.listdir(output_dir)) == [
+        "packing_stats.json", "part-00000-of-00002.tfrecord",
+        "part-00001-of-00002.tfrecord"]  # complete, and the lock gone
+    assert _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
+                f"--packed={output_dir}/*", tmp_path=tmp_path).returncode == 0
