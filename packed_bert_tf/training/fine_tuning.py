@@ -289,6 +289,10 @@ def check_resume(options, config, strategy, dirs, worker) -> None:
     steps = step_counting(options)
     values = {f"--{name}": getattr(options, name) for name in _TRAJECTORY_OPTIONS
               if hasattr(options, name)}
+    for name in ("--train_file", "--data_dir", "--vocab_file"):  # as typed: any cwd
+        path = values.get(name)
+        if path and "://" not in path:
+            values[name] = os.path.abspath(path)
     values.update({"--bert_config_file": config.to_dict(),
                    "replicas": strategy.num_replicas_in_sync})
     rows = (options.train_batch_size // strategy.num_replicas_in_sync
