@@ -68,6 +68,7 @@ def make_trainer(packs, packed, vocab_size, task):
 
     from packed_bert_tf.classification import task as classifier_task
     from packed_bert_tf.models import BertClassifierModel, BertConfig
+    from packed_bert_tf.training.fine_tuning import train_dataset_fn
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer
 
@@ -78,7 +79,7 @@ def make_trainer(packs, packed, vocab_size, task):
     model.build()
     trainer = Trainer(model, create_optimizer("adamw", 5e-5),
                       task=classifier_task.classification_task(task.is_regression))
-    dataset = classifier_task.train_dataset_fn(
+    dataset = train_dataset_fn(
         packs, global_batch_size=FLAGS.batch_size, steps_per_update=1, seed=0)(
         tf.distribute.InputContext())
     return trainer, iter(dataset)
@@ -102,7 +103,7 @@ def measure(documents, shape, tokenizer, task, **pack_args):
 def table_row(shape, num_examples, packs, figures) -> str:
     packed, unpacked = packs["packed"], packs["unpacked"]
     epoch = figures["epoch_sequences_per_second"]
-    mean_length = packed.feature_length.mean()
+    mean_length = packed.sequence_length.mean()
     return (f"| {shape} | {num_examples:,} | {mean_length:.1f} | {unpacked.num_packs:,} "
             f"({100 * unpacked.padding_fraction:.1f} %) | {packed.num_packs:,} "
             f"({100 * packed.padding_fraction:.2f} %) | {figures['packing_factor']:.3f} | "

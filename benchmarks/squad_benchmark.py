@@ -61,6 +61,7 @@ def make_trainer(packs, packed):
 
     from packed_bert_tf.models import BertConfig, BertSquadModel
     from packed_bert_tf.squad import task
+    from packed_bert_tf.training.fine_tuning import train_dataset_fn
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer
 
@@ -69,8 +70,8 @@ def make_trainer(packs, packed):
     model = BertSquadModel(config, packed=packed)
     model.build()
     trainer = Trainer(model, create_optimizer("adamw", 5e-5), task=task.SQUAD_TASK)
-    dataset = task.train_dataset_fn(packs, global_batch_size=FLAGS.batch_size,
-                                    steps_per_update=1, seed=0)(
+    dataset = train_dataset_fn(packs, global_batch_size=FLAGS.batch_size,
+                               steps_per_update=1, seed=0)(
         tf.distribute.InputContext())
     return trainer, iter(dataset)
 

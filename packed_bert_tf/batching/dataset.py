@@ -1,4 +1,6 @@
-"""tf.data input pipeline of length-bucketed pre-training batches.
+"""tf.data input pipelines of length-bucketed batches: of pre-training
+records (`bucketed_pretraining_dataset`), and of rows held in memory
+(`bucketed_rows_dataset`, SQuAD's and the classifier's).
 
 Reads unpacked (MLPerf-format) TFRecords and yields batches in the packed
 layout of `packed_bert_tf.data.pipeline` with one sequence per row (D = 1),
@@ -36,13 +38,15 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.batching.bucketing import BucketSpec, epoch_rng
+from packed_bert_tf.batching.bucketing import BucketSpec, bucket_batches, epoch_rng
 from packed_bert_tf.batching.plan import COSTS
-from packed_bert_tf.batching.sharding import plan_pool
+from packed_bert_tf.batching.sharding import balance_across_workers, plan_pool
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import IdLimits, RecordFormat
+from packed_bert_tf.data.packed_rows import PackedRows
 from packed_bert_tf.data.pipeline import (interleave_records, parse_records, shard_files,
                                           to_packed_layout)
 
@@ -275,3 +279,88 @@ class _BucketedEpoch:
             tf.range(num_rows)[:, None] < count, tf.int32)  # [R, 1]
         return {name: tf.ensure_shape(value, self.static_shapes[name])
                 for name, value in out.items()}
+
+
+def bucketed_rows_dataset(packs: PackedRows, batch_size: int, *, seed: int,
+                           boundaries=None, pool_size: int = 8192,
+                           input_context: tf.distribute.InputContext | None = None,
+                           skip_batches: int = 0) -> tf.data.Dataset:
+    """Length-bucketed training batches of unpacked rows, repeated forever.
+
+    Each epoch is planned by `packed_bert_tf.batching` (seeded by (seed,
+    epoch)): features shuffled, sorted by length in pools of `pool_size`,
+    cut into batches of `batch_size` rows padded to their bucket's boundary
+    (one shape per bucket), and dealt in steps of one batch per replica of
+    this pipeline, every batch of a step at one shape and of comparable cost.
+    Every sequence of the pipeline's share appears once per epoch.
+
+    Args:
+      packs: an unpacked layout (``packed=False``: row n is sequence n).
+      batch_size: the global batch size (rows per step over all replicas).
+      seed: seeds the plans.
+      boundaries: bucket upper edges; default four equal buckets up to S.
+      pool_size: sequences bucketed together.
+      input_context: pipeline i takes sequences i, i + n, ... of n pipelines.
+      skip_batches: batches of this pipeline to skip (a resumed run).
+
+    Returns:
+      tf.data.Dataset of the layout of
+      `packed_bert_tf.data.rows_dataset.rows_dataset`, shapes [None, None] /
+      [None, 1] / [None].
+    """
+    if packs.packed:
+        raise ValueError("bucketed batches need the unpacked layout (packed=False)")
+    pipelines, pipeline_id, rows_per_batch = 1, 0, batch_size
+    if input_context is not None:
+        pipelines = input_context.num_input_pipelines
+        pipeline_id = input_context.input_pipeline_id
+        rows_per_batch = input_context.get_per_replica_batch_size(batch_size)
+    replicas = 1 if input_context is None else (input_context.num_replicas_in_sync
+                                                // pipelines)
+    max_length = packs.max_sequence_length
+    boundaries = tuple(boundaries or default_boundaries(max_length))
+    rows = np.arange(pipeline_id, packs.num_packs, pipelines)
+    lengths = packs.sequence_length[rows]  # unpacked: sequence n is row n
+    arrays = {name: value[rows] for name, value in packs.arrays.items()}
+    arrays["pack_index"] = rows.astype(np.int32)
+
+    def batch(example_rows, num_rows, length):
+        out = {}
+        for name, value in arrays.items():
+            taken = value[example_rows]
+            if taken.ndim == 2 and value.shape[1] == max_length:
+                taken = taken[:, :length]
+            fill = -1 if name == "pack_index" else 0
+            pad = [(0, num_rows - len(example_rows))] + [(0, 0)] * (taken.ndim - 1)
+            out[name] = np.pad(taken, pad, constant_values=fill)
+        return out
+
+    def generate():
+        epoch = 0
+        while True:
+            plan = bucket_batches(lengths, batch_size=rows_per_batch, pool_size=pool_size,
+                                  boundaries=boundaries, pad_to_bucket_boundary=True,
+                                  max_sequence_length=max_length, seed=seed, epoch=epoch)
+            steps = balance_across_workers(plan, replicas, seed=seed + epoch)
+            for step in range(steps.num_steps):
+                for worker in range(replicas):
+                    index = steps.batch_indices[step, worker]
+                    members = (plan.example_indices[plan.row_splits[index]:
+                                                    plan.row_splits[index + 1]]
+                               if index >= 0 else np.zeros(0, np.int64))
+                    yield batch(members, int(steps.batch_rows[step, worker]),
+                                int(steps.padded_lengths[step, worker]))
+            epoch += 1
+
+    # Rows and token length vary; the sequence axis (D = 1) stays static.
+    def spec(value):
+        if value.ndim == 1:
+            return tf.TensorSpec([None], tf.as_dtype(value.dtype))
+        width = None if value.shape[1] == max_length else value.shape[1]
+        return tf.TensorSpec([None, width], tf.as_dtype(value.dtype))
+
+    signature = {name: spec(value) for name, value in arrays.items()}
+    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    if skip_batches:
+        dataset = dataset.skip(skip_batches)
+    return dataset.prefetch(tf.data.AUTOTUNE)

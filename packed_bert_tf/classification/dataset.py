@@ -1,17 +1,8 @@
-"""tf.data pipelines over `ClassifierPacks`, and prediction (one device or many).
+"""Per-example classifier logits of a model, on one device or many.
 
-Letters: B batch, S sequence length, D max sequences per pack, L labels.
-
-Every element is a dict of tensors with static shapes::
-
-    input_ids, segment_ids, input_mask, positions   [B, S] int32
-    cls_positions, sequence_weights                 [B, D] int32
-    label_ids                                       [B, D] int32 (float32: regression)
-    pack_index                                      [B]    int32 (-1: padding row)
-
-The row pipelines are SQuAD's (`packed_bert_tf.squad.dataset`): they only
-read a layout's ``arrays``, ``num_packs``, ``feature_length``, ``packed``
-and ``max_sequence_length``, which `ClassifierPacks` has too.
+The rows come from `packed_bert_tf.data.rows_dataset` like every task's
+rows held in memory; this adds what is the classifier's own: one output per
+sequence, unpacked example by example.
 """
 
 from __future__ import annotations
@@ -19,28 +10,24 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.classification.packing import ClassifierPacks, unpack_logits
-from packed_bert_tf.squad.dataset import bucketed_squad_dataset, predict_rows, squad_dataset
-
-#: Batches of rows (`squad_dataset`'s docstring says how they are dealt to replicas).
-classifier_dataset = squad_dataset
-#: Length-bucketed batches of the unpacked layout (`bucketed_squad_dataset`).
-bucketed_classifier_dataset = bucketed_squad_dataset
+from packed_bert_tf.classification.packing import unpack_logits
+from packed_bert_tf.data.packed_rows import PackedRows
+from packed_bert_tf.data.rows_dataset import predict_rows
 
 
-def predict_logits(model, packs: ClassifierPacks, batch_size: int, *,
+def predict_logits(model, packs: PackedRows, batch_size: int, *,
                    strategy: tf.distribute.Strategy | None = None,
                    jit_compile: bool = False) -> np.ndarray:
     """Per-example logits of a model, in example order, on one device or many.
 
-    `packed_bert_tf.squad.dataset.predict_rows` of ``logits`` (the rows of
-    `classifier_dataset`, gathered from the replicas), unpacked
+    `packed_bert_tf.data.rows_dataset.predict_rows` of ``logits``, unpacked
     (`unpack_logits`).
 
     Args:
       model: called as ``model(features, training=False)``; returns
         ``logits`` [B, D, L].
-      packs: the rows to predict.
+      packs: the rows to predict
+        (`packed_bert_tf.classification.packing.pack_features`).
       batch_size: global batch size.
       strategy: default: the current strategy.
       jit_compile: XLA-compile the per-replica forward pass.

@@ -122,10 +122,10 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
     train_packs = None
     if options.do_train:
         train_packs = pack_features(features["train"], **pack_args)
-        summary["train_examples"] = train_packs.describe()
+        summary["train_examples"] = train_packs.describe("examples")
         logging.info("training examples: %s", summary["train_examples"])
         if train_packs.num_packs < options.train_batch_size:
-            raise ValueError(f"{train_packs.num_examples} training examples make "
+            raise ValueError(f"{train_packs.num_sequences} training examples make "
                              f"{train_packs.num_packs} rows, too few for one batch of "
                              f"--train_batch_size={options.train_batch_size}")
 
@@ -138,8 +138,7 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
             worker=worker)
         model = run.model
         if options.do_train:
-            summary["train"] = train_on_rows(options, run, classifier_task.train_dataset_fn,
-                                             train_packs, output_dir)
+            summary["train"] = train_on_rows(options, run, train_packs, output_dir)
         global_step = int(run.trainer.step.numpy())
         if options.do_eval:
             summary["eval"] = evaluate(glue_task, model, features["dev"], strategy,
@@ -172,7 +171,7 @@ def _check_ids(features, examples, data_dir: str, config) -> None:
 
 def example_logits(model, features, strategy, *, batch_size: int, jit_compile: bool,
                    **pack_args):
-    """([F, L] logits in example order, the `ClassifierPacks` they came from)."""
+    """([F, L] logits in example order, the `PackedRows` they came from)."""
     packs = pack_features(features, **pack_args)
     return predict_logits(model, packs, batch_size, strategy=strategy,
                           jit_compile=jit_compile), packs
@@ -206,12 +205,12 @@ def evaluate(glue_task, model, features, strategy, *, batch_size, jit_compile, o
                            features.label_ids)
     results = {name: float(value) for name, value in results.items()}
     results.update(loss=mean_loss(glue_task, logits, features.label_ids),
-                   global_step=global_step, **packs.describe())
+                   global_step=global_step, **packs.describe("examples"))
     write_json_atomically(os.path.join(output_dir, EVAL_FILE), results)
     logging.info("eval: %s", results)
     print(f"{glue_task.name} dev: " + ", ".join(
         f"{name} {results[name]:.4f}" for name in (*glue_task.metric_names, "loss"))
-        + f" ({packs.num_examples:,} examples in {packs.num_packs:,} rows)")
+        + f" ({packs.num_sequences:,} examples in {packs.num_packs:,} rows)")
     return results
 
 
@@ -228,7 +227,7 @@ def predict(glue_task, model, features, strategy, *, batch_size, jit_compile, ou
     if not glue_task.is_regression:
         written["probabilities"] = write_probabilities(
             logits, os.path.join(output_dir, PROBABILITIES_FILE))
-    return {**written, **packs.describe()}
+    return {**written, **packs.describe("examples")}
 
 
 def write_probabilities(logits, path: str) -> str:

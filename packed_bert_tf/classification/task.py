@@ -1,7 +1,8 @@
 """The sentence-classification task for `packed_bert_tf.training.trainer.Trainer`.
 
 ``Trainer(model, optimizer, task=classification_task(is_regression), ...)``
-trains a `BertClassifierModel` on the elements of `train_dataset_fn`;
+trains a `BertClassifierModel` on the elements of
+`packed_bert_tf.training.fine_tuning.train_dataset_fn`;
 `packed_bert_tf.classification.dataset.predict_logits` does the rest.
 """
 
@@ -11,7 +12,6 @@ import functools
 
 from packed_bert_tf.layers.sequence_classification_head import (
     classification_loss_normalisers, sequence_classification_loss)
-from packed_bert_tf.squad.task import train_dataset_fn
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics
 
 CLASSIFICATION_METRIC_NAMES = ("loss", "accuracy")
@@ -45,4 +45,4 @@ def classification_task(is_regression: bool) -> TrainingTask:
 
 
 __all__ = ["classification_task", "classifier_loss", "classifier_normalisers",
-           "classifier_statistics", "train_dataset_fn"]
+           "classifier_statistics"]

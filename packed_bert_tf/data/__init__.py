@@ -11,6 +11,10 @@ __all__ = ["PackOnTheFly", "PackSpec", "pack_dataset"]
 
 
 def __getattr__(name):
+    if name == "PackSpec":
+        from packed_bert_tf.data.packed_rows import PackSpec
+
+        return PackSpec
     if name in __all__:
         from packed_bert_tf.data import streaming
 

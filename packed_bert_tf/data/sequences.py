@@ -3,8 +3,9 @@
 numpy only. `SequenceBatch` holds unpacked sequences as ragged arrays (only
 real tokens, no padding), which is what travels between the stages of the
 packing pipeline. `pack_sequences` lays a batch out in the packed record
-format (see `features`), `unpack_records` does the inverse and checks every
-invariant of a packed record on the way.
+format (see `features`) with the project's one layout (`packed_rows`),
+`unpack_records` does the inverse and checks every invariant of a packed
+record on the way.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.packed_rows import PackSpec, check_fits, lay_out
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
 from packed_bert_tf.packing.ragged import (position_in_row, row_splits_from_lengths,
                                           take_rows_index)
@@ -215,76 +217,32 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
     type, segment_ids int8, input_mask uint8, positions int16): the same
     values, a quarter to half the memory for the encoder to read.
 
-    Pack k holds ``batch.take(packs[k])`` in that order. Vectorised over all
-    tokens; cost O(tokens + packs x S x D).
+    Pack k holds ``batch.take(packs[k])`` in that order, laid out by
+    `packed_bert_tf.data.packed_rows.lay_out` under
+    ``PackSpec.pretraining(M)``. Cost O(tokens + packs x (S + D + M)).
 
     Raises ValueError if a pack holds more than S tokens, D sequences or M
     masked tokens (run `masked_overflow_fix` first).
-
-    Notes
-    -----
-    A pack's tokens fill its first columns in pack order, so each token
-    feature is the pack-ordered token stream dropped into the [packs, S]
-    cells left of each pack's token count (one boolean-mask assignment);
-    input_mask and positions follow from each pack's sequence offsets.
     """
     max_len = record_format.max_seq_length
     max_depth = record_format.max_sequences_per_pack
-    max_masked = record_format.max_masked_tokens
-    num_packs = len(packs)
+    spec = PackSpec.pretraining(record_format.max_masked_tokens)
+    taken = batch.take(packs.sequence_indices)  # pack order
+    arrays = {"lengths": taken.lengths, "input_ids": taken.token_ids,
+              "segment_ids": taken.segment_ids,
+              "next_sentence_labels": taken.next_sentence_labels,
+              "prediction_counts": taken.masked_counts,
+              "masked_lm_positions": taken.masked_positions,
+              "masked_lm_ids": taken.masked_ids}
     depths = packs.sequences_per_pack
-    sequences = np.asarray(packs.sequence_indices, dtype=np.int64)  # pack order
-    tokens, lengths = take_rows_index(batch.token_splits, batch.lengths, sequences)
-    masked, masked_counts = take_rows_index(batch.masked_splits,
-                                            batch.masked_counts, sequences)
-    pack_of = packs.pack_of_entries  # [n]
-    slot = packs.slot_of_entries  # [n] 0-based sequence index in its pack
-    offset = packs.offset_in_pack(lengths)  # [n] first token's column in its pack
-    tokens_per_pack = packs.sum_per_pack(lengths)
-    masked_per_pack = packs.sum_per_pack(masked_counts)
-    for what, amount, limit in (("tokens", tokens_per_pack, max_len),
-                                ("sequences", depths, max_depth),
-                                ("masked tokens", masked_per_pack, max_masked)):
-        if amount.size and amount.max() > limit:
-            pack = int(np.argmax(amount))
-            raise ValueError(f"pack {pack} holds {amount[pack]} {what}, more than "
-                             f"the format's {limit}")
-
-    out = {name: np.zeros((num_packs, length), dtype=np.int32)
-           for name, length in record_format.feature_lengths().items()}
+    check_fits(spec, arrays, depths, max_len, max_depth)
+    dtypes = {"masked_lm_weights": np.float32}
     if compact:
-        narrow = {"input_ids": batch.token_ids.dtype, "segment_ids": batch.segment_ids.dtype,
-                  "input_mask": np.uint8 if max_depth <= 0xFF else np.int32,
-                  "positions": np.int16 if max_len <= 1 << 15 else np.int32}
-        out.update({name: np.zeros((num_packs, max_len), dtype=dtype)
-                    for name, dtype in narrow.items()})
-    out["masked_lm_weights"] = out["masked_lm_weights"].astype(np.float32)
-
-    column = np.arange(max_len, dtype=np.int32)[None, :]
-    real = column < tokens_per_pack[:, None]  # [P, S] a token, not padding
-    out["input_ids"][real] = batch.token_ids[tokens]
-    out["segment_ids"][real] = batch.segment_ids[tokens]
-    # Sequence j of pack k starts at column starts[k, j] (S: no sequence j).
-    starts = np.full((num_packs, max_depth), max_len, dtype=np.int32)
-    starts[pack_of, slot] = offset
-    input_mask, sequence_start = out["input_mask"], np.zeros_like(out["positions"])
-    input_mask[real] = 1
-    for depth in range(1, max_depth):
-        later = (column >= starts[:, depth, None]) & real  # in sequence depth or after
-        input_mask += later
-        np.copyto(sequence_start, starts[:, depth, None], where=later)
-    np.subtract(column, sequence_start, out=out["positions"], where=real)
-
-    masked_real = np.arange(max_masked)[None, :] < masked_per_pack[:, None]  # [P, M]
-    out["masked_lm_positions"][masked_real] = (
-        batch.masked_positions[masked] + np.repeat(offset, masked_counts))
-    out["masked_lm_ids"][masked_real] = batch.masked_ids[masked]
-    out["masked_lm_weights"][masked_real] = np.repeat(slot + 1, masked_counts)
-
-    out["next_sentence_positions"][pack_of, slot] = offset
-    out["next_sentence_labels"][pack_of, slot] = batch.next_sentence_labels[sequences]
-    out["next_sentence_weights"][pack_of, slot] = 1
-    return out
+        dtypes.update(input_ids=batch.token_ids.dtype, segment_ids=batch.segment_ids.dtype,
+                      input_mask=np.uint8 if max_depth <= 0xFF else np.int32,
+                      positions=np.int16 if max_len <= 1 << 15 else np.int32)
+    out = lay_out(spec, arrays, depths, max_len, max_depth, dtypes)
+    return {name: out[name] for name in record_format.feature_lengths()}
 
 
 def unpack_records(arrays: Mapping[str, np.ndarray], *, source: str = "records",

@@ -124,8 +124,7 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
                                 output_dir=output_dir, dirs=dirs, worker=worker)
         model = run.model
         if options.do_train:
-            summary["train"] = train_on_rows(options, run, task.train_dataset_fn,
-                                             train_packs, output_dir)
+            summary["train"] = train_on_rows(options, run, train_packs, output_dir)
         if options.do_predict:
             summary["predict"] = predict(options, model, strategy, predict_data,
                                          output_dir, pack_args)
@@ -150,7 +149,7 @@ def _check_ids(data, input_file: str, config) -> None:
 
 
 def _describe(data, packs) -> dict:
-    return {"examples": len(data.examples), "features": packs.num_features,
+    return {"examples": len(data.examples), "features": packs.num_sequences,
             "rows": packs.num_packs, "packing_factor": packs.packing_factor,
             "padding_fraction": packs.padding_fraction,
             "skipped_examples": data.read_stats.num_skipped,
@@ -169,7 +168,7 @@ def predict(options, model, strategy, data, output_dir, pack_args) -> dict:
         max_answer_length=options.max_answer_length)
     print(f"{options.predict_file}: exact match {results['exact_match']:.2f}, "
           f"F1 {results['f1']:.2f} ({len(data.examples):,} questions, "
-          f"{packs.num_features:,} features in {packs.num_packs:,} rows)")
+          f"{packs.num_sequences:,} features in {packs.num_packs:,} rows)")
     return {**results, **_describe(data, packs)}
 
 

@@ -17,7 +17,10 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf.batching.dataset import bucketed_rows_dataset
 from packed_bert_tf.data.features import IdLimits
+from packed_bert_tf.data.packed_rows import PackedRows
+from packed_bert_tf.data.rows_dataset import rows_dataset
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
@@ -303,12 +306,42 @@ def check_resume(options, config, strategy, dirs, worker) -> None:
                       allow_changes=False, allow_flag=None, write=worker.is_chief)
 
 
-def train_on_rows(options, run: FineTuning, train_dataset_fn, packs, output_dir) -> dict:
+def train_dataset_fn(packs: PackedRows, *, global_batch_size: int, steps_per_update: int,
+                     seed: int | None, skip_steps: int = 0, bucketed: bool = False,
+                     bucket_boundaries=None, pool_size: int = 8192):
+    """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``
+    over a task's rows (SQuAD's, the classifier's).
+
+    Each pipeline yields per-replica elements [K, b, ...] (K =
+    ``steps_per_update``), rows reshuffled every pass; ``skip_steps``
+    updates already done are skipped (a resumed run with the same seed).
+    ``bucketed``: length-bucketed batches of an unpacked layout instead
+    (`packed_bert_tf.batching.dataset.bucketed_rows_dataset`; their shapes vary, so ``steps_per_update``
+    must be 1).
+    """
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        if not bucketed:  # each replica's own batches, stacked
+            return rows_dataset(
+                packs, global_batch_size, is_training=True, input_context=input_context,
+                seed=seed, skip_batches=skip_steps * steps_per_update,
+                micro_batches=steps_per_update)
+        replicas_per_pipeline = (input_context.num_replicas_in_sync
+                                 // input_context.num_input_pipelines)
+        dataset = bucketed_rows_dataset(
+            packs, global_batch_size, seed=seed or 0, boundaries=bucket_boundaries,
+            pool_size=pool_size, input_context=input_context,
+            skip_batches=skip_steps * steps_per_update * replicas_per_pipeline)
+        return dataset.batch(steps_per_update, drop_remainder=True).prefetch(
+            tf.data.AUTOTUNE)
+
+    return dataset_fn
+
+
+def train_on_rows(options, run: FineTuning, packs: PackedRows, output_dir) -> dict:
     """Trains ``run``'s model to ``total_steps`` on the rows of ``packs``
-    (``train_dataset_fn``: the task's, e.g.
-    `packed_bert_tf.squad.task.train_dataset_fn`), resuming after the steps
-    already done, and writes the final Google-format checkpoint; returns the
-    training summary."""
+    (`train_dataset_fn`), resuming after the steps already done, and writes
+    the final Google-format checkpoint; returns the training summary."""
     trainer = run.trainer
     dataset_fn = train_dataset_fn(
         packs, global_batch_size=options.train_batch_size,
@@ -355,4 +388,4 @@ def _packed_copy(model):
 
 __all__ = ["BATCHING", "FineTuning", "FineTuningOptions", "check_fine_tuning_options",
            "export", "make_tokenizer", "num_train_steps", "start_fine_tuning",
-           "step_counting", "train_on_rows"]
+           "step_counting", "train_dataset_fn", "train_on_rows"]

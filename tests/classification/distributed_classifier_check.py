@@ -20,9 +20,9 @@ tf.config.set_logical_device_configuration(
 
 import numpy as np  # noqa: E402
 
-from packed_bert_tf.classification.dataset import (classifier_dataset,  # noqa: E402
-                                                   predict_logits)
+from packed_bert_tf.classification.dataset import predict_logits  # noqa: E402
 from packed_bert_tf.classification.packing import pack_features  # noqa: E402
+from packed_bert_tf.data.rows_dataset import rows_dataset  # noqa: E402
 from packed_bert_tf.layers import (classification_loss_normalisers,  # noqa: E402
                                    sequence_classification_loss)
 from packed_bert_tf.models import BertClassifierModel  # noqa: E402
@@ -69,8 +69,8 @@ def main():
                 [strategy.reduce(total, g, axis=None) for g in gradients])
 
     distributed = strategy.distribute_datasets_from_function(
-        lambda context: classifier_dataset(packs, BATCH_SIZE, is_training=True, seed=1,
-                                           input_context=context))
+        lambda context: rows_dataset(packs, BATCH_SIZE, is_training=True, seed=1,
+                                     input_context=context))
     for batch in distributed:  # the first batch whose replicas differ in sequences
         sequences = [float(t.numpy().sum()) for t in
                      strategy.experimental_local_results(batch["sequence_weights"])]

@@ -45,9 +45,9 @@ def test_layout_of_a_small_assignment():
     np.testing.assert_array_equal(a["cls_positions"], [[0, 6, 0], [0, 0, 0]])
     np.testing.assert_array_equal(a["label_ids"], [[0, 2, 0], [1, 0, 0]])
     np.testing.assert_array_equal(a["sequence_weights"], [[1, 1, 0], [1, 0, 0]])
-    np.testing.assert_array_equal(packs.example_pack, [1, 0, 0])
-    np.testing.assert_array_equal(packs.example_slot, [0, 0, 1])
-    np.testing.assert_array_equal(packs.example_offset, [0, 0, 6])
+    np.testing.assert_array_equal(packs.sequence_pack, [1, 0, 0])
+    np.testing.assert_array_equal(packs.sequence_slot, [0, 0, 1])
+    np.testing.assert_array_equal(packs.sequence_offset, [0, 0, 6])
     assert packs.packing_factor == 1.5 and packs.max_sequences_per_pack == 3
     assert packs.padding_fraction == pytest.approx(1 - 14 / 24)
     assert all(value.dtype == np.int32 for value in a.values())
@@ -57,7 +57,7 @@ def test_regression_labels_stay_float():
     packs = pack_features(_small_features((0.5, 4.25, 3.0), np.float32))
     assert packs.arrays["label_ids"].dtype == np.float32
     np.testing.assert_array_equal(
-        packs.arrays["label_ids"][packs.example_pack, packs.example_slot],
+        packs.arrays["label_ids"][packs.sequence_pack, packs.sequence_slot],
         [0.5, 4.25, 3.0])
 
 
@@ -82,8 +82,8 @@ def test_every_example_lands_once_where_the_maps_say(algorithm):
     tokens = packs.arrays["input_ids"]
     lengths = features.length
     for example in range(len(features)):
-        row, slot = packs.example_pack[example], packs.example_slot[example]
-        start = packs.example_offset[example]
+        row, slot = packs.sequence_pack[example], packs.sequence_slot[example]
+        start = packs.sequence_offset[example]
         span = slice(start, start + lengths[example])
         np.testing.assert_array_equal(
             tokens[row, span], features.input_ids[features.row_splits[example]:
@@ -102,7 +102,7 @@ def test_unpack_logits_in_any_row_order_with_padding_rows():
     packs = pack_features(features, max_sequences_per_pack=4)
     logits = np.random.default_rng(2).standard_normal(
         (packs.num_packs, 4, 3)).astype(np.float32)
-    want = logits[packs.example_pack, packs.example_slot]
+    want = logits[packs.sequence_pack, packs.sequence_slot]
     order = np.random.default_rng(3).permutation(packs.num_packs)
     index = np.concatenate([order, [-1, -1]])
     shuffled = np.concatenate([logits[order], np.zeros((2, 4, 3), np.float32)])
@@ -116,13 +116,13 @@ def test_unpack_logits_in_any_row_order_with_padding_rows():
 
 def test_layout_refuses_bad_assignments():
     features = _small_features()
-    with pytest.raises(ValueError, match="more than max_sequence_length=12 tokens"):
+    with pytest.raises(ValueError, match="pack 0 holds 14 tokens, more than max_sequence_length=12"):
         layout_packs(features, PackAssignment(np.array([0, 3]), np.array([0, 1, 2])), 3)
-    with pytest.raises(ValueError, match="a pack holds 2 examples, more than "
+    with pytest.raises(ValueError, match="pack 0 holds 2 sequences, more than "
                                          "max_sequences_per_pack=1"):
         layout_packs(features, PackAssignment(np.array([0, 2, 3]), np.array([0, 2, 1])),
                      1)
-    with pytest.raises(ValueError, match="not each of the 3 examples exactly once"):
+    with pytest.raises(ValueError, match="not each of the 3 sequences exactly once"):
         layout_packs(features, PackAssignment(np.array([0, 1, 2, 3]),
                                               np.array([0, 0, 2])), 3)
 
@@ -132,7 +132,7 @@ def test_pack_examples_without_the_front_end(tmp_path):
     examples = random_examples(64, 0, pairs=False)
     packs = pack_examples(examples, get_task("sst-2"), tokenizer, max_seq_length=128)
     assert packs.max_sequences_per_pack == DEFAULT_MAX_SEQUENCES_PER_PACK == 16
-    assert packs.num_examples == 64 and packs.packing_factor > 4
+    assert packs.num_sequences == 64 and packs.packing_factor > 4
     unpacked = pack_examples(examples, get_task("sst-2"), tokenizer, max_seq_length=128,
                              packed=False)
     assert unpacked.num_packs == 64

@@ -190,7 +190,7 @@ def test_broken_packed_records_are_caught(edit, rule):
 
 def test_packs_over_the_format_are_refused():
     _, batch = _batch([20, 20])
-    with pytest.raises(ValueError, match="pack 0 holds 40 tokens, more than the format's 32"):
+    with pytest.raises(ValueError, match="pack 0 holds 40 tokens, more than max_sequence_length=32"):
         pack_sequences(batch, PackAssignment(np.array([0, 2]), np.arange(2)), PACKED)
 
 

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
-from packed_bert_tf.data.streaming import PackSpec, pack_dataset
+from packed_bert_tf.data.packed_rows import PackSpec
+from packed_bert_tf.data.streaming import pack_dataset
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing.streaming import pack_stream
 from packed_bert_tf.squad.packing import layout_packs

@@ -2,7 +2,7 @@
 127.0.0.1 against one process with 2 replicas (`tests.multi_worker.workers`).
 
 Rows are shared between replicas, not processes
-(`packed_bert_tf.squad.dataset.squad_dataset`), so both train on the same
+(`packed_bert_tf.data.rows_dataset.rows_dataset`), so both train on the same
 global batches (4 epochs of 11 rows: reshuffled, 5 updates of 2
 micro-batches); prediction gathers every replica's rows on every worker
 (``strategy.gather``, 2 batches). Dropout stays on (the same masks per

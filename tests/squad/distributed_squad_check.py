@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 
 from packed_bert_tf.layers import squad_loss_normalisers, squad_span_loss  # noqa: E402
 from packed_bert_tf.models import BertSquadModel  # noqa: E402
-from packed_bert_tf.squad.dataset import predict_logits, squad_dataset  # noqa: E402
+from packed_bert_tf.data.rows_dataset import rows_dataset  # noqa: E402
+from packed_bert_tf.squad.dataset import predict_logits  # noqa: E402
 from packed_bert_tf.squad.packing import pack_features  # noqa: E402
 from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
                                          relative_error)
@@ -67,7 +68,7 @@ def main():
 
     # Seed 3: the first batch gives the two replicas different numbers of sequences.
     distributed = strategy.distribute_datasets_from_function(
-        lambda context: squad_dataset(packs, BATCH_SIZE, is_training=True, seed=3,
+        lambda context: rows_dataset(packs, BATCH_SIZE, is_training=True, seed=3,
                                       input_context=context))
     batch = next(iter(distributed))
     rows = gathered_rows(batch)

@@ -10,7 +10,8 @@ import tensorflow as tf
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.layers import squad_span_loss
 from packed_bert_tf.models import BertSquadModel
-from packed_bert_tf.squad.dataset import predict_logits, squad_dataset
+from packed_bert_tf.data.rows_dataset import rows_dataset
+from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
@@ -76,7 +77,7 @@ def _train(model, packs, *, steps, batch_size, learning_rate=3e-3):
         return loss
 
     losses = [float(step(batch)) for batch in
-              squad_dataset(packs, batch_size, is_training=True, seed=0).take(steps)]
+              rows_dataset(packs, batch_size, is_training=True, seed=0).take(steps)]
     return losses
 
 

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.packing import PackAssignment
-from packed_bert_tf.squad.dataset import squad_dataset
+from packed_bert_tf.data.rows_dataset import rows_dataset
 from packed_bert_tf.squad.features import SquadFeatures
 from packed_bert_tf.squad.packing import layout_packs, pack_features, unpack_logits
 from tests.squad.squad_data import make_features
@@ -35,9 +35,9 @@ def test_layout_of_a_small_assignment():
     np.testing.assert_array_equal(a["start_positions"], [[3, 5], [1, 0]])
     np.testing.assert_array_equal(a["end_positions"], [[4, 6], [2, 0]])
     np.testing.assert_array_equal(a["sequence_weights"], [[1, 1], [1, 0]])
-    np.testing.assert_array_equal(packs.feature_pack, [0, 1, 0])
-    np.testing.assert_array_equal(packs.feature_slot, [0, 0, 1])
-    np.testing.assert_array_equal(packs.feature_offset, [0, 0, 5])
+    np.testing.assert_array_equal(packs.sequence_pack, [0, 1, 0])
+    np.testing.assert_array_equal(packs.sequence_slot, [0, 0, 1])
+    np.testing.assert_array_equal(packs.sequence_offset, [0, 0, 5])
     assert packs.packing_factor == 1.5
     assert packs.padding_fraction == pytest.approx(1 - 11 / 24)
     assert all(value.dtype == np.int32 for value in a.values())
@@ -45,13 +45,13 @@ def test_layout_of_a_small_assignment():
 
 def test_layout_refuses_overfull_packs():
     features = make_features([5, 4, 2], 8)
-    with pytest.raises(ValueError, match="more than max_sequence_length=8 tokens"):
+    with pytest.raises(ValueError, match="pack 0 holds 9 tokens, more than max_sequence_length=8"):
         layout_packs(features, PackAssignment(np.array([0, 2, 3]), np.array([0, 1, 2])), 2)
-    with pytest.raises(ValueError, match="a pack holds 3 features, more than "
+    with pytest.raises(ValueError, match="pack 0 holds 3 sequences, more than "
                                          "max_sequences_per_pack=2"):
         layout_packs(make_features([2, 2, 2], 8),
                      PackAssignment(np.array([0, 3]), np.array([0, 1, 2])), 2)
-    with pytest.raises(ValueError, match="not each of the 3 features exactly once"):
+    with pytest.raises(ValueError, match="not each of the 3 sequences exactly once"):
         layout_packs(features, PackAssignment(np.array([0, 1, 2, 3]),
                                               np.array([0, 0, 2])), 2)
 
@@ -64,12 +64,12 @@ def test_every_feature_lands_once_where_the_mapping_says(algorithm):
     packs = pack_features(features, max_sequences_per_pack=3, algorithm=algorithm,
                           seed=2)
     a = packs.arrays
-    assert packs.max_sequences_per_pack == 3 and packs.num_features == 60
+    assert packs.max_sequences_per_pack == 3 and packs.num_sequences == 60
     if algorithm != "none":
         assert packs.num_packs < 60
     for f, length in enumerate(lengths):
-        row, slot, offset = packs.feature_pack[f], packs.feature_slot[f], \
-            packs.feature_offset[f]
+        row, slot, offset = packs.sequence_pack[f], packs.sequence_slot[f], \
+            packs.sequence_offset[f]
         span = slice(offset, offset + length)
         np.testing.assert_array_equal(a["input_ids"][row, span],
                                       features.input_ids[f, :length])
@@ -87,7 +87,7 @@ def test_unpacked_layout_is_one_feature_per_row_in_order():
     features = make_features(lengths, 10)
     packs = pack_features(features, packed=False)
     assert not packs.packed and packs.max_sequences_per_pack == 1
-    np.testing.assert_array_equal(packs.feature_pack, [0, 1, 2])
+    np.testing.assert_array_equal(packs.sequence_pack, [0, 1, 2])
     np.testing.assert_array_equal(packs.arrays["input_ids"], features.input_ids)
     np.testing.assert_array_equal(packs.arrays["input_mask"],
                                   np.arange(10)[None] < np.array(lengths)[:, None])
@@ -120,7 +120,7 @@ def test_unpack_logits_recovers_each_feature_whatever_the_row_order():
 def test_prediction_dataset_yields_every_row_once_in_static_batches(num_packs,
                                                                     batch_size):
     packs = pack_features(make_features([4] * num_packs, 6), packed=False)
-    dataset = squad_dataset(packs, batch_size, is_training=False)
+    dataset = rows_dataset(packs, batch_size, is_training=False)
     assert dataset.element_spec["input_ids"].shape == (batch_size, 6)
     assert dataset.element_spec["start_positions"].shape == (batch_size, 1)
     assert dataset.element_spec["pack_index"].shape == (batch_size,)
@@ -136,7 +136,7 @@ def test_input_context_shards_the_rows_between_pipelines():
         context = tf.distribute.InputContext(num_input_pipelines=2,
                                              input_pipeline_id=pipeline,
                                              num_replicas_in_sync=2)
-        dataset = squad_dataset(packs, 4, is_training=False, input_context=context)
+        dataset = rows_dataset(packs, 4, is_training=False, input_context=context)
         assert dataset.element_spec["input_ids"].shape == (2, 6)
         seen.append(np.concatenate([b["pack_index"].numpy() for b in dataset]))
     assert seen[0].size == seen[1].size  # the same number of steps on each
@@ -147,7 +147,7 @@ def test_input_context_shards_the_rows_between_pipelines():
 def test_training_dataset_shuffles_repeats_and_keeps_static_shapes():
     packs = pack_features(make_features(np.arange(3, 13), 16), max_sequences_per_pack=2,
                           algorithm="lpfhp")
-    dataset = squad_dataset(packs, 2, is_training=True, seed=0)
+    dataset = rows_dataset(packs, 2, is_training=True, seed=0)
     spec = dataset.element_spec
     assert spec["input_ids"].shape == (2, 16) and spec["sequence_weights"].shape == (2, 2)
     # Two epochs (batches may straddle them): every row twice, in a new order.
@@ -155,4 +155,4 @@ def test_training_dataset_shuffles_repeats_and_keeps_static_shapes():
     assert np.bincount(seen).tolist() == [2] * packs.num_packs
     assert seen[:packs.num_packs].tolist() != list(range(packs.num_packs))
     with pytest.raises(ValueError, match="cannot fill one training batch of 64"):
-        squad_dataset(packs, 64, is_training=True)
+        rows_dataset(packs, 64, is_training=True)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from packed_bert_tf.models import BertSquadModel
 from packed_bert_tf.squad import task
 from packed_bert_tf.squad.packing import pack_features
+from packed_bert_tf.training.fine_tuning import train_dataset_fn
 from packed_bert_tf.training.trainer import Trainer
 from tests.models.packed_batches import TINY_CONFIG
 from tests.squad.squad_data import make_features
@@ -22,8 +23,8 @@ def test_trainer_runs_squad_updates_on_packed_rows():
     model.build()
     trainer = Trainer(model, keras.optimizers.Adam(1e-3), task=task.SQUAD_TASK,
                       steps_per_update=2, jit_compile=False)
-    dataset_fn = task.train_dataset_fn(packs, global_batch_size=4, steps_per_update=2,
-                                       seed=0)
+    dataset_fn = train_dataset_fn(packs, global_batch_size=4, steps_per_update=2,
+                                  seed=0)
     iterator = iter(tf.distribute.get_strategy().distribute_datasets_from_function(
         dataset_fn))
     before = [w.numpy().copy() for w in model.trainable_weights]
@@ -42,10 +43,10 @@ def test_trainer_runs_squad_updates_on_packed_rows():
 def test_resumed_dataset_skips_the_updates_done():
     packs = pack_features(make_features(np.arange(4, 24), 32), packed=False)
     context = tf.distribute.InputContext()
-    fresh = task.train_dataset_fn(packs, global_batch_size=2, steps_per_update=3,
-                                  seed=1)(context)
-    resumed = task.train_dataset_fn(packs, global_batch_size=2, steps_per_update=3,
-                                    seed=1, skip_steps=2)(context)
+    fresh = train_dataset_fn(packs, global_batch_size=2, steps_per_update=3,
+                             seed=1)(context)
+    resumed = train_dataset_fn(packs, global_batch_size=2, steps_per_update=3,
+                               seed=1, skip_steps=2)(context)
     assert fresh.element_spec["input_ids"].shape == (3, 2, 32)
     expected = [e["pack_index"].numpy() for e in fresh.take(4)][2:]
     got = [e["pack_index"].numpy() for e in resumed.take(2)]

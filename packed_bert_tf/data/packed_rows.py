@@ -1,0 +1,502 @@
+"""Sequences laid out in packed rows: the one layout of every task.
+
+Letters: N sequences, P packs (rows), S tokens per row, D sequences per row,
+M prediction slots per row, T tokens and Q predictions of all sequences.
+
+A task says what its sequences carry in a `PackSpec`; `lay_out` writes
+sequences in compact form (real tokens only) into rows. The offline packer
+of pre-training records (`packed_bert_tf.data.sequences.pack_sequences`),
+packing on the fly (`packed_bert_tf.data.streaming.pack_dataset`), SQuAD and
+classification (`pack_rows`) all go through it, so one spec gives one
+layout whichever path packed the rows.
+
+A pack of two sequences under SQuAD's spec (S = 12, D = 2; a = sequence 7,
+b = sequence 3)::
+
+    input_ids         a0 a1 a2 a3 a4 b0 b1 b2 b3  0  0  0   tokens
+    segment_ids        0  0  1  1  1  0  0  1  1  0  0  0   tokens
+    input_mask         1  1  1  1  1  2  2  2  2  0  0  0   sequence index
+    positions          0  1  2  3  4  0  1  2  3  0  0  0   position ids
+    start_positions    3  7      offsets: a's token 3, b's token 2, in the row
+    end_positions      4  7
+    sequence_weights   1  1      slots: 1 for a sequence, 0 for an empty slot
+
+    sequence_pack[7] = sequence_pack[3] = this row
+    sequence_slot[7] = 0, sequence_offset[7] = 0
+    sequence_slot[3] = 1, sequence_offset[3] = 5
+
+Compact form, what travels between the stages (a dict of flat arrays):
+``lengths`` [N]; each token feature [T]; each per-sequence feature [N]; with
+predictions, ``prediction_counts`` [N] and each prediction feature but the
+weights [Q] (the weights are generated).
+
+numpy only: the data-preparation tools and their workers use it without
+TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from packed_bert_tf.packing import PackAssignment, ragged, rows_of_packs
+
+
+@dataclasses.dataclass(frozen=True)
+class PackSpec:
+    """How the features of an unpacked sequence go into a pack.
+
+    Every feature named must be in the examples; features not named are an
+    error (`check_element_spec`), so nothing is dropped silently.
+
+    Attributes:
+      length: per-token feature whose nonzero entries, a prefix, are the
+        sequence's real tokens (``input_mask`` of the MLPerf format).
+      tokens: per-token features copied to the sequence's place in the pack
+        ([S], 0 on padding).
+      sequence: one value per sequence (scalar or [1]) -> [D], 0 in empty slots.
+      offsets: token offsets inside the sequence (scalar or [1]) -> [D],
+        shifted to offsets in the pack (SQuAD's answer start and end).
+      predictions: masked-LM style slots ``(positions, *values, weights)``,
+        each [P] with the real ones (weight > 0) first -> [M]: positions
+        shifted to the pack, values copied, weights replaced by the sequence
+        index 1..D, grouped by sequence in pack order.
+      max_predictions_per_pack: M (needed when `predictions` is not empty).
+      sequence_index: generated [S] feature: 1..D on each sequence's tokens,
+        0 on padding (the packed ``input_mask``).
+      position_ids: generated [S]: positions restarting at 0 in each sequence.
+      starts: generated [D]: each sequence's first token in the pack.
+      slots: generated [D]: 1 for a sequence, 0 for an empty slot.
+    """
+
+    length: str = "input_mask"
+    tokens: tuple = ("input_ids", "segment_ids")
+    sequence: tuple = ()
+    offsets: tuple = ()
+    predictions: tuple = ()
+    max_predictions_per_pack: int | None = None
+    sequence_index: str = "input_mask"
+    position_ids: str = "positions"
+    starts: str | None = None
+    slots: str = "sequence_weights"
+
+    @classmethod
+    def pretraining(cls, max_predictions_per_pack: int) -> "PackSpec":
+        """The MLPerf pre-training example -> the MLPerf packed format."""
+        return cls(sequence=("next_sentence_labels",),
+                   predictions=("masked_lm_positions", "masked_lm_ids",
+                                "masked_lm_weights"),
+                   max_predictions_per_pack=max_predictions_per_pack,
+                   starts="next_sentence_positions", slots="next_sentence_weights")
+
+    @classmethod
+    def squad(cls) -> "PackSpec":
+        """SQuAD features -> rows of answer spans (offsets in the row)."""
+        return cls(offsets=("start_positions", "end_positions"))
+
+    @classmethod
+    def classifier(cls) -> "PackSpec":
+        """Sentence (pair) classification -> rows of labels and [CLS] offsets."""
+        return cls(sequence=("label_ids",), starts="cls_positions")
+
+    @property
+    def input_names(self) -> tuple:
+        return tuple(dict.fromkeys((self.length,) + self.tokens + self.sequence
+                                   + self.offsets + self.predictions))
+
+    @property
+    def per_sequence(self) -> tuple:
+        return self.sequence + self.offsets
+
+    @property
+    def compact_names(self) -> tuple:
+        """Names of the compact arrays, in a fixed order."""
+        names = ("lengths",) + self.tokens + self.per_sequence
+        if self.predictions:
+            names += ("prediction_counts",) + self.predictions[:-1]
+        return names
+
+    def __post_init__(self):
+        if self.predictions and (len(self.predictions) < 2
+                                 or not self.max_predictions_per_pack):
+            raise ValueError("predictions need (positions, ..., weights) and "
+                             "max_predictions_per_pack")
+
+    def output_shapes(self, max_sequence_length: int, max_sequences_per_pack: int,
+                      input_dtypes: dict) -> dict:
+        """name -> (shape, numpy dtype) of a pack; the generated features are int32."""
+        S, D, M = max_sequence_length, max_sequences_per_pack, self.max_predictions_per_pack
+        out = {name: ([S], input_dtypes[name]) for name in self.tokens}
+        out.update({name: ([D], input_dtypes[name]) for name in self.per_sequence})
+        out.update({name: ([M], input_dtypes[name]) for name in self.predictions})
+        out[self.sequence_index] = ([S], np.dtype(np.int32))
+        out[self.position_ids] = ([S], np.dtype(np.int32))
+        if self.starts:
+            out[self.starts] = ([D], np.dtype(np.int32))
+        out[self.slots] = ([D], np.dtype(np.int32))
+        return out
+
+    def check_element_spec(self, element_spec) -> None:
+        """Raises ValueError listing every difference between a dataset's
+        elements (a dict of ``tf.TensorSpec``) and what this spec reads."""
+        if not isinstance(element_spec, dict):
+            raise ValueError(f"pack_dataset needs a dataset of dicts of features, got "
+                             f"elements {element_spec}")
+        problems = []
+        names = self.input_names
+        for name in names:
+            if name not in element_spec:
+                problems.append(f"{name!r} is missing")
+        for name in sorted(set(element_spec) - set(names)):
+            problems.append(f"{name!r} is not in the spec (it would be dropped)")
+        rank1 = [n for n in (self.length,) + self.tokens + self.predictions
+                 if n in element_spec]
+        for name in rank1:
+            shape = element_spec[name].shape
+            if shape.rank != 1 or shape[0] is None:
+                problems.append(f"{name!r} has shape {shape}, not a fixed-length vector")
+        lengths = {element_spec[n].shape[0] for n in (self.length,) + self.tokens
+                   if n in element_spec and element_spec[n].shape.rank == 1}
+        if len(lengths) > 1:
+            problems.append(f"the per-token features have different lengths "
+                            f"{sorted(lengths, key=str)}")
+        for name in self.per_sequence:
+            if name in element_spec and element_spec[name].shape.num_elements() != 1:
+                problems.append(f"{name!r} has shape {element_spec[name].shape}, not one "
+                                f"value per sequence")
+        predictions = {element_spec[n].shape for n in self.predictions if n in element_spec}
+        if len(predictions) > 1:
+            problems.append("the prediction features have different shapes")
+        for name in names:
+            if name in element_spec and not (element_spec[name].dtype.is_integer
+                                              or element_spec[name].dtype.is_floating):
+                problems.append(f"{name!r} has dtype {element_spec[name].dtype.name}")
+        if problems:
+            raise ValueError("the dataset's elements do not match the PackSpec: "
+                             + "; ".join(problems))
+
+
+# --------------------------------------------------------------- compact form
+def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: int,
+            skip_long: bool) -> tuple[dict, int]:
+    """Dense unpacked examples [C, ...] -> compact arrays (real tokens only).
+
+    Returns the arrays and the number of examples skipped as too long.
+
+    Raises ValueError naming the stream index of a bad example.
+    """
+    mask = np.asarray(dense[spec.length]) != 0
+    count, width = mask.shape
+    lengths = mask.sum(axis=1)
+    # A run of nonzero values then 0s: the first 0 is at `lengths` (if any).
+    is_run = (lengths == width) | (np.argmin(mask, axis=1) == lengths)
+    bad = np.flatnonzero(~is_run | (lengths == 0))
+    if bad.size:
+        raise ValueError(f"example {first_index + bad[0]} of the stream: {spec.length} "
+                         f"is not a non-empty run of nonzero values followed by 0s")
+    long = lengths > max_sequence_length
+    skipped = 0
+    stream_index = first_index + np.arange(count)  # of each example still here
+    if long.any():
+        if not skip_long:
+            index = int(np.argmax(long))
+            raise ValueError(f"example {first_index + index} of the stream has "
+                             f"{lengths[index]} tokens, more than max_sequence_length="
+                             f"{max_sequence_length} (skip_long_sequences=True skips "
+                             f"such examples and counts them)")
+        skipped = int(long.sum())
+        keep = ~long
+        dense = {name: np.asarray(value)[keep] for name, value in dense.items()}
+        mask, lengths, stream_index = mask[keep], lengths[keep], stream_index[keep]
+    out = {"lengths": lengths.astype(np.int64)}
+    for name in spec.tokens:
+        out[name] = np.asarray(dense[name])[mask]  # the mask is the prefix
+    for name in spec.per_sequence:
+        out[name] = np.asarray(dense[name]).reshape(len(lengths))
+    if spec.predictions:
+        weights = np.asarray(dense[spec.predictions[-1]])
+        real = weights > 0
+        counts = real.sum(axis=1)
+        first_real = np.arange(real.shape[1])[None, :] < counts[:, None]
+        positions = np.asarray(dense[spec.predictions[0]])
+        bad = np.flatnonzero((real != first_real).any(axis=1) | (
+            real & ((positions < 0) | (positions >= lengths[:, None]))).any(axis=1))
+        if bad.size:
+            raise ValueError(f"example {stream_index[bad[0]]} of the stream: its "
+                             f"real predictions ({spec.predictions[-1]} > 0) are not "
+                             f"first, or a position lies outside the sequence")
+        out["prediction_counts"] = counts.astype(np.int64)
+        for name in spec.predictions[:-1]:
+            out[name] = np.asarray(dense[name])[real]
+    for name in spec.offsets:
+        inside = (out[name] >= 0) & (out[name] < lengths)
+        if not inside.all():
+            index = int(np.argmin(inside))
+            raise ValueError(f"example {stream_index[index]} of the stream: {name} "
+                             f"{out[name][index]} lies outside its {lengths[index]} tokens")
+    return out, skipped
+
+
+def compact_padded(spec: PackSpec, padded: dict, lengths) -> dict:
+    """Compact arrays of sequences whose token features are [N, width] rows
+    padded after `lengths` tokens (no predictions)."""
+    lengths = np.asarray(lengths, np.int64)
+    out = {"lengths": lengths}
+    if spec.tokens:
+        width = np.asarray(padded[spec.tokens[0]]).shape[1]
+        prefix = np.arange(width)[None, :] < lengths[:, None]
+        for name in spec.tokens:
+            out[name] = np.asarray(padded[name])[prefix]
+    for name in spec.per_sequence:
+        out[name] = np.asarray(padded[name]).reshape(lengths.size)
+    return out
+
+
+def take(spec: PackSpec, arrays: dict, rows: np.ndarray) -> dict:
+    """The compact sequences at `rows`, in that order."""
+    rows = np.asarray(rows, dtype=np.int64)
+    lengths = arrays["lengths"]
+    tokens, new_lengths = ragged.take_rows_index(ragged.row_splits_from_lengths(lengths),
+                                                 lengths, rows)
+    out = {"lengths": new_lengths}
+    for name in spec.tokens:
+        out[name] = arrays[name][tokens]
+    for name in spec.per_sequence:
+        out[name] = arrays[name][rows]
+    if spec.predictions:
+        counts = arrays["prediction_counts"]
+        index, new_counts = ragged.take_rows_index(ragged.row_splits_from_lengths(counts),
+                                                   counts, rows)
+        out["prediction_counts"] = new_counts
+        for name in spec.predictions[:-1]:
+            out[name] = arrays[name][index]
+    return out
+
+
+def keep_rows(spec: PackSpec, arrays: dict, keep: np.ndarray) -> dict:
+    """The compact sequences where `keep` is True, in their order (boolean
+    masks: cheaper than `take` for the order-preserving case)."""
+    out = {"lengths": arrays["lengths"][keep]}
+    token_keep = np.repeat(keep, arrays["lengths"])
+    for name in spec.tokens:
+        out[name] = arrays[name][token_keep]
+    for name in spec.per_sequence:
+        out[name] = arrays[name][keep]
+    if spec.predictions:
+        out["prediction_counts"] = arrays["prediction_counts"][keep]
+        prediction_keep = np.repeat(keep, arrays["prediction_counts"])
+        for name in spec.predictions[:-1]:
+            out[name] = arrays[name][prediction_keep]
+    return out
+
+
+def concatenate(parts) -> dict:
+    """Compact arrays of several groups of sequences, one group after the other."""
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+# --------------------------------------------------------------------- layout
+def check_fits(spec: PackSpec, arrays: dict, sequences_per_pack: np.ndarray,
+               max_sequence_length: int, max_sequences_per_pack: int) -> None:
+    """Raises ValueError naming the first pack that holds more tokens,
+    sequences or predictions than a row has room for.
+
+    `arrays` are compact and in pack order, as `lay_out` takes them.
+    """
+    splits = ragged.row_splits_from_lengths(sequences_per_pack)
+    amounts = [("tokens", ragged.sum_over_rows(arrays["lengths"], splits),
+                "max_sequence_length", max_sequence_length),
+               ("sequences", np.asarray(sequences_per_pack),
+                "max_sequences_per_pack", max_sequences_per_pack)]
+    if spec.predictions:
+        amounts.append(("predictions",
+                        ragged.sum_over_rows(arrays["prediction_counts"], splits),
+                        "max_predictions_per_pack", spec.max_predictions_per_pack))
+    for what, amount, name, limit in amounts:
+        if amount.size and amount.max() > limit:
+            pack = int(np.argmax(amount))
+            raise ValueError(f"pack {pack} holds {amount[pack]} {what}, more than "
+                             f"{name}={limit}")
+
+
+def lay_out(spec: PackSpec, arrays: dict, sequences_per_pack: np.ndarray,
+            max_sequence_length: int, max_sequences_per_pack: int, dtypes: dict) -> dict:
+    """Compact sequences, already in pack order -> packs: name -> [P, ...].
+
+    Pack k holds the next ``sequences_per_pack[k]`` sequences of `arrays`;
+    the caller guarantees that they fit (`check_fits`). `dtypes` gives each
+    output's numpy dtype (the generated features default to int32).
+
+    Each pack's tokens fill its first columns, so every [P, S] feature is
+    the token stream dropped into the cells left of each pack's token count:
+    one boolean-mask assignment per feature, O(P x S + T) in all.
+    """
+    S = max_sequence_length
+    num_packs = sequences_per_pack.size
+    lengths = arrays["lengths"]
+    pack_splits = ragged.row_splits_from_lengths(sequences_per_pack)
+    pack_of = ragged.row_of_elements(sequences_per_pack)
+    slot = ragged.position_in_row(sequences_per_pack)
+    offset = ragged.exclusive_sum_in_row(lengths, sequences_per_pack)
+    real = np.arange(S)[None, :] < ragged.sum_over_rows(lengths, pack_splits)[:, None]
+
+    def zeros(name, width):
+        return np.zeros((num_packs, width), dtype=dtypes.get(name, np.int32))
+
+    out = {}
+    for name in spec.tokens:
+        out[name] = zeros(name, S)
+        out[name][real] = arrays[name]
+    out[spec.sequence_index] = zeros(spec.sequence_index, S)
+    out[spec.sequence_index][real] = np.repeat(slot + 1, lengths)
+    out[spec.position_ids] = zeros(spec.position_ids, S)
+    out[spec.position_ids][real] = ragged.position_in_row(lengths)
+    per_sequence = {name: arrays[name] + offset if name in spec.offsets else arrays[name]
+                    for name in spec.per_sequence}
+    per_sequence[spec.slots] = 1
+    if spec.starts:
+        per_sequence[spec.starts] = offset
+    for name, values in per_sequence.items():
+        out[name] = zeros(name, max_sequences_per_pack)
+        out[name][pack_of, slot] = values
+    if spec.predictions:
+        counts = arrays["prediction_counts"]
+        filled = np.arange(spec.max_predictions_per_pack)[None, :] < \
+            ragged.sum_over_rows(counts, pack_splits)[:, None]
+        positions_name, weights_name = spec.predictions[0], spec.predictions[-1]
+        per_prediction = {name: arrays[name] for name in spec.predictions[1:-1]}
+        per_prediction[positions_name] = arrays[positions_name] + np.repeat(offset, counts)
+        per_prediction[weights_name] = np.repeat(slot + 1, counts)
+        for name, values in per_prediction.items():
+            out[name] = zeros(name, spec.max_predictions_per_pack)
+            out[name][filled] = values
+    return out
+
+
+# ------------------------------------------------------- rows held in memory
+@dataclasses.dataclass(frozen=True, eq=False)
+class PackedRows:
+    """A task's sequences laid out in rows of S tokens, up to D per row.
+
+    Attributes:
+      arrays: the model's inputs and the loss's labels, the outputs of
+        `lay_out` ([P, S] token features, [P, D] per-sequence features).
+      sequence_pack, sequence_slot, sequence_offset, sequence_length: [N]
+        int64, where each sequence sits: row, slot d (0-based; its tokens
+        carry sequence index d + 1), first token's column, number of tokens.
+      spec: the `PackSpec` the rows were laid out by.
+      packed: False for the unpacked layout (D = 1, row n = sequence n).
+    """
+    arrays: dict
+    sequence_pack: np.ndarray
+    sequence_slot: np.ndarray
+    sequence_offset: np.ndarray
+    sequence_length: np.ndarray
+    spec: PackSpec
+    packed: bool
+
+    @property
+    def num_packs(self) -> int:
+        return int(self.arrays[self.spec.sequence_index].shape[0])
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.sequence_pack.size)
+
+    @property
+    def max_sequence_length(self) -> int:
+        return int(self.arrays[self.spec.sequence_index].shape[1])
+
+    @property
+    def max_sequences_per_pack(self) -> int:
+        return int(self.arrays[self.spec.slots].shape[1])
+
+    @property
+    def packing_factor(self) -> float:
+        """Sequences per row (1.0 unpacked)."""
+        return self.num_sequences / self.num_packs if self.num_packs else 1.0
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of the rows' tokens that are padding."""
+        total = self.num_packs * self.max_sequence_length
+        return 1.0 - float(self.sequence_length.sum()) / total if total else 0.0
+
+    def describe(self, noun: str = "sequences") -> dict:
+        """Counts and occupancy for a summary, the sequences under ``noun``."""
+        return {noun: self.num_sequences, "rows": self.num_packs,
+                "packing_factor": self.packing_factor,
+                "padding_fraction": self.padding_fraction}
+
+
+@dataclasses.dataclass(frozen=True)
+class RowShape:
+    """The room in a row: S tokens and D sequences (`packed` False: D = 1,
+    one sequence per row in sequence order)."""
+
+    max_sequence_length: int
+    max_sequences_per_pack: int
+    packed: bool = True
+
+
+def pack_rows(spec: PackSpec, arrays: dict, assignment: PackAssignment,
+              shape: RowShape, dtypes: dict) -> PackedRows:
+    """Lays compact sequences (in sequence order) into the rows of an assignment.
+
+    Args:
+      spec: what the sequences carry.
+      arrays: compact arrays of the N sequences (module docstring).
+      assignment: pack k holds the sequences ``assignment[k]``, in that order.
+      shape: the room in a row.
+      dtypes: the numpy dtype of each output array (default int32).
+
+    Raises:
+      ValueError: when the assignment does not hold every sequence exactly
+        once, or a pack holds more than the row has room for.
+    """
+    lengths = np.asarray(arrays["lengths"], np.int64)
+    num_sequences = lengths.size
+    order = np.asarray(assignment.sequence_indices, np.int64)
+    if order.size != num_sequences or not np.array_equal(np.sort(order),
+                                                         np.arange(num_sequences)):
+        raise ValueError(f"the assignment holds {order.size} sequence indices, not each "
+                         f"of the {num_sequences} sequences exactly once")
+    in_pack_order = take(spec, arrays, order)
+    depths = assignment.sequences_per_pack
+    check_fits(spec, in_pack_order, depths, shape.max_sequence_length,
+               shape.max_sequences_per_pack)
+    sequence_pack = np.empty(num_sequences, np.int64)
+    sequence_slot = np.empty(num_sequences, np.int64)
+    sequence_offset = np.empty(num_sequences, np.int64)
+    sequence_pack[order] = assignment.pack_of_entries
+    sequence_slot[order] = assignment.slot_of_entries
+    sequence_offset[order] = assignment.offset_in_pack(lengths[order])
+    rows = lay_out(spec, in_pack_order, depths, shape.max_sequence_length,
+                   shape.max_sequences_per_pack, dtypes)
+    return PackedRows(rows, sequence_pack, sequence_slot, sequence_offset, lengths, spec,
+                      shape.packed)
+
+
+def unpack_sequence_outputs(rows: PackedRows, pack_index, outputs) -> np.ndarray:
+    """Per-sequence outputs [N, ...], in sequence order, from a model's
+    [R, D, ...] outputs on the rows (``pack_index`` [R]: the row each output
+    came from, -1 for padding rows, any order)."""
+    row_of_pack = rows_of_packs(pack_index, rows.num_packs)
+    return np.asarray(outputs)[row_of_pack[rows.sequence_pack], rows.sequence_slot]
+
+
+def unpack_token_outputs(rows: PackedRows, pack_index, *outputs) -> tuple:
+    """Per-token outputs of every sequence, ragged, from a model's [R, S, ...]
+    outputs on the rows.
+
+    Returns ``(row_splits [N + 1], each output's [T, ...] values)``:
+    sequence n's values are ``values[row_splits[n]:row_splits[n + 1]]``.
+    """
+    row_of_pack = rows_of_packs(pack_index, rows.num_packs)
+    lengths = rows.sequence_length
+    token_sequence = ragged.row_of_elements(lengths)
+    token_rows = row_of_pack[rows.sequence_pack[token_sequence]]
+    columns = rows.sequence_offset[token_sequence] + ragged.position_in_row(lengths)
+    return (ragged.row_splits_from_lengths(lengths),
+            *(np.asarray(output)[token_rows, columns] for output in outputs))
