@@ -2,9 +2,9 @@
 
 Letters: B batch, S sequence length, D max sequences per pack, H hidden.
 
-Functions, not a layer: the heads that pool (`NextSentenceHead`,
-`SequenceClassificationHead`) each own their pooler Dense, named ``pooler``,
-so that their weights keep their paths in saved models.
+Functions, not a layer: `packed_bert_tf.models.BertBackbone` owns the
+pooler Dense, named ``pooler``, and pools at the [CLS] offsets its caller
+gives (each task names them its own way).
 """
 
 import keras
@@ -16,8 +16,8 @@ def make_pooler_dense(hidden_size: int, kernel_initializer, dtype_policy
                       ) -> keras.layers.Dense:
     """``bert/pooler/dense``: Dense(H, tanh) named ``pooler`` (unbuilt).
 
-    ``kernel_initializer``: the head's truncated normal (an instance the head
-    may share with its other Dense, as `NextSentenceHead` always has).
+    ``kernel_initializer``: a truncated normal of the config's
+    ``initializer_range``.
     """
     return keras.layers.Dense(hidden_size, activation="tanh",
                               kernel_initializer=kernel_initializer, dtype=dtype_policy,

@@ -3,9 +3,9 @@
 Letters: B batch, S sequence length, D max sequences per pack, H hidden,
 L labels (1 for regression).
 
-Every sequence of a pack has its own [CLS]; the pooler and the classifier
-run at each of them (``cls_positions``), so a pack of D sequences gets D
-predictions (S = 8, D = 2)::
+Every sequence of a pack has its own [CLS]; the backbone's pooler and the
+classifier run at each of them (``cls_positions``), so a pack of D
+sequences gets D predictions (S = 8, D = 2)::
 
     input_ids    C a1 a2 S  C b1 S  0
     input_mask   1  1  1 1  2  2 2  0
@@ -22,7 +22,6 @@ import keras
 import tensorflow as tf
 
 from packed_bert_tf.layers.losses import WeightedSum, cross_replica_sum, weighted_mean
-from packed_bert_tf.layers.pooler import make_pooler_dense, pool
 
 
 def classification_losses(logits, label_ids, sequence_weights, *, is_regression: bool):
@@ -99,22 +98,22 @@ def sequence_classification_loss(features, outputs, *, is_regression: bool,
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
 class SequenceClassificationHead(keras.layers.Layer):
-    """``bert/pooler`` (Dense + tanh), dropout, and the classifier (L outputs).
+    """Dropout and the classifier (L outputs) on each packed sequence's pooled [CLS].
 
-    As run_classifier.py's ``create_model``: the pooled [CLS] output, dropout
-    (training only), ``output_weights`` / ``output_bias``; here at every
-    sequence's [CLS] of a pack.
+    As run_classifier.py's ``create_model``: the pooled [CLS] output (the
+    backbone's, `packed_bert_tf.models.BertBackbone` at ``cls_positions``),
+    dropout (training only), ``output_weights`` / ``output_bias``; here for
+    every sequence of a pack.
 
     Args:
       num_labels: L (1 for regression).
-      initializer_range: stddev of the truncated-normal kernels.
+      initializer_range: stddev of the truncated-normal kernel.
       dropout_rate: dropout on the pooled output (the reference's 0.1 =
         ``hidden_dropout_prob``).
 
     Call arguments:
-      sequence_output: [B, S, H] encoder output.
-      cls_positions: [B, D] int offset of each sequence's [CLS] (unused
-        slots may point anywhere valid; their weight is 0).
+      pooled_output: [B, D, H] the pooler's output at each sequence's [CLS]
+        (empty slots hold anything; their weight is 0).
       training: dropout on.
 
     Returns:
@@ -130,22 +129,16 @@ class SequenceClassificationHead(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.dropout_rate = dropout_rate
 
-    def build(self, sequence_output_shape):
-        hidden_size = sequence_output_shape[-1]
-        gathered_shape = (sequence_output_shape[0], None, hidden_size)
-        initializer = keras.initializers.TruncatedNormal(stddev=self.initializer_range)
-        self.pooler_dense = make_pooler_dense(hidden_size, initializer, self.dtype_policy)
-        self.pooler_dense.build(gathered_shape)
+    def build(self, pooled_output_shape):
         self.dropout = keras.layers.Dropout(self.dropout_rate, dtype=self.dtype_policy)
         self.classifier = keras.layers.Dense(
-            self.num_labels, kernel_initializer=initializer, dtype=self.dtype_policy,
-            name="output")
-        self.classifier.build(gathered_shape)
+            self.num_labels, kernel_initializer=keras.initializers.TruncatedNormal(
+                stddev=self.initializer_range),
+            dtype=self.dtype_policy, name="output")
+        self.classifier.build(pooled_output_shape)
         self.built = True
 
-    def call(self, sequence_output, cls_positions, training=False):
-        pooled_output = pool(self.pooler_dense, sequence_output,
-                             cls_positions)  # [B, D, H]
+    def call(self, pooled_output, training=False):
         pooled_output = self.dropout(pooled_output, training=training)
         return tf.cast(self.classifier(pooled_output), tf.float32)  # [B, D, L]
 

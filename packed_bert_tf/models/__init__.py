@@ -1,7 +1,9 @@
-"""Packed BERT models: the config, the pre-training, SQuAD and classifier models,
+"""Packed BERT models: the config, the backbone (`BertBackbone`) and the
+pre-training, SQuAD and classifier models that wrap it,
 Google checkpoint and keras-hub weight I/O, ``.keras`` loading and SavedModel
 export for serving."""
 
+from packed_bert_tf.models.backbone import BertBackbone
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.models.bert_squad import BertSquadModel
@@ -22,7 +24,7 @@ from packed_bert_tf.models.keras_hub_weights import (bert_config_from_keras_hub,
 from packed_bert_tf.models.packed_model import PackedModel
 from packed_bert_tf.models.saving import keras_file_class_name, load_model
 
-__all__ = ["BertClassifierModel", "BertConfig", "BertPretrainingModel", "BertSquadModel",
+__all__ = ["BertBackbone", "BertClassifierModel", "BertConfig", "BertPretrainingModel", "BertSquadModel",
            "CheckpointLoadReport", "PackedModel", "bert_config_from_keras_hub",
            "export_for_serving", "google_named_weights", "google_variable_shapes",
            "keras_file_class_name", "keras_hub_named_weights", "load_google_checkpoint",

@@ -25,7 +25,7 @@ import keras
 
 from packed_bert_tf.layers.sequence_classification_head import (
     SequenceClassificationHead, sequence_classification_loss)
-from packed_bert_tf.models.backbone import backbone_layers, copy_layer_weights, encode
+from packed_bert_tf.models.backbone import BertBackbone
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.packed_model import PackedModel
 
@@ -70,7 +70,8 @@ class BertClassifierModel(PackedModel):
         self.num_labels = num_labels
         self.packed = packed
         config = bert_config
-        self.embeddings, self.encoder = backbone_layers(config, self.dtype_policy)
+        self.backbone = BertBackbone(config, packed=packed, dtype=self.dtype_policy,
+                                     name="backbone")
         self.classifier_head = SequenceClassificationHead(
             num_labels, config.initializer_range, config.hidden_dropout_prob,
             dtype=self.dtype_policy, name="classifier_head")
@@ -84,17 +85,15 @@ class BertClassifierModel(PackedModel):
         if self.built:
             return
         hidden_size = self.bert_config.hidden_size
-        self.embeddings.build((None, None))
-        self.encoder.build((None, None, hidden_size))
+        self.backbone.build()
         self.classifier_head.build((None, None, hidden_size))
         self.built = True
 
     def call(self, features, training=False):
-        sequence_output = encode(self.embeddings, self.encoder, features,
-                                 packed=self.packed, training=training)  # [B, S, H]
-        logits = self.classifier_head(sequence_output, features["cls_positions"],
+        encoded = self.backbone(features, features["cls_positions"], training=training)
+        logits = self.classifier_head(encoded["pooled_output"],
                                       training=training)  # [B, D, L]
-        return {"logits": logits, "sequence_output": sequence_output}
+        return {"logits": logits, "sequence_output": encoded["sequence_output"]}
 
     def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None,
                      training=True):
@@ -111,11 +110,8 @@ class BertClassifierModel(PackedModel):
         """Original-BERT name -> (variable, transposed) of the head's weights."""
         if not self.built:
             self.build()
-        pooler = self.classifier_head.pooler_dense
         classifier = self.classifier_head.classifier
-        return {"bert/pooler/dense/kernel": (pooler.kernel, False),
-                "bert/pooler/dense/bias": (pooler.bias, False),
-                "output_weights": (classifier.kernel, True),
+        return {"output_weights": (classifier.kernel, True),
                 "output_bias": (classifier.bias, False)}
 
     def copy_encoder_weights(self, source) -> None:
@@ -123,16 +119,7 @@ class BertClassifierModel(PackedModel):
         (e.g. a trained `BertPretrainingModel` or `BertSquadModel`), and its
         pooler when it has one (a pre-training model's next-sentence head), as
         an original pre-training checkpoint would; the classifier is left as is."""
-        if not self.built:
-            self.build()
-        if not source.built:
-            source.build()
-        copy_layer_weights(self.embeddings, source.embeddings)
-        copy_layer_weights(self.encoder, source.encoder)
-        next_sentence_head = getattr(source, "next_sentence_head", None)
-        if next_sentence_head is not None:
-            copy_layer_weights(self.classifier_head.pooler_dense,
-                               next_sentence_head.pooler_dense)
+        self.backbone.copy_weights_from(source.backbone)
 
     def get_config(self):
         config = super().get_config()

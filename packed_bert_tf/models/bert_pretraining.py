@@ -29,7 +29,7 @@ import keras
 from packed_bert_tf.layers.losses import pretraining_losses
 from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
 from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
-from packed_bert_tf.models.backbone import LAYER_NORM_EPSILON, backbone_layers, encode
+from packed_bert_tf.models.backbone import LAYER_NORM_EPSILON, BertBackbone
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.packed_model import PackedModel
 
@@ -72,7 +72,8 @@ class BertPretrainingModel(PackedModel):
         self.packed = packed
         self.per_sequence_masked_lm_loss = per_sequence_masked_lm_loss
         config = bert_config
-        self.embeddings, self.encoder = backbone_layers(config, self.dtype_policy)
+        self.backbone = BertBackbone(config, packed=packed, dtype=self.dtype_policy,
+                                     name="backbone")
         self.masked_lm_head = MaskedLMHead(
             config.vocab_size, config.hidden_act, config.initializer_range,
             LAYER_NORM_EPSILON, dtype=self.dtype_policy, name="masked_lm_head")
@@ -84,20 +85,20 @@ class BertPretrainingModel(PackedModel):
         if self.built:
             return
         hidden_size = self.bert_config.hidden_size
-        self.embeddings.build((None, None))
-        self.encoder.build((None, None, hidden_size))
+        self.backbone.build()
         self.masked_lm_head.build((None, None, hidden_size))
         self.next_sentence_head.build((None, None, hidden_size))
         self.built = True
 
     def call(self, features, training=False):
-        sequence_output = encode(self.embeddings, self.encoder, features,
-                                 packed=self.packed, training=training)  # [B, S, H]
+        encoded = self.backbone(features, features["next_sentence_positions"],
+                                training=training)
+        sequence_output = encoded["sequence_output"]  # [B, S, H]
+        pooled_output = encoded["pooled_output"]  # [B, D, H]
         mlm_logits = self.masked_lm_head(
             sequence_output, features["masked_lm_positions"],
-            self.embeddings.word_embeddings.embeddings)  # [B, M, V]
-        nsp_logits, pooled_output = self.next_sentence_head(
-            sequence_output, features["next_sentence_positions"])  # [B, D, 2], [B, D, H]
+            self.backbone.token_embeddings)  # [B, M, V]
+        nsp_logits = self.next_sentence_head(pooled_output)  # [B, D, 2]
         return {"mlm_logits": mlm_logits, "nsp_logits": nsp_logits,
                 "sequence_output": sequence_output, "pooled_output": pooled_output}
 

@@ -21,7 +21,7 @@ An unpacked batch is the same layout with D = 1.
 import keras
 
 from packed_bert_tf.layers.squad_span_head import SquadSpanHead, squad_span_loss
-from packed_bert_tf.models.backbone import backbone_layers, copy_layer_weights, encode
+from packed_bert_tf.models.backbone import BertBackbone
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.packed_model import PackedModel
 
@@ -63,7 +63,8 @@ class BertSquadModel(PackedModel):
         self.bert_config = bert_config
         self.packed = packed
         config = bert_config
-        self.embeddings, self.encoder = backbone_layers(config, self.dtype_policy)
+        self.backbone = BertBackbone(config, packed=packed, pooler=False,
+                                     dtype=self.dtype_policy, name="backbone")
         self.span_head = SquadSpanHead(config.initializer_range, dtype=self.dtype_policy,
                                        name="span_head")
 
@@ -72,14 +73,13 @@ class BertSquadModel(PackedModel):
         if self.built:
             return
         hidden_size = self.bert_config.hidden_size
-        self.embeddings.build((None, None))
-        self.encoder.build((None, None, hidden_size))
+        self.backbone.build()
         self.span_head.build((None, None, hidden_size))
         self.built = True
 
     def call(self, features, training=False):
-        sequence_output = encode(self.embeddings, self.encoder, features,
-                                 packed=self.packed, training=training)  # [B, S, H]
+        sequence_output = self.backbone(features, training=training)[
+            "sequence_output"]  # [B, S, H]
         start_logits, end_logits = self.span_head(sequence_output)  # [B, S] each
         return {"start_logits": start_logits, "end_logits": end_logits,
                 "sequence_output": sequence_output}
@@ -105,12 +105,7 @@ class BertSquadModel(PackedModel):
     def copy_encoder_weights(self, source) -> None:
         """Copies the embeddings and encoder of another model (e.g. a trained
         `BertPretrainingModel`) of the same config; the head is left as is."""
-        if not self.built:
-            self.build()
-        if not source.built:
-            source.build()
-        copy_layer_weights(self.embeddings, source.embeddings)
-        copy_layer_weights(self.encoder, source.encoder)
+        self.backbone.copy_weights_from(source.backbone)
 
     def get_config(self):
         config = super().get_config()

@@ -99,14 +99,16 @@ class _Mapping:
 def _variable_map(model) -> dict:
     """Google name -> model variable, in checkpoint order.
 
-    The embeddings and encoder of the model, then its heads: those its
-    ``google_checkpoint_heads()`` lists (name -> (variable, transposed)) when
-    it has that method, else the pre-training heads.
+    The model's backbone (embeddings, encoder, and the pooler when it has
+    one), then its heads: those its ``google_checkpoint_heads()`` lists
+    (name -> (variable, transposed)) when it has that method, else the
+    pre-training heads.
     """
     if not model.built:
         model.build()
     mapping = {}
-    embeddings = model.embeddings
+    backbone = model.backbone
+    embeddings = backbone.embeddings
     mapping["bert/embeddings/word_embeddings"] = _Mapping(
         embeddings.word_embeddings.embeddings)
     mapping["bert/embeddings/position_embeddings"] = _Mapping(
@@ -123,7 +125,7 @@ def _variable_map(model) -> dict:
         mapping[f"{prefix}/bias"] = _Mapping(layer.bias)
 
     layer_norm("bert/embeddings/LayerNorm", embeddings.layer_norm)
-    for index, block in enumerate(model.encoder.blocks):
+    for index, block in enumerate(backbone.encoder.blocks):
         prefix = f"bert/encoder/layer_{index}"
         dense(f"{prefix}/attention/self/query", block.attention.query)
         dense(f"{prefix}/attention/self/key", block.attention.key)
@@ -133,12 +135,13 @@ def _variable_map(model) -> dict:
         dense(f"{prefix}/intermediate/dense", block.intermediate_dense)
         dense(f"{prefix}/output/dense", block.output_dense)
         layer_norm(f"{prefix}/output/LayerNorm", block.output_layer_norm)
+    if backbone.pooler_dense is not None:
+        dense("bert/pooler/dense", backbone.pooler_dense)
     heads = getattr(model, "google_checkpoint_heads", None)
     if heads is not None:
         for name, (variable, transpose) in heads().items():
             mapping[name] = _Mapping(variable, transpose=transpose)
         return mapping
-    dense("bert/pooler/dense", model.next_sentence_head.pooler_dense)
     dense("cls/predictions/transform/dense", model.masked_lm_head.transform_dense)
     layer_norm("cls/predictions/transform/LayerNorm", model.masked_lm_head.layer_norm)
     mapping["cls/predictions/output_bias"] = _Mapping(model.masked_lm_head.output_bias)

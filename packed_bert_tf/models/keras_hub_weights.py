@@ -33,9 +33,8 @@ report for every source)::
 [in, out] like Keras's, so the attention tensors are plain reshapes of them;
 keras-hub's own ``utils/transformers/convert_bert.py`` transposes Hugging
 Face's [out, in] and reshapes the same way.) The pooler
-loads into every model that has one (`BertPretrainingModel` and any model
-whose ``google_checkpoint_heads()`` lists ``bert/pooler/dense/*``); a model
-without one reports it unused. The task heads are not in a backbone and stay
+loads into every model whose `BertBackbone` has one (the pre-training and
+classifier models); a model without one (SQuAD's) reports it unused. The task heads are not in a backbone and stay
 as initialised (reported missing).
 
 The two models compute the same function: keras-hub's BERT uses the tanh

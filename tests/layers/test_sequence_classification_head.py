@@ -9,63 +9,54 @@ from packed_bert_tf.layers import (NextSentenceHead, SequenceClassificationHead,
 from tests.layers import numpy_reference
 from tests.layers.layer_checks import run_layer_checks
 
-SEQUENCE_OUTPUT = np.random.default_rng(0).standard_normal((2, 6, 8)).astype(np.float32)
-# Row 0 packs three sequences with [CLS] at 0, 2 and 4; row 1 holds one.
-CLS_POSITIONS = np.array([[0, 2, 4], [0, 0, 0]], np.int32)
+# The pooled [CLS] of each sequence: row 0 packs three sequences, row 1 one.
+POOLED_OUTPUT = np.random.default_rng(0).standard_normal((2, 3, 8)).astype(np.float32)
 SEQUENCE_WEIGHTS = np.array([[1, 1, 1], [1, 0, 0]], np.int32)
 
 
 def test_layer_checks():
     run_layer_checks(SequenceClassificationHead,
                      dict(num_labels=3, initializer_range=0.3, dropout_rate=0.2),
-                     dict(sequence_output=SEQUENCE_OUTPUT, cls_positions=CLS_POSITIONS),
-                     (2, 3, 3), expected_num_trainable_weights=4)
+                     dict(pooled_output=POOLED_OUTPUT), (2, 3, 3),
+                     expected_num_trainable_weights=2)
 
 
-def test_pooler_and_classifier_at_every_cls():
+def test_classifier_at_every_cls():
     head = SequenceClassificationHead(3, initializer_range=0.3)
-    logits = head(SEQUENCE_OUTPUT, CLS_POSITIONS)
-    first_tokens = np.take_along_axis(SEQUENCE_OUTPUT, CLS_POSITIONS[:, :, None], axis=1)
-    pooled = np.tanh(numpy_reference.dense(first_tokens, head.pooler_dense))
-    np.testing.assert_allclose(logits, numpy_reference.dense(pooled, head.classifier),
+    logits = head(POOLED_OUTPUT)
+    np.testing.assert_allclose(logits, numpy_reference.dense(POOLED_OUTPUT, head.classifier),
                                atol=1e-5)
     assert not np.allclose(logits[0, 0], logits[0, 1])
     assert logits.dtype == tf.float32
     # Dropout acts on the pooled output in training only.
-    trained = head(SEQUENCE_OUTPUT, CLS_POSITIONS, training=True)
+    trained = head(POOLED_OUTPUT, training=True)
     assert not np.allclose(trained, logits)
 
 
-def test_pooler_is_the_next_sentence_heads():
+def test_a_two_label_head_is_the_next_sentence_heads_classifier():
     classifier = SequenceClassificationHead(2, initializer_range=0.3)
     next_sentence = NextSentenceHead(initializer_range=0.3)
-    classifier(SEQUENCE_OUTPUT, CLS_POSITIONS)
-    _, pooled = next_sentence(SEQUENCE_OUTPUT, CLS_POSITIONS)
-    classifier.pooler_dense.set_weights(next_sentence.pooler_dense.get_weights())
+    classifier(POOLED_OUTPUT)
+    next_sentence(POOLED_OUTPUT)
     classifier.classifier.set_weights(next_sentence.classifier.get_weights())
-    logits, _ = next_sentence(SEQUENCE_OUTPUT, CLS_POSITIONS)
-    np.testing.assert_allclose(classifier(SEQUENCE_OUTPUT, CLS_POSITIONS), logits,
+    np.testing.assert_allclose(classifier(POOLED_OUTPUT), next_sentence(POOLED_OUTPUT),
                                atol=1e-6)
-    assert classifier.pooler_dense.name == next_sentence.pooler_dense.name == "pooler"
 
 
 def test_keras_file_round_trip(tmp_path):
-    sequence_output = keras.Input((6, 8), name="sequence_output")
-    cls_positions = keras.Input((3,), dtype="int32", name="cls_positions")
+    pooled_output = keras.Input((3, 8), name="pooled_output")
     logits = SequenceClassificationHead(3, initializer_range=0.3, name="head")(
-        sequence_output, cls_positions)
-    model = keras.Model([sequence_output, cls_positions], logits)
+        pooled_output)
+    model = keras.Model(pooled_output, logits)
     path = str(tmp_path / "head.keras")
     model.save(path)
     restored = keras.saving.load_model(path)
     assert isinstance(restored.get_layer("head"), SequenceClassificationHead)
-    np.testing.assert_array_equal(restored([SEQUENCE_OUTPUT, CLS_POSITIONS]),
-                                  model([SEQUENCE_OUTPUT, CLS_POSITIONS]))
+    np.testing.assert_array_equal(restored(POOLED_OUTPUT), model(POOLED_OUTPUT))
 
 
 def test_logits_float32_under_mixed_precision():
-    logits = SequenceClassificationHead(2, dtype="mixed_bfloat16")(SEQUENCE_OUTPUT,
-                                                                    CLS_POSITIONS)
+    logits = SequenceClassificationHead(2, dtype="mixed_bfloat16")(POOLED_OUTPUT)
     assert logits.dtype == tf.float32
 
 

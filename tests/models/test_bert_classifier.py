@@ -109,8 +109,8 @@ def test_a_pretraining_checkpoint_loads_the_encoder_and_pooler(tmp_path):
     assert report.missing == ("output_weights", "output_bias")
     assert "bert/pooler/dense/kernel" in report.loaded
     assert "cls/seq_relationship/output_weights" in report.unused
-    np.testing.assert_array_equal(model.classifier_head.pooler_dense.kernel,
-                                  pretrained.next_sentence_head.pooler_dense.kernel)
+    np.testing.assert_array_equal(model.backbone.pooler_dense.kernel,
+                                  pretrained.backbone.pooler_dense.kernel)
     # copy_encoder_weights does the same from the model itself.
     copied = BertClassifierModel(TINY_CONFIG, 2)
     copied.copy_encoder_weights(pretrained)

@@ -38,7 +38,7 @@ def test_build_creates_every_weight_without_data():
     model.build()
     # 3 tables + 2 norm; 16 per block; pooler 2 + classifier 2; transform 2 + norm 2 + bias.
     assert len(model.weights) == 5 + 16 * 2 + 4 + 5
-    assert tuple(model.embeddings.position_embedding.embeddings.shape) == (64, 32)
+    assert tuple(model.backbone.embeddings.position_embedding.embeddings.shape) == (64, 32)
 
 
 def test_get_config_round_trip(model):
@@ -100,7 +100,7 @@ def test_mixed_precision_dtypes(model, policy, half):
         assert all(value.dtype == tf.float32 for value in losses.values())
         assert all(np.isfinite(value.numpy()).all() for value in outputs.values())
     assert all(weight.dtype == "float32" for weight in mixed.weights)
-    block = mixed.encoder.blocks[0]
+    block = mixed.backbone.encoder.blocks[0]
     assert block.attention.query.compute_dtype == half.name
     assert block.attention_layer_norm.compute_dtype == "float32"
     assert mixed.masked_lm_head.layer_norm.compute_dtype == "float32"

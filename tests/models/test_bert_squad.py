@@ -104,8 +104,10 @@ def test_encoder_loads_from_a_google_pretraining_checkpoint(tmp_path):
     assert report.missing == ("cls/squad/output_weights", "cls/squad/output_bias")
     assert "bert/pooler/dense/kernel" in report.unused
     assert "cls/predictions/output_bias" in report.unused
-    for mine, theirs in zip(model.embeddings.weights + model.encoder.weights,
-                            pretrained.embeddings.weights + pretrained.encoder.weights):
+    mine_backbone, their_backbone = model.backbone, pretrained.backbone
+    for mine, theirs in zip(mine_backbone.embeddings.weights + mine_backbone.encoder.weights,
+                            their_backbone.embeddings.weights
+                            + their_backbone.encoder.weights):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
 
 
@@ -137,7 +139,8 @@ def test_copy_encoder_weights_from_a_pretraining_model():
     model.build()
     head = [w.numpy() for w in model.span_head.weights]
     model.copy_encoder_weights(pretrained)
-    for mine, theirs in zip(model.encoder.weights, pretrained.encoder.weights):
+    for mine, theirs in zip(model.backbone.encoder.weights,
+                            pretrained.backbone.encoder.weights):
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
     for before, after in zip(head, model.span_head.weights):
         np.testing.assert_array_equal(before, after.numpy())

@@ -52,7 +52,7 @@ def test_round_trip_reproduces_outputs_exactly(tmp_path):
         model.next_sentence_head.classifier.kernel.numpy().T)
     np.testing.assert_array_equal(
         reader.get_tensor("bert/encoder/layer_1/attention/self/key/kernel"),
-        model.encoder.blocks[1].attention.key.kernel.numpy())
+        model.backbone.encoder.blocks[1].attention.key.kernel.numpy())
 
     fresh = _model(2)
     features = _features()
@@ -98,13 +98,13 @@ def test_loads_a_tf1_saver_checkpoint_ignoring_optimizer_state(tmp_path):
     assert report.unused == ("bert/encoder/layer_2/output/dense/kernel",)
     assert len(report.loaded) == len(values)
     np.testing.assert_array_equal(
-        model.encoder.blocks[1].attention.query.kernel.numpy(),
+        model.backbone.encoder.blocks[1].attention.query.kernel.numpy(),
         values["bert/encoder/layer_1/attention/self/query/kernel"])
     np.testing.assert_array_equal(
         model.next_sentence_head.classifier.kernel.numpy(),
         values["cls/seq_relationship/output_weights"].T)
     np.testing.assert_array_equal(
-        model.embeddings.layer_norm.gamma.numpy(),
+        model.backbone.embeddings.layer_norm.gamma.numpy(),
         values["bert/embeddings/LayerNorm/gamma"])
 
 

@@ -160,13 +160,13 @@ def test_squad_model_loads_the_backbone_and_reports_the_pooler_unused(backbone, 
 
 
 def test_classifier_loads_the_backbone_and_its_pooler(backbone):
-    # The classifier lists the pooler among its heads: keras-hub's pooled_dense
-    # lands there; only the reference's classifier (output_weights/bias) is new.
+    # The classifier's backbone holds a pooler: keras-hub's pooled_dense lands
+    # there; only the reference's classifier (output_weights/bias) is new.
     model = BertClassifierModel(bert_config_from_keras_hub(backbone), 3)
     report = load_keras_hub_backbone(model, backbone)
     assert report.missing == ("output_weights", "output_bias") and not report.unused
     assert len(report.loaded) == NUM_BACKBONE_NAMES
-    np.testing.assert_array_equal(model.classifier_head.pooler_dense.kernel.numpy(),
+    np.testing.assert_array_equal(model.backbone.pooler_dense.kernel.numpy(),
                                   backbone.get_layer("pooled_dense").kernel.numpy())
 
 
@@ -186,7 +186,7 @@ def test_a_preset_fine_tunes_packed(keras_hub, backbone, batches, tmp_path):
 
     # The step of ``fit`` (its loss is the model's compute_loss), run eagerly:
     # tracing train_on_batch would cost seconds on this tiny model.
-    query = model.encoder.blocks[0].attention.query.kernel
+    query = model.backbone.encoder.blocks[0].attention.query.kernel
     before = query.numpy().copy()
     optimizer = keras.optimizers.Adam(1e-3)
     with tf.GradientTape() as tape:
@@ -229,7 +229,7 @@ def test_writing_a_squad_model_leaves_the_pooler_and_reports_it(keras_hub):
     assert report.missing == POOLER and report.unused == tuple(sorted(SQUAD_HEAD))
     np.testing.assert_array_equal(np.asarray(backbone.pooled_dense.kernel), pooler_before)
     np.testing.assert_array_equal(np.asarray(backbone.token_embedding.embeddings),
-                                  np.asarray(model.embeddings.word_embeddings.embeddings))
+                                  np.asarray(model.backbone.embeddings.word_embeddings.embeddings))
 
 
 def test_config_mismatch_names_every_difference_and_assigns_nothing(backbone):
