@@ -11,7 +11,7 @@ $(BIN)/python:
 
 # Editable installs; the stamps re-run pip when setup.py or the C extension
 # (which pip compiles into the source tree) changes.
-EXTENSION := packed_bert_tf/data/_example_reader.c
+EXTENSION := packed_bert_tf/data/_record_codec.c
 $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
@@ -71,4 +71,4 @@ benchmark: $(VENV)/.installed
 	$(BIN)/python benchmarks/packing_benchmark.py --write_markdown=BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis *.egg-info build packed_bert_tf/data/_example_reader*.so
+	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis *.egg-info build packed_bert_tf/data/_*.so

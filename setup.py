@@ -21,11 +21,11 @@ setup(
     # The paper's length histograms (packed_bert_tf.packing.histograms).
     package_data={"packed_bert_tf.packing": ["paper_histograms/*.json"]},
     python_requires=">=3.10",
-    # The TFRecord/Example decoder of data_prep (packed_bert_tf.data.example_reader):
-    # optional, so that an install without a C compiler still works (reading
-    # then goes through TensorFlow's parser, slower).
-    ext_modules=[Extension("packed_bert_tf.data._example_reader",
-                           ["packed_bert_tf/data/_example_reader.c"],
+    # The record codec (packed_bert_tf.data.record_codec): optional, so that an
+    # install without a C compiler still works (records then go through
+    # TensorFlow, slower).
+    ext_modules=[Extension("packed_bert_tf.data._record_codec",
+                           ["packed_bert_tf/data/_record_codec.c"],
                            extra_compile_args=["-O3"], optional=True)],
     install_requires=[
         "tensorflow>=2.16",  # ships Keras 3
@@ -34,8 +34,6 @@ setup(
         "absl-py",
         "tokenizers",
         "apache-beam[tfrecord]",
-        "crcmod",  # TFRecord framing without TensorFlow (also needed by Beam's tfrecord)
-        "pyarrow",  # the record encoder's filter kernel (Beam depends on it too)
         "matplotlib",
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"],

@@ -252,7 +252,7 @@ def plot_scaling(results, path):
 def write_records(folder, counts, max_len, max_predictions):
     """Unpacked shards of synthetic records with lengths from the histogram, and
     the same sequences packed."""
-    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.data import record_files, synthetic
     from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
     from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
     from packed_bert_tf.packing import assign_sequences, pack_lengths
@@ -264,7 +264,7 @@ def write_records(folder, counts, max_len, max_predictions):
     unpacked = []
     for shard in range(4):
         path = os.path.join(folder, f"unpacked-{shard}.tfrecord")
-        tfrecords.write_arrays(path, {k: v[shard::4] for k, v in arrays.items()})
+        record_files.write_arrays(path, {k: v[shard::4] for k, v in arrays.items()})
         unpacked.append(path)
     sequences = SequenceBatch.from_unpacked_arrays(arrays)
     D = FLAGS.max_sequences_per_pack
@@ -273,7 +273,7 @@ def write_records(folder, counts, max_len, max_predictions):
     packed_format = RecordFormat.packed(
         max_len, default_max_masked_tokens(max_predictions, D), D)
     packed = os.path.join(folder, "packed.tfrecord")
-    tfrecords.write_arrays(packed, pack_sequences(sequences, packs, packed_format))
+    record_files.write_arrays(packed, pack_sequences(sequences, packs, packed_format))
     return unpacked, packed, packed_format, sequences.lengths
 
 

@@ -254,13 +254,13 @@ def main(argv):
 
 def compare(outputs) -> dict:
     """Whether the reference's instances equal ours, and the worker runs' bytes agree."""
-    from packed_bert_tf.data import features, tfrecords
+    from packed_bert_tf.data import features, record_files
 
     record_format = features.RecordFormat.unpacked(FLAGS.max_seq_length,
                                                    FLAGS.max_predictions_per_seq)
-    theirs = tfrecords.read_arrays(os.path.join(outputs["reference"], "train.tfrecord"),
+    theirs = record_files.read_arrays(os.path.join(outputs["reference"], "train.tfrecord"),
                                    record_format)
-    ours = tfrecords.read_arrays(os.path.join(outputs["ours"], "train.tfrecord"),
+    ours = record_files.read_arrays(os.path.join(outputs["ours"], "train.tfrecord"),
                                  record_format)
     same_instances = all(np.array_equal(theirs[name], ours[name]) for name in theirs)
 

@@ -69,7 +69,7 @@ flags.DEFINE_string("markdown_section", "data_prep_benchmark",
 
 def generate(folder, num_sequences, num_shards):
     """Writes the unpacked dataset unless an identical one is there."""
-    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.data import record_files, synthetic
     from packed_bert_tf.packing import load_histogram
 
     marker = os.path.join(folder, "generated.json")
@@ -81,7 +81,7 @@ def generate(folder, num_sequences, num_shards):
     lengths = synthetic.lengths_from_histogram(
         load_histogram("wikipedia_512").counts, num_sequences, seed=0)
     for shard, rows in enumerate(np.array_split(np.arange(num_sequences), num_shards)):
-        with tfrecords.RecordWriter(os.path.join(folder, f"part-{shard:05d}.tfrecord")) as w:
+        with record_files.RecordWriter(os.path.join(folder, f"part-{shard:05d}.tfrecord")) as w:
             for start in range(0, rows.size, 20_000):
                 chunk = rows[start:start + 20_000]
                 w.write_arrays(synthetic.unpacked_arrays(

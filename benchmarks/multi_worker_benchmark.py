@@ -46,7 +46,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def write_data(folder: pathlib.Path) -> tuple[str, str]:
     """Four packed shards of synthetic sequences and a tiny model's config."""
-    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.data import record_files, synthetic
     from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
     from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
     from packed_bert_tf.models import BertConfig
@@ -62,7 +62,7 @@ def write_data(folder: pathlib.Path) -> tuple[str, str]:
             seed=index))
         assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
                                       seed=index)
-        tfrecords.write_arrays(str(folder / f"packed-{index}.tfrecord"),
+        record_files.write_arrays(str(folder / f"packed-{index}.tfrecord"),
                                pack_sequences(batch, assignment, packed_format))
         sequences, packs = sequences + len(lengths), packs + len(assignment)
     (folder / PACKING_STATS_FILE).write_text(json.dumps(

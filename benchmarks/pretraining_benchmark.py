@@ -68,7 +68,7 @@ def run(command, log_path):
 
 def generate_speed_data(folder):
     """Unpacked Wikipedia-like records and their packed copy (cached)."""
-    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.data import record_files, synthetic
     from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
     from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
     from packed_bert_tf.packing import assign_sequences, load_histogram, pack_lengths
@@ -86,14 +86,14 @@ def generate_speed_data(folder):
                                        max_predictions_per_seq=P, seed=0)
     num_shards = 4
     for shard, rows in enumerate(np.array_split(np.arange(lengths.size), num_shards)):
-        tfrecords.write_arrays(os.path.join(folder, "unpacked", f"part-{shard}.tfrecord"),
+        record_files.write_arrays(os.path.join(folder, "unpacked", f"part-{shard}.tfrecord"),
                                {name: value[rows] for name, value in arrays.items()})
     batch = SequenceBatch.from_unpacked_arrays(arrays)
     plan = pack_lengths(batch.lengths, S, D)
     packs = assign_sequences(batch.lengths, plan, seed=0)
     packed = pack_sequences(batch, packs, RecordFormat.packed(S, P + D - 1, D))
     for shard, rows in enumerate(np.array_split(np.arange(len(packs)), num_shards)):
-        tfrecords.write_arrays(os.path.join(folder, "packed", f"part-{shard}.tfrecord"),
+        record_files.write_arrays(os.path.join(folder, "packed", f"part-{shard}.tfrecord"),
                                {name: value[rows] for name, value in packed.items()})
     stats = {"sequences_in": int(lengths.size), "packs": len(packs),
              "packing_factor": lengths.size / len(packs),

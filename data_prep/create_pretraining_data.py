@@ -35,8 +35,8 @@ leaves no file that looks finished and never records of one run beside the
 vocabulary of another. An output that is also an input (the corpus,
 ``--vocab_file``) or another output is refused before any work, and so is a
 second run writing the same files while the first one runs. Local output files are
-written without TensorFlow (`local_tfrecords`: the same bytes, without
-TensorFlow's seconds of start-up); for other file systems (``gs://``, ...)
+written without TensorFlow (`packed_bert_tf.data.record_files`, by the C codec:
+the same bytes, without TensorFlow's seconds of start-up); for other file systems (``gs://``, ...)
 TensorFlow is imported, after the flags and the vocabulary are checked, so
 mistakes there are reported at once.
 """
@@ -56,8 +56,8 @@ from absl import app, flags, logging
 
 from data_prep import tool_output
 from packed_bert_tf import output_files as output_files_module
-from packed_bert_tf.data import (file_patterns, local_tfrecords, pretraining_instances,
-                                  tokenization)
+from packed_bert_tf.data import file_patterns, pretraining_instances, tokenization
+from packed_bert_tf.data.record_files import RecordWriter
 from packed_bert_tf.tool_progress import Progress
 
 #: Records serialised per batch.
@@ -162,7 +162,6 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         if folders:
             raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
         megabytes = sum(os.path.getsize(path) for path in input_files) / 1e6
-        record_writer, write_errors = local_tfrecords.RecordWriter, OSError
         try:
             for output_file in output_files:  # fail on an unwritable place before the work
                 os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
@@ -174,7 +173,6 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         from packed_bert_tf.data import tfrecords
         input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
         megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
-        record_writer, write_errors = tfrecords.RecordWriter, (OSError, tf.errors.OpError)
         try:
             for output_file in output_files:  # fail on an unwritable place before the work
                 tfrecords.make_parent_dirs(output_file)
@@ -225,14 +223,14 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
         logging.info("*** Writing to %d output files ***", len(output_files))
         for output_file in output_files:
             logging.info("  %s", output_file)
-        writers = [stack.enter_context(record_writer(path)) for path in output_files]
+        writers = [stack.enter_context(RecordWriter(path)) for path in output_files]
         for writer, part in zip(writers, pretraining_instances.split_round_robin(
                 arrays, len(output_files))):
             try:
                 for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
                     writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
                                          for name, values in part.items()})
-            except write_errors as error:
+            except OSError as error:
                 raise OSError(f"--output_file: {writer.path}: "
                               f"{getattr(error, 'strerror', None) or error}") from None
         # Every output gets its name now, in one step that an interrupt cannot split.

@@ -40,7 +40,7 @@ def write_unpacked_dataset(folder, *, num_files=3, per_file=300, seed=0,
                            max_seq_length=SMALL_SEQ_LENGTH,
                            max_predictions_per_seq=SMALL_PREDICTIONS):
     """Writes unpacked shards of synthetic sequences (a third at full length)."""
-    from packed_bert_tf.data import synthetic, tfrecords
+    from packed_bert_tf.data import record_files, synthetic
 
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -53,7 +53,7 @@ def write_unpacked_dataset(folder, *, num_files=3, per_file=300, seed=0,
             max_predictions_per_seq=max_predictions_per_seq, vocab_size=5000,
             seed=seed * 100 + index)
         path = folder / f"unpacked-{index:03d}.tfrecord"
-        tfrecords.write_arrays(str(path), arrays)
+        record_files.write_arrays(str(path), arrays)
         paths.append(str(path))
     return paths
 

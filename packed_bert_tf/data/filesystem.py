@@ -1,16 +1,24 @@
-"""The few file operations of data preparation, without TensorFlow for local paths.
+"""Where the package chooses between local and TensorFlow file access.
 
 Importing TensorFlow costs seconds of CPU (about 4 s here); a Beam worker that
 reads, writes and renames local files should not pay it. Local paths (no
-``scheme://``) go through `os`; any other (``gs://`` ...) through
-``tf.io.gfile``, imported then.
+``scheme://``) go through `os` and records through the C codec
+(`uses_record_codec`); any other (``gs://`` ...) through ``tf.io.gfile`` and
+TensorFlow's record reader and writer, imported then.
 """
 
 from __future__ import annotations
 
 import os
 
+from packed_bert_tf.data import record_codec
 from packed_bert_tf.output_files import is_local
+
+
+def uses_record_codec(path: str) -> bool:
+    """Whether the records of `path` are read and written by the C codec (a
+    local path, and the codec built); otherwise TensorFlow does it."""
+    return is_local(path) and record_codec.available()
 
 
 def _gfile():

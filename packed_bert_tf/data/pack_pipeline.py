@@ -62,9 +62,9 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
-from packed_bert_tf.data import example_reader, file_patterns, filesystem, local_tfrecords
+from packed_bert_tf.data import file_patterns, filesystem
 from packed_bert_tf.json_files import write_json_atomically
-from packed_bert_tf.output_files import is_local
+from packed_bert_tf.data.record_files import RecordWriter, iter_array_batches
 from packed_bert_tf.data.features import (PACKING_STATS_FILE, RecordFormat,
                                           default_max_masked_tokens)
 from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
@@ -210,7 +210,7 @@ def read_group(job: PackingJob, files, *, lengths_only: bool):
         records = 0
         # int32 into the same buffers batch after batch: each batch is
         # compacted before the next is read.
-        for first, arrays in example_reader.iter_array_batches(
+        for first, arrays in iter_array_batches(
                 path, record_format, features=features, int_dtype=np.int32,
                 reuse_buffers=True):
             records += arrays["input_mask"].shape[0]
@@ -333,35 +333,23 @@ def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> d
 def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
                  packs: PackAssignment) -> None:
     """Lays out and writes packs of `batch` to one file, atomically."""
-    if is_local(path):  # no TensorFlow import in the worker
-        writer_class, write_errors = local_tfrecords.RecordWriter, OSError
-    else:
-        import tensorflow as tf
-
-        from packed_bert_tf.data import tfrecords
-
-        writer_class, write_errors = tfrecords.RecordWriter, tf.errors.OpError
     try:
-        with writer_class(path) as writer:
+        with RecordWriter(path) as writer:
             # A few thousand packs at a time: small temporaries, fast.
             for first in range(0, len(packs), WRITE_CHUNK_PACKS):
                 chunk = packs.take(np.arange(first, min(first + WRITE_CHUNK_PACKS,
                                                         len(packs))))
                 writer.write_arrays(pack_sequences(batch, chunk, job.packed_format,
                                                    compact=True))
-    except write_errors as error:  # a full disk, a folder gone, ...
+    except OSError as error:  # a full disk, a folder gone, ...
         raise OSError(f"--output_dir: cannot write {path}: {_write_failure(path, error)}"
                       ) from None
 
 
-def _write_failure(path: str, error: Exception) -> str:
+def _write_failure(path: str, error: OSError) -> str:
     """Why a write failed, without the path (the message names it)."""
-    if isinstance(error, OSError):
-        return error.strerror or str(error)
-    from packed_bert_tf.data import tfrecords
-
+    reason = error.strerror or str(error)
     # TensorFlow's message names the file it wrote: "PATH.tmp-X; No space ..."
-    reason = tfrecords.first_line(error.message)
     if reason.startswith(path) and "; " in reason:
         reason = reason.split("; ", 1)[1]
     return reason
@@ -472,9 +460,9 @@ def finalize(job: PackingJob, shard_results, summary: dict,
 # ------------------------------------------------------------------ Beam
 def uses_tensorflow(job: PackingJob) -> bool:
     """Whether workers need TensorFlow: for files that are not local (its
-    filesystems) or when the C record reader was not built."""
+    filesystems) or when the C record codec was not built."""
     paths = (*job.input_files, job.output_dir)
-    return not (example_reader.has_fast_reader() and all(map(is_local, paths)))
+    return not all(map(filesystem.uses_record_codec, paths))
 
 
 def prepare_worker(job: PackingJob) -> None:

@@ -4,7 +4,7 @@ The algorithm of google-research/bert's ``create_pretraining_data.py`` (the
 one MLPerf's BERT data is made with), with the same random draws from the same
 ``random.Random(seed)`` in the same order, so the same token ids and seed give
 the same instances. Instances come out as arrays in the unpacked record format
-(`features.UNPACKED_FEATURE_NAMES`), ready for `tfrecords.RecordWriter`.
+(`features.UNPACKED_FEATURE_NAMES`), ready for `record_files.RecordWriter`.
 
 Letters: N instances, S = max_seq_length, P = max_predictions_per_seq.
 

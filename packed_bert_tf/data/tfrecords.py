@@ -1,12 +1,9 @@
-"""TFRecord files of pre-training features: fast batch reading and writing.
+"""TensorFlow's side of record files: file patterns, parse specs, and the
+reader, writer and encoder that `packed_bert_tf.data.record_files` falls back to
+for files that are not local, or where the C codec was not built.
 
-Reading (`iter_array_batches`, `read_arrays`) decodes local files with the
-package's C reader (`example_reader`) and others with ``tf.io.parse_example``
-(`iter_array_batches_with_tensorflow`), whole batches into numpy arrays;
-writing serialises whole batches with `example_encoding.encode_examples`.
-Files are written under a temporary name and renamed when complete, so a
-failed run never leaves a file that looks finished. Errors name the file and,
-where one is at fault, the record index.
+Errors name the file and, where one is at fault, the record index, in the
+words of the C codec (`record_codec.failure_message`).
 """
 
 from __future__ import annotations
@@ -18,13 +15,13 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.data import file_patterns
-from packed_bert_tf.data.example_reader import RecordError, iter_array_batches
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.data.local_tfrecords import AtomicRecordWriter
+from packed_bert_tf.data.record_codec import (RecordError, example_columns,
+                                              failure_message)
 
-__all__ = ["RecordError", "iter_array_batches", "iter_array_batches_with_tensorflow",
-           "read_arrays", "RecordWriter", "write_arrays", "expand_file_patterns",
-           "parse_spec", "first_line", "make_parent_dirs"]
+__all__ = ["TensorFlowRecordFile", "encode_examples_with_tensorflow",
+           "expand_file_patterns", "first_line", "iter_array_batches_with_tensorflow",
+           "make_parent_dirs", "parse_spec"]
 
 
 def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_file",
@@ -55,21 +52,25 @@ def parse_spec(record_format: RecordFormat | Mapping[str, int]
         for name, length in lengths.items()}
 
 
-def _describe_bad_record(path, index, serialized, spec) -> str:
+def _describe_bad_record(path, index, serialized, lengths) -> str:
     """Why one record does not parse, naming the feature at fault."""
     try:
         example = tf.train.Example.FromString(serialized)
     except Exception:  # noqa: BLE001 - any decode failure is "not an Example"
-        return f"{path}: record {index} is not a tf.train.Example"
+        return failure_message(path, index, lengths, "not_example")
     features = example.features.feature
-    for name, feature_spec in spec.items():
+    for position, (name, length) in enumerate(lengths.items()):
         if name not in features:
-            return f"{path}: record {index} has no feature {name!r}"
-        values = features[name].float_list.value if feature_spec.dtype == tf.float32 \
-            else features[name].int64_list.value
-        if len(values) != feature_spec.shape[0]:
-            return (f"{path}: record {index} feature {name!r} has {len(values)} "
-                    f"values, expected {feature_spec.shape[0]}")
+            return failure_message(path, index, lengths, "missing", position)
+        kind = features[name].WhichOneof("kind")  # None: an empty Feature
+        expected = "float_list" if name in FLOAT_FEATURE_NAMES else "int64_list"
+        if kind not in (None, expected):
+            found = {"bytes_list": 1, "float_list": 2, "int64_list": 3}.get(kind, 1)
+            return failure_message(path, index, lengths, "wrong_type", position, found)
+        values = getattr(features[name], expected).value
+        if len(values) != length:
+            return failure_message(path, index, lengths, "wrong_count", position,
+                                   len(values))
     return f"{path}: record {index} cannot be parsed"
 
 
@@ -98,6 +99,7 @@ def iter_array_batches_with_tensorflow(path: str, lengths: Mapping[str, int],
     the features `lengths` names. The arrays are TensorFlow's own buffers, not
     copies: read-only. Raises `RecordError` as `iter_array_batches` does.
     """
+    lengths = dict(lengths)
     spec = parse_spec(lengths)
     # Parsing runs on TensorFlow's threads, a batch or two ahead of the caller.
     dataset = (tf.data.TFRecordDataset(path).batch(batch_size)
@@ -117,84 +119,81 @@ def iter_array_batches_with_tensorflow(path: str, lengths: Mapping[str, int],
         except tf.errors.NotFoundError:
             raise RecordError(f"{path}: no such file") from None
         except tf.errors.InvalidArgumentError:
-            raise RecordError(_first_unparsable_record(path, start, spec)) from None
+            raise RecordError(_first_unparsable_record(path, start, lengths)) from None
         # np.asarray shares the tensors' memory (.numpy() would copy them).
         arrays = {name: np.asarray(parsed[name]) for name in spec}  # the format's order
         yield start, arrays
         start += next(iter(arrays.values())).shape[0]
 
 
-def _first_unparsable_record(path: str, start: int, spec) -> str:
+def _first_unparsable_record(path: str, start: int, lengths: dict) -> str:
     """Why the first record from `start` on that does not parse fails."""
+    spec = parse_spec(lengths)
     for offset, serialized in enumerate(tf.data.TFRecordDataset(path).skip(start)):
         try:
             tf.io.parse_example(serialized[None], spec)
         except tf.errors.InvalidArgumentError:
-            return _describe_bad_record(path, start + offset, serialized.numpy(), spec)
+            return _describe_bad_record(path, start + offset, serialized.numpy(), lengths)
     return f"{path}: a record after record {start} cannot be parsed"
 
 
-def read_arrays(path: str, record_format: RecordFormat, *,
-                batch_size: int = 4096, features=None) -> dict[str, np.ndarray]:
-    """All records of one TFRecord file as arrays: name -> [N, length].
+def encode_examples_with_tensorflow(features: Mapping[str, np.ndarray],
+                                    float_features=frozenset()
+                                    ) -> tuple[np.ndarray, np.ndarray]:
+    """`record_codec.encode_examples` by protobuf, record by record (about
+    150 us a 512-token record): the same bytes, for an install without the
+    C codec."""
+    names, columns, num_records = example_columns(features, float_features)
+    records = []
+    for row in range(num_records or 0):
+        feature = {}
+        for name, values in zip(names, columns):
+            if name in float_features:
+                feature[name] = tf.train.Feature(float_list=tf.train.FloatList(
+                    value=values[row].tolist()))
+            else:
+                feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=values[row].astype(np.int64).tolist()))
+        records.append(tf.train.Example(features=tf.train.Features(
+            feature=feature)).SerializeToString(deterministic=True))
+    offsets = np.zeros(len(records) + 1, np.int64)
+    np.cumsum([len(record) for record in records], out=offsets[1:])
+    return np.frombuffer(b"".join(records), np.uint8), offsets
 
-    See `iter_array_batches` for the types, `features` and the errors.
-    """
-    parts: dict[str, list[np.ndarray]] = {}
-    for _, arrays in iter_array_batches(path, record_format, batch_size=batch_size,
-                                        features=features):
-        for name, values in arrays.items():
-            parts.setdefault(name, []).append(values)
-    if not parts:
-        spec = parse_spec(record_format)
-        names = features if features is not None else spec
-        return {name: np.zeros((0, spec[name].shape[0]), spec[name].dtype.as_numpy_dtype)
-                for name in names}
-    return {name: np.concatenate(chunks) for name, chunks in parts.items()}
 
-
-class RecordWriter(AtomicRecordWriter):
-    """Writes one TFRecord file, atomically, anywhere `tf.io.gfile` writes.
-
-    Records go to ``PATH.tmp-<random>``; `close` renames it to ``PATH``. Used as a
-    context manager, an exception deletes the temporary file instead.
-
-    >>> with RecordWriter(path) as writer:            # doctest: +SKIP
-    ...     writer.write_arrays({"input_ids": ids, "masked_lm_weights": w})
-    """
+class TensorFlowRecordFile:
+    """A TFRecord file written by ``tf.io.TFRecordWriter``, anywhere
+    `tf.io.gfile` writes; its errors come as OSError."""
 
     def __init__(self, path: str):
-        super().__init__(path)
-        self._writer = tf.io.TFRecordWriter(self._temporary)
+        self.path = path
+        with _as_os_error():
+            self._writer = tf.io.TFRecordWriter(path)
 
-    def write_serialized(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+    def write_records(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
         """Writes records ``buffer[offsets[i]:offsets[i + 1]]``."""
         data = buffer.tobytes()
         bounds = offsets.tolist()
-        write = self._writer.write
-        for begin, end in zip(bounds[:-1], bounds[1:]):
-            write(data[begin:end])
-        self.num_records += len(bounds) - 1
+        with _as_os_error():
+            for begin, end in zip(bounds[:-1], bounds[1:]):
+                self._writer.write(data[begin:end])
 
     def close(self) -> None:
-        self._writer.close()
-        tf.io.gfile.rename(self._temporary, self.path, overwrite=True)
-
-    def abort(self) -> None:
-        self._writer.close()
-        if tf.io.gfile.exists(self._temporary):
-            tf.io.gfile.remove(self._temporary)
+        with _as_os_error():
+            self._writer.close()
 
 
-def write_arrays(path: str, features: Mapping[str, np.ndarray], *,
-                 batch_size: int = 1024) -> int:
-    """Writes the arrays to one TFRecord file atomically; returns records written."""
-    num_records = len(next(iter(features.values())))
-    with RecordWriter(path) as writer:
-        for start in range(0, num_records, batch_size):
-            writer.write_arrays({name: values[start:start + batch_size]
-                                 for name, values in features.items()})
-    return num_records
+class _as_os_error:
+    """Turns TensorFlow's file errors into OSError (one kind for callers);
+    TensorFlow's message names the file."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, traceback):
+        if exc_type is not None and issubclass(exc_type, tf.errors.OpError):
+            raise OSError(first_line(exc.message)) from None
+        return False
 
 
 def make_parent_dirs(path: str) -> None:

@@ -16,7 +16,7 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data import record_files, tfrecords
 from packed_bert_tf.data.features import PACKED_FEATURE_NAMES, RecordFormat
 from packed_bert_tf.data.sequences import SequenceBatch, unpack_records
 
@@ -30,28 +30,28 @@ def infer_record_format(path: str) -> RecordFormat:
     try:
         first = [serialized.numpy() for serialized in tf.data.TFRecordDataset(path).take(1)]
     except tf.errors.DataLossError:
-        raise tfrecords.RecordError(f"{path}: not a TFRecord file (or record 0 is "
+        raise record_files.RecordError(f"{path}: not a TFRecord file (or record 0 is "
                                     f"corrupt)") from None
     except tf.errors.OpError as error:
-        raise tfrecords.RecordError(f"{path}: cannot read it "
+        raise record_files.RecordError(f"{path}: cannot read it "
                                     f"({tfrecords.first_line(error.message)})") from None
     if not first:
-        raise tfrecords.RecordError(f"{path}: the file holds no records")
+        raise record_files.RecordError(f"{path}: the file holds no records")
     try:
         features = tf.train.Example.FromString(first[0]).features.feature
     except Exception:  # noqa: BLE001 - any decode failure is "not an Example"
-        raise tfrecords.RecordError(f"{path}: record 0 is not a tf.train.Example") from None
+        raise record_files.RecordError(f"{path}: record 0 is not a tf.train.Example") from None
 
     def length(name):
         if name not in features:
-            raise tfrecords.RecordError(f"{path}: record 0 has no feature {name!r}")
+            raise record_files.RecordError(f"{path}: record 0 has no feature {name!r}")
         feature = features[name]
         return len(feature.int64_list.value) or len(feature.float_list.value)
 
     if "positions" in features:
         missing = [n for n in PACKED_FEATURE_NAMES if n not in features]
         if missing:
-            raise tfrecords.RecordError(f"{path}: record 0 has no feature {missing[0]!r}")
+            raise record_files.RecordError(f"{path}: record 0 has no feature {missing[0]!r}")
         return RecordFormat.packed(length("input_ids"), length("masked_lm_ids"),
                                           length("next_sentence_positions"))
     return RecordFormat.unpacked(length("input_ids"), length("masked_lm_ids"))
@@ -82,8 +82,8 @@ def _fingerprints(files, packed: bool, file_read=None):
         record_format = infer_record_format(path)
         if record_format.is_packed != packed:
             kind = "packed" if packed else "unpacked"
-            raise tfrecords.RecordError(f"{path}: not in the {kind} format")
-        arrays = tfrecords.read_arrays(path, record_format)
+            raise record_files.RecordError(f"{path}: not in the {kind} format")
+        arrays = record_files.read_arrays(path, record_format)
         if packed:
             batch, records_of = unpack_records(arrays, source=path)
             records += arrays["input_ids"].shape[0]

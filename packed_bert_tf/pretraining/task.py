@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data import pipeline, tfrecords
+from packed_bert_tf.data import pipeline, record_files
 from packed_bert_tf.data.features import IdLimits, RecordFormat, default_max_masked_tokens
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.packing.streaming import pack_stream
@@ -120,7 +120,7 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat,
     """The first record that would stop training, described; None when all are good.
 
     Reads the files on the host, in order: a truncated or corrupt record, a
-    missing feature or one of the wrong length (`tfrecords.RecordError`), or
+    missing feature or one of the wrong length (`record_files.RecordError`), or
     an id out of range for the model (`IdLimits`: token, segment and position
     ids).
 
@@ -138,7 +138,7 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat,
     batch_size = min(records_per_file or 4096, 4096)
     for path in files:
         try:
-            for start, arrays in tfrecords.iter_array_batches(path, record_format,
+            for start, arrays in record_files.iter_array_batches(path, record_format,
                                                               batch_size=batch_size):
                 bad = id_limits.first_out_of_range(arrays)
                 if bad is not None:
@@ -146,7 +146,7 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat,
                     return f"{path} record {start + row}: {why}"
                 if records_per_file is not None and start + batch_size >= records_per_file:
                     break
-        except tfrecords.RecordError as error:
+        except record_files.RecordError as error:
             return str(error)
     return None
 
@@ -184,7 +184,7 @@ def streaming_packing_factor(files: Sequence[str], record_format: RecordFormat,
     (in file order; the flush of the last buffer counts, so a small sample
     is slightly pessimistic)."""
     batches = (arrays["input_mask"].sum(axis=1) for path in files
-               for _, arrays in tfrecords.iter_array_batches(path, record_format,
+               for _, arrays in record_files.iter_array_batches(path, record_format,
                                                              batch_size=4096))
     lengths, read = [], 0
     for batch in batches:  # lazily: only the files needed are read

@@ -596,12 +596,12 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, *,
 
 def write_features(path: str, features: SquadFeatures) -> int:
     """Writes the features to one TFRecord file atomically; returns records written."""
-    from packed_bert_tf.data import tfrecords
+    from packed_bert_tf.data import record_files, tfrecords
 
     tfrecords.make_parent_dirs(path)
     arrays = {name: np.asarray(value, np.int64) if value.ndim == 1 else value
               for name, value in features.arrays().items()}
-    with tfrecords.RecordWriter(path) as writer:
+    with record_files.RecordWriter(path) as writer:
         if len(features):
             for begin in range(0, len(features), 1024):
                 writer.write_arrays({name: value[begin:begin + 1024]

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.batching import bucket_batches, bucketed_pretraining_dataset
-from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import IdLimits, RecordFormat
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
 
@@ -18,7 +18,7 @@ BOUNDARIES = (16, 32, 48, 64)
 @pytest.fixture(scope="module")
 def raw(unpacked_files):
     """All records of the three files, file after file, and an index by content."""
-    arrays = [tfrecords.read_arrays(f, RecordFormat.unpacked(S, P)) for f in unpacked_files]
+    arrays = [record_files.read_arrays(f, RecordFormat.unpacked(S, P)) for f in unpacked_files]
     records = {name: np.concatenate([a[name] for a in arrays]) for name in arrays[0]}
     index = {row.tobytes(): i for i, row in enumerate(records["input_ids"].astype(np.int32))}
     assert len(index) == len(records["input_ids"])  # random tokens: all distinct
@@ -185,11 +185,11 @@ def test_every_token_id_is_checked_against_the_vocabulary(unpacked_files, raw):
                                             ("input_ids", 5000),
                                             ("masked_lm_positions", S)])
 def test_every_id_out_of_range_fails_the_batch(unpacked_files, tmp_path, feature, value):
-    arrays = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
+    arrays = record_files.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
     arrays = {name: value[:20].copy() for name, value in arrays.items()}
     arrays[feature][7, 0] = value
     path = str(tmp_path / "bad.tfrecord")
-    tfrecords.write_arrays(path, arrays)
+    record_files.write_arrays(path, arrays)
     with pytest.raises(tf.errors.InvalidArgumentError, match="id out of range"):
         list(_dataset(path, batch_size=16, is_training=False,
                       id_limits=IdLimits(5000, 2, S)).as_numpy_iterator())

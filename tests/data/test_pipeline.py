@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data import pipeline, tfrecords
+from packed_bert_tf.data import pipeline, record_files
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
 from packed_bert_tf.data.streaming import PackOnTheFly
@@ -25,7 +25,7 @@ def test_unpacked_records_come_out_in_the_packed_layout(unpacked_files):
     assert spec["masked_lm_weights"].dtype == tf.float32
     assert spec["next_sentence_positions"].shape == (32, 1)
     got = _all(dataset)
-    raw = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
+    raw = record_files.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
     kept = (300 // 32) * 32  # drop_remainder
     np.testing.assert_array_equal(got["input_ids"], raw["input_ids"][:kept])
     np.testing.assert_array_equal(got["positions"],
@@ -37,13 +37,13 @@ def test_unpacked_records_come_out_in_the_packed_layout(unpacked_files):
 
 
 def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files):
-    raw = tfrecords.read_arrays(unpacked_files[1], RecordFormat.unpacked(S, P))
+    raw = record_files.read_arrays(unpacked_files[1], RecordFormat.unpacked(S, P))
     batch = SequenceBatch.from_unpacked_arrays(raw)
     packed_format = RecordFormat.packed(S, P + 2, 3)
     packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, 3), seed=0)
     written = pack_sequences(batch, packs, packed_format)
     path = str(tmp_path / "packed.tfrecord")
-    tfrecords.write_arrays(path, written)
+    record_files.write_arrays(path, written)
     dataset = pipeline.pretraining_dataset(path, batch_size=8, is_training=False)
     assert dataset.element_spec["next_sentence_positions"].shape == (8, 3)
     got = _all(dataset)
@@ -71,7 +71,7 @@ def test_training_order_is_seeded_and_files_are_sharded(unpacked_files):
                                                is_training=False, input_context=context)
         assert dataset.element_spec["input_ids"].shape == (10, S)
         seen.append(_all(dataset)["input_ids"])
-    raw = [tfrecords.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
+    raw = [record_files.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
            for f in unpacked_files]
     for pipeline_id in range(3):  # pipeline i reads file i only
         np.testing.assert_array_equal(seen[pipeline_id], raw[pipeline_id][:300])
@@ -110,7 +110,7 @@ def test_the_rows_of_each_replica_depend_on_the_replica_count_alone(unpacked_fil
 @pytest.mark.parametrize("num_files", [3, 1])
 def test_every_evaluation_record_is_read_once_across_workers(unpacked_files, num_files):
     files = unpacked_files[:num_files]
-    raw = np.concatenate([tfrecords.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
+    raw = np.concatenate([record_files.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
                           for f in files])
     contexts = [tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index,
                                            num_replicas_in_sync=2) for index in range(2)]
@@ -140,7 +140,7 @@ def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_
                                            is_training=False, pad_with_empty_batches=True)
     assert dataset.element_spec["input_ids"].shape == (32, S)
     batches = list(dataset.take(12).as_numpy_iterator())
-    raw = tfrecords.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
+    raw = record_files.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
     got = np.concatenate([b["input_ids"] for b in batches[:10]])  # 300 -> 10 batches
     np.testing.assert_array_equal(got[:300], raw["input_ids"])
     assert not got[300:].any()
@@ -177,7 +177,7 @@ def test_unpacked_records_packed_on_the_fly_hold_each_record_once_per_epoch(unpa
     assert packs["masked_lm_ids"].shape[1] == P + 2
     sequences, _ = unpack_records(packs)
     records = SequenceBatch.concatenate([SequenceBatch.from_unpacked_arrays(
-        tfrecords.read_arrays(path, RecordFormat.unpacked(S, P))) for path in unpacked_files])
+        record_files.read_arrays(path, RecordFormat.unpacked(S, P))) for path in unpacked_files])
     # Whole batches only: all but fewer than 8 packs' sequences.
     fingerprints = records.fingerprints()
     assert np.isin(sequences.fingerprints(), fingerprints).all()

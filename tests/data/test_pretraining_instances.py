@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import features, pretraining_instances, tfrecords
+from packed_bert_tf.data import features, pretraining_instances, record_files
 from packed_bert_tf.data.pretraining_instances import create_training_instances
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -182,7 +182,7 @@ def test_a_seed_gives_identical_arrays_and_bytes_and_other_seeds_differ(tmp_path
                or not np.array_equal(first[name], other[name]) for name in first)
     paths = [tmp_path / name for name in ("first", "again", "other")]
     for path, arrays in zip(paths, (first, again, other)):
-        tfrecords.write_arrays(str(path), arrays)
+        record_files.write_arrays(str(path), arrays)
     assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
 
 

@@ -108,7 +108,7 @@ def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
 
 @pytest.mark.parametrize("max_depth, vocab", [(3, 3000), (5, 30522), (3, 70_000)])
 def test_compact_layout_is_the_same_records(rng, max_depth, vocab):
-    from packed_bert_tf.data.example_encoding import encode_examples
+    from packed_bert_tf.data.record_codec import encode_examples
     from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
 
     lengths = rng.integers(5, S + 1, 300)

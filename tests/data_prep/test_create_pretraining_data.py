@@ -10,8 +10,7 @@ import tensorflow as tf
 
 from data_prep import create_pretraining_data as cpd
 from data_prep.create_pretraining_data import create_pretraining_data, merge_file_instances
-from packed_bert_tf.data import (features, local_tfrecords, pretraining_instances,
-                                 tfrecords, tokenization)
+from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
 from tests.conftest import tool_command, tool_environment
 
 WORDS = ("the a of packing sequence sequences token tokens model models train "
@@ -109,7 +108,7 @@ def test_records_read_back_and_equal_the_library_output(runs, tmp_path):
     assert [os.path.basename(f) for f in files] == ["shard-0.tfrecord",
                                                     "shard-1.tfrecord"]
     assert not [p for p in (root / "seed_1").iterdir() if ".tmp" in p.name]
-    shards = [tfrecords.read_arrays(path, FORMAT) for path in files]
+    shards = [record_files.read_arrays(path, FORMAT) for path in files]
 
     # Instances per input file, file i seeded random_seed + i, then merged in
     # one seeded order.
@@ -130,7 +129,7 @@ def test_records_read_back_and_equal_the_library_output(runs, tmp_path):
         # Byte for byte: the library is deterministic for a seed (tested in
         # tests/data), so the tool's output is too.
         copy = str(tmp_path / os.path.basename(path))
-        tfrecords.write_arrays(copy, part)
+        record_files.write_arrays(copy, part)
         assert open(copy, "rb").read() == open(path, "rb").read()
     instances = len(expected["input_ids"])
     tokens = int(expected["input_mask"].sum())
@@ -177,7 +176,7 @@ def test_vocab_size_trains_a_vocabulary_beside_the_output(runs):
     assert 60 < len(lines) <= 150
     assert f"vocabulary {vocab_file}" in stdout
     (records,) = _records(root / "trained")
-    arrays = tfrecords.read_arrays(records, FORMAT)
+    arrays = record_files.read_arrays(records, FORMAT)
     assert len(arrays["input_ids"]) > 10
     assert arrays["input_ids"].max() < len(lines)
     assert arrays["masked_lm_ids"].max() < len(lines)
@@ -280,7 +279,7 @@ def test_whole_word_masking_and_cased_options_reach_the_library(corpus):
     output = str(directory / "wwm.tfrecord")
     summary = _create(inputs, output, vocab_file=vocab, do_whole_word_mask=True,
                       do_lower_case=False, dupe_factor=2)
-    arrays = tfrecords.read_arrays(output, FORMAT)
+    arrays = record_files.read_arrays(output, FORMAT)
     assert len(arrays["input_ids"]) == summary["instances"] > 10
     # Cased: the capitalised first words of sentences are not in the vocabulary.
     assert (arrays["input_ids"] == 1).sum() > 0
@@ -351,7 +350,7 @@ def test_a_full_disk_names_the_output_file(corpus, monkeypatch):
     def full(self, buffer, offsets):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(local_tfrecords.RecordWriter, "write_serialized", full)
+    monkeypatch.setattr(record_files.RecordWriter, "write_serialized", full)
     output = directory / "out" / "train.tfrecord"
     with pytest.raises(OSError, match=rf"^--output_file: {output}: No space left on "
                                       rf"device$"):

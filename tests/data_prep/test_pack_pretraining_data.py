@@ -13,7 +13,7 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
-from packed_bert_tf.data import pack_pipeline, tfrecords
+from packed_bert_tf.data import filesystem, pack_pipeline, record_files, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
 from data_prep.process_tree import descendants
 from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, run_tool,
@@ -133,11 +133,11 @@ def test_same_seed_same_bytes_whatever_the_runner(packed_dir, unpacked_files, tm
 def _tampered_copy(packed_dir, tmp_path, edit):
     output_dir, _ = packed_dir
     path = output_dir / "part-00000-of-00002.tfrecord"
-    arrays = tfrecords.read_arrays(str(path), infer_record_format(str(path)))
+    arrays = record_files.read_arrays(str(path), infer_record_format(str(path)))
     edit(arrays)
     target = tmp_path / "tampered"
     target.mkdir()
-    tfrecords.write_arrays(str(target / "part-00000.tfrecord"), arrays)
+    record_files.write_arrays(str(target / "part-00000.tfrecord"), arrays)
     (target / "part-00001.tfrecord").write_bytes(
         (output_dir / "part-00001-of-00002.tfrecord").read_bytes())
     return target
@@ -298,7 +298,7 @@ def test_sequences_replanned_for_masked_overflow_are_counted(tmp_path, unpacked_
     # 30 % masked: three sequences of a pack need more than the 10 slots.
     lengths = np.random.default_rng(0).integers(5, SMALL_SEQ_LENGTH // 2, 300)
     path = str(tmp_path / "masked.tfrecord")
-    tfrecords.write_arrays(path, synthetic.unpacked_arrays(
+    record_files.write_arrays(path, synthetic.unpacked_arrays(
         lengths, max_seq_length=SMALL_SEQ_LENGTH, max_predictions_per_seq=SMALL_PREDICTIONS,
         masked_lm_prob=0.3, vocab_size=5000))
     (tmp_path / "out").mkdir()
@@ -465,20 +465,19 @@ def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch, write
 
     import tensorflow as tf
 
-    from packed_bert_tf.data import local_tfrecords
-
     if writer == "local":
         def full_disk(self, buffer, offsets):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(local_tfrecords.RecordWriter, "write_serialized", full_disk)
+        monkeypatch.setattr(record_files.RecordWriter, "write_serialized", full_disk)
     else:  # what TensorFlow's writer (other filesystems) says
         def full_disk(self, buffer, offsets):
-            raise tf.errors.ResourceExhaustedError(None, None, f"{self._temporary}; No "
-                                                               f"space left on device")
+            with tfrecords._as_os_error():
+                raise tf.errors.ResourceExhaustedError(None, None, f"{self.path}; No "
+                                                                   f"space left on device")
 
-        monkeypatch.setattr(tfrecords.RecordWriter, "write_serialized", full_disk)
-        monkeypatch.setattr(pack_pipeline, "is_local", lambda path: False)
+        monkeypatch.setattr(tfrecords.TensorFlowRecordFile, "write_records", full_disk)
+        monkeypatch.setattr(filesystem, "uses_record_codec", lambda path: False)
     job = pack_pipeline.PackingJob(
         input_files=tuple(unpacked_files[:1]), output_dir=str(tmp_path),
         num_output_shards=1, max_seq_length=SMALL_SEQ_LENGTH,

@@ -39,7 +39,7 @@ import pytest
 from benchmarks.reference_bert import create_pretraining_data as reference
 from benchmarks.reference_bert import tokenization as reference_tokenization
 from data_prep.create_pretraining_data import create_pretraining_data
-from packed_bert_tf.data import features, pretraining_instances, tfrecords, tokenization
+from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
 
 WORDS = ("the a of packing sequence token model train data set mask attention layer "
          "batch size length pack histogram strategy speed word sentence next random "
@@ -93,7 +93,7 @@ def _reference_arrays(input_files, vocab, output_files, *, random_seed,
     reference.write_instance_to_example_files(
         instances, tokenizer, OPTIONS["max_seq_length"],
         OPTIONS["max_predictions_per_seq"], output_files)
-    return instances, [tfrecords.read_arrays(path, FORMAT) for path in output_files]
+    return instances, [record_files.read_arrays(path, FORMAT) for path in output_files]
 
 
 def _our_arrays(input_files, vocab, output_files, *, random_seed, do_lower_case=True,
@@ -102,7 +102,7 @@ def _our_arrays(input_files, vocab, output_files, *, random_seed, do_lower_case=
         ",".join(input_files), output_files, vocab_file=vocab, vocab_size=None,
         do_lower_case=do_lower_case, do_whole_word_mask=do_whole_word_mask,
         random_seed=random_seed, num_workers=num_workers, **OPTIONS)
-    return [tfrecords.read_arrays(path, FORMAT) for path in output_files]
+    return [record_files.read_arrays(path, FORMAT) for path in output_files]
 
 
 def _assert_equal(ours, theirs):

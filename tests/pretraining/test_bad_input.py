@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.pretraining.run import run_pretraining
 from tests.conftest import ToolResult, finish_tool, start_tool, write_unpacked_dataset
@@ -77,21 +77,21 @@ def _start(*args):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     root = tmp_path_factory.mktemp("bad_input")
-    arrays = tfrecords.read_arrays(write_unpacked_dataset(
+    arrays = record_files.read_arrays(write_unpacked_dataset(
         root / "source", num_files=1, per_file=400, seed=7)[0], UNPACKED)
     files = {name: root / f"{name}.tfrecord" for name in ("truncated", "no_feature",
                                                            "big_id", "segment_2")}
-    tfrecords.write_arrays(str(files["truncated"]), arrays)
+    record_files.write_arrays(str(files["truncated"]), arrays)
     with open(files["truncated"], "r+b") as handle:  # cut inside a record near 320
         handle.truncate(int(os.path.getsize(files["truncated"]) * 0.8) + 7)
     _write_examples(files["no_feature"], arrays, missing_feature="next_sentence_labels",
                     at_record=290)
     big_ids = dict(arrays, input_ids=arrays["input_ids"].copy())
     big_ids["input_ids"][300, 3] = CONFIG.vocab_size + 1000
-    tfrecords.write_arrays(str(files["big_id"]), big_ids)
+    record_files.write_arrays(str(files["big_id"]), big_ids)
     segments = dict(arrays, segment_ids=arrays["segment_ids"].copy())
     segments["segment_ids"][290, 5] = 2  # a third token type, for type_vocab_size 2
-    tfrecords.write_arrays(str(files["segment_2"]), segments)
+    record_files.write_arrays(str(files["segment_2"]), segments)
     one_type = root / "one_type.json"
     CONFIG.__class__(**{**CONFIG.to_dict(), "type_vocab_size": 1}).to_json_file(
         str(one_type))

@@ -4,7 +4,7 @@ the small unpacked dataset, the options of a short run (S = 64)."""
 import json
 import pathlib
 
-from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
 from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
 from packed_bert_tf.models import BertConfig
@@ -25,11 +25,11 @@ def pack_files(unpacked_files, folder: pathlib.Path) -> list:
     paths, sequences, packs = [], 0, 0
     for index, path in enumerate(unpacked_files):
         batch = SequenceBatch.from_unpacked_arrays(
-            tfrecords.read_arrays(path, RecordFormat.unpacked(S, P)))
+            record_files.read_arrays(path, RecordFormat.unpacked(S, P)))
         assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
                                       seed=index)
         out = str(folder / f"packed-{index:03d}.tfrecord")
-        tfrecords.write_arrays(out, pack_sequences(batch, assignment, packed_format))
+        record_files.write_arrays(out, pack_sequences(batch, assignment, packed_format))
         paths.append(out)
         sequences += len(batch.lengths)
         packs += len(assignment)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import example_reader, tfrecords
+from packed_bert_tf.data import record_codec, record_files, tfrecords
 from packed_bert_tf.data.features import RecordFormat
 
 FORMAT = RecordFormat.unpacked(16, 4)
@@ -9,12 +9,12 @@ FORMAT = RecordFormat.unpacked(16, 4)
 
 @pytest.fixture(autouse=True, params=["c", "tensorflow"])
 def reader(request, monkeypatch):
-    """Every test with the C reader (local files, where it was built) and
-    with TensorFlow's (other filesystems, or no C compiler)."""
-    if request.param == "c" and not example_reader.has_fast_reader():
-        pytest.skip("the C reader was not built")
+    """Every test with the C codec (local files, where it was built) and
+    with TensorFlow (other filesystems, or no C compiler)."""
+    if request.param == "c" and not record_codec.available():
+        pytest.skip("the C codec was not built")
     if request.param == "tensorflow":
-        monkeypatch.setattr(example_reader, "_example_reader", None)
+        monkeypatch.setattr(record_codec, "_record_codec", None)
     return request.param
 
 
@@ -29,8 +29,8 @@ def _arrays(num, seed=0):
 def test_round_trip_in_batches(tmp_path):
     arrays = _arrays(10)
     path = str(tmp_path / "a.tfrecord")
-    assert tfrecords.write_arrays(path, arrays, batch_size=3) == 10
-    back = tfrecords.read_arrays(path, FORMAT, batch_size=4)
+    assert record_files.write_arrays(path, arrays, batch_size=3) == 10
+    back = record_files.read_arrays(path, FORMAT, batch_size=4)
     assert set(back) == set(arrays)
     for name in arrays:
         np.testing.assert_array_equal(back[name], arrays[name])
@@ -41,8 +41,8 @@ def test_round_trip_in_batches(tmp_path):
 def test_batches_stay_valid_after_the_iteration_moves_on(tmp_path, reader):
     arrays = _arrays(10, seed=1)
     path = str(tmp_path / "a.tfrecord")
-    tfrecords.write_arrays(path, arrays)
-    batches = list(tfrecords.iter_array_batches(path, FORMAT, batch_size=3))
+    record_files.write_arrays(path, arrays)
+    batches = list(record_files.iter_array_batches(path, FORMAT, batch_size=3))
     assert [start for start, _ in batches] == [0, 3, 6, 9]
     for name in arrays:
         np.testing.assert_array_equal(np.concatenate([b[name] for _, b in batches]),
@@ -54,7 +54,7 @@ def test_batches_stay_valid_after_the_iteration_moves_on(tmp_path, reader):
 def test_a_failed_write_leaves_nothing(tmp_path):
     path = tmp_path / "a.tfrecord"
     with pytest.raises(RuntimeError):
-        with tfrecords.RecordWriter(str(path)) as writer:
+        with record_files.RecordWriter(str(path)) as writer:
             writer.write_arrays(_arrays(2))
             raise RuntimeError("boom")
     assert list(tmp_path.iterdir()) == []
@@ -64,30 +64,30 @@ def test_wrong_length_and_missing_feature_name_the_record(tmp_path):
     good, short = _arrays(3), _arrays(1)
     short["input_ids"] = short["input_ids"][:, :15]
     path = str(tmp_path / "mixed.tfrecord")
-    with tfrecords.RecordWriter(path) as writer:
+    with record_files.RecordWriter(path) as writer:
         writer.write_arrays(good)
         writer.write_arrays(short)
-    with pytest.raises(tfrecords.RecordError,
+    with pytest.raises(record_files.RecordError,
                        match=r"mixed.tfrecord: record 3 feature 'input_ids' has 15 "
                              r"values, expected 16"):
-        tfrecords.read_arrays(path, FORMAT, batch_size=2)
+        record_files.read_arrays(path, FORMAT, batch_size=2)
     missing = _arrays(2)
     del missing["segment_ids"]
     path = str(tmp_path / "missing.tfrecord")
-    tfrecords.write_arrays(path, missing)
-    with pytest.raises(tfrecords.RecordError, match="record 0 has no feature 'segment_ids'"):
-        tfrecords.read_arrays(path, FORMAT)
+    record_files.write_arrays(path, missing)
+    with pytest.raises(record_files.RecordError, match="record 0 has no feature 'segment_ids'"):
+        record_files.read_arrays(path, FORMAT)
 
 
 def test_corrupt_record_is_located(tmp_path):
     path = tmp_path / "c.tfrecord"
-    tfrecords.write_arrays(str(path), _arrays(5))
+    record_files.write_arrays(str(path), _arrays(5))
     data = bytearray(path.read_bytes())
     record = len(data) // 5
     data[3 * record + 20] ^= 0xFF  # inside the fourth record's payload
     path.write_bytes(bytes(data))
-    with pytest.raises(tfrecords.RecordError, match=r"c.tfrecord: record 3 is corrupt"):
-        tfrecords.read_arrays(str(path), FORMAT)
+    with pytest.raises(record_files.RecordError, match=r"c.tfrecord: record 3 is corrupt"):
+        record_files.read_arrays(str(path), FORMAT)
 
 
 def test_file_patterns(tmp_path):
@@ -121,3 +121,46 @@ def test_wildcards_skip_side_files_and_folders_are_named(tmp_path):
     with pytest.raises(ValueError, match=f"^--packed: {tmp_path} is a folder \\(give its "
                                          f"files, e.g. '{tmp_path}/part-\\*'\\)$"):
         tfrecords.expand_file_patterns(str(tmp_path), flag="packed")
+
+
+def test_the_bytes_are_tensorflows(tmp_path, reader):
+    """Whichever writes, the file holds ``tf.io.TFRecordWriter``'s bytes of
+    protobuf's records (features in sorted key order)."""
+    import tensorflow as tf
+
+    from packed_bert_tf.data import synthetic
+
+    arrays = synthetic.unpacked_arrays(np.array([5, 64, 7, 33, 64]), max_seq_length=64,
+                                       max_predictions_per_seq=10, seed=0)
+    ours, theirs = str(tmp_path / "ours.tfrecord"), str(tmp_path / "theirs.tfrecord")
+    with record_files.RecordWriter(ours) as writer:
+        writer.write_arrays(arrays)
+        writer.write_serialized(np.frombuffer(b"", np.uint8), np.zeros(1, np.int64))
+        writer.write_serialized(np.frombuffer(b"abc", np.uint8), np.array([0, 0, 3]))
+    with tf.io.TFRecordWriter(theirs) as writer:
+        for row in range(5):
+            example = tf.train.Example()
+            for name, values in arrays.items():
+                feature = example.features.feature[name]
+                if name == "masked_lm_weights":
+                    feature.float_list.value.extend(values[row].tolist())
+                else:
+                    feature.int64_list.value.extend(values[row].tolist())
+            writer.write(example.SerializeToString(deterministic=True))
+        writer.write(b"")
+        writer.write(b"abc")
+    assert open(ours, "rb").read() == open(theirs, "rb").read()
+    assert [record.numpy() for record in tf.data.TFRecordDataset(ours)][-2:] == [b"", b"abc"]
+
+
+def test_int32_batches_hold_the_same_values(tmp_path):
+    arrays = _arrays(7, seed=2)
+    path = str(tmp_path / "a.tfrecord")
+    record_files.write_arrays(path, arrays)
+    batches = list(record_files.iter_array_batches(path, FORMAT, batch_size=3,
+                                                   int_dtype=np.int32))
+    assert [start for start, _ in batches] == [0, 3, 6]
+    for name in arrays:
+        joined = np.concatenate([batch[name] for _, batch in batches])
+        assert joined.dtype == (np.float32 if name == "masked_lm_weights" else np.int32)
+        np.testing.assert_array_equal(joined, arrays[name])

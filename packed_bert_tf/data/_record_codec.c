@@ -1,6 +1,7 @@
-/* TFRecord files of tf.train.Example records decoded straight into arrays.
+/* The record codec: tf.train.Example records <-> arrays, TFRecord framing.
  *
- * The fast path of `packed_bert_tf.data.example_reader`: what
+ * The local path of `packed_bert_tf.data.record_codec` (TensorFlow is the
+ * fallback where this was not built). Decoding is what
  * `tf.io.parse_example` does with fixed-length int64 and float features, for
  * a process that should not import TensorFlow (seconds of CPU) and at several
  * times its speed. One call frames up to `max_records` records of a TFRecord
@@ -841,12 +842,12 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_example_reader",
-    "TFRecord files of tf.train.Example records decoded into arrays "
-    "(see example_reader.py).", -1, methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_record_codec",
+    "tf.train.Example records decoded into arrays and encoded from them, and "
+    "TFRecord framing (see record_codec.py).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__example_reader(void) {
+PyMODINIT_FUNC PyInit__record_codec(void) {
     init_crc_tables();
 #ifdef HAVE_CRC32_INSTRUCTION
     __builtin_cpu_init();

@@ -1,11 +1,18 @@
+"""The record encoders, the C codec's and TensorFlow's fallback: protobuf's bytes."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.data.example_encoding import (encode_examples, encode_varint_rows,
-                                                  varint_sizes)
+from packed_bert_tf.data import record_codec
+from packed_bert_tf.data.tfrecords import encode_examples_with_tensorflow
+
+ENCODERS = [pytest.param(record_codec.encode_examples, id="c",
+                         marks=pytest.mark.skipif(not record_codec.available(),
+                                                  reason="the C codec was not built")),
+            pytest.param(encode_examples_with_tensorflow, id="tensorflow")]
 
 
 def _reference(features, float_features, row):
@@ -19,20 +26,13 @@ def _reference(features, float_features, row):
     return example.SerializeToString(deterministic=True)
 
 
-def test_varints_of_edge_values():
-    values = np.array([[0, 1, 127, 128, 16383, 16384, 2**31 - 1, 2**32, 2**63 - 1, -1]])
-    data, sizes = encode_varint_rows(values)
-    np.testing.assert_array_equal(varint_sizes(values[0]), [1, 1, 1, 2, 2, 3, 5, 5, 9, 10])
-    assert sizes.tolist() == [39]
-    assert data[:6].tolist() == [0x00, 0x01, 0x7F, 0x80, 0x01, 0xFF]
-    assert data[-10:].tolist() == [0xFF] * 9 + [0x01]  # -1: ten bytes
-
-
 @settings(max_examples=40, deadline=None)
 @given(num=st.integers(1, 6), widths=st.lists(st.integers(1, 12), min_size=1, max_size=4),
        magnitude=st.sampled_from([1, 127, 300, 70_000, 2**40, 2**62]),
        negative=st.booleans(), seed=st.integers(0, 1000))
-def test_bytes_equal_the_protobuf_library(num, widths, magnitude, negative, seed):
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_bytes_equal_the_protobuf_library(encode_examples, num, widths, magnitude,
+                                          negative, seed):
     rng = np.random.default_rng(seed)
     low = -magnitude if negative else 0
     features = {f"f{i}": rng.integers(low, magnitude, (num, w), dtype=np.int64)
@@ -45,7 +45,8 @@ def test_bytes_equal_the_protobuf_library(num, widths, magnitude, negative, seed
         assert ours == _reference(features, {"weights"}, row)
 
 
-def test_parse_example_reads_what_we_wrote():
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_parse_example_reads_what_we_wrote(encode_examples):
     rng = np.random.default_rng(0)
     features = {"input_ids": rng.integers(0, 30522, (5, 16)),
                 "masked_lm_weights": rng.random((5, 4)).astype(np.float32)}
@@ -65,7 +66,8 @@ def test_parse_example_reads_what_we_wrote():
     ({"a": np.zeros((2, 3), int), "b": np.zeros((3, 3), int)}, "has 3 records, expected 2"),
     ({"a": np.zeros((2, 3, 4), int)}, "must be \\[N, K\\]"),
 ])
-def test_bad_features_are_rejected(features, message):
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_bad_features_are_rejected(encode_examples, features, message):
     with pytest.raises(ValueError, match=message):
         encode_examples(features)
 
@@ -77,20 +79,20 @@ def test_bad_features_are_rejected(features, message):
     [0, 65536, 2**21 - 1, 2**21, 2**28 - 1],  # four-byte words computed
     [0, 2**28, 2**35, 2**63 - 1],  # wider than a word
     [-1, 0, 5, -(2**63)],  # negative: ten bytes
+    [0, 1, 127, 128, 16383, 16384, 2**31 - 1, 2**32, 2**63 - 1, -1],  # every edge
 ])
-def test_every_varint_width_equals_the_protobuf_library(values):
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_every_varint_width_equals_the_protobuf_library(encode_examples, values):
     features = {"ids": np.array([values, values[::-1]], dtype=np.int64),
                 "small": np.array([[1], [2]], dtype=np.int32)}
     buffer, offsets = encode_examples(features)
     for row in range(2):
         assert buffer[offsets[row]:offsets[row + 1]].tobytes() == _reference(
             features, set(), row)
-    data, sizes = encode_varint_rows(features["ids"])
-    assert sizes.tolist() == [int(varint_sizes(np.array(values)).sum())] * 2
-    assert data.size == sizes.sum()
 
 
-def test_packed_records_equal_the_protobuf_library():
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_packed_records_equal_the_protobuf_library(encode_examples):
     from packed_bert_tf.data import synthetic
     from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
     from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
@@ -111,13 +113,15 @@ def test_packed_records_equal_the_protobuf_library():
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint16, np.int32, np.uint32,
                                    np.uint64])
-def test_any_integer_type(dtype):
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_any_integer_type(encode_examples, dtype):
     values = np.array([[0, 1, 127, 128, 255], [200, 7, 0, 0, 1]], dtype=dtype)
     reference, _ = encode_examples({"a": values.astype(np.int64)})
     buffer, _ = encode_examples({"a": values})
     assert buffer.tobytes() == reference.tobytes()
 
 
-def test_no_records():
+@pytest.mark.parametrize("encode_examples", ENCODERS)
+def test_no_records(encode_examples):
     buffer, offsets = encode_examples({"a": np.zeros((0, 3), np.int64)})
     assert buffer.size == 0 and offsets.tolist() == [0]

@@ -1,4 +1,4 @@
-"""The C reader and writer (``_example_reader.c``) against TensorFlow and protobuf."""
+"""The C codec (``_record_codec.c``) against TensorFlow and protobuf."""
 
 import struct
 
@@ -8,10 +8,10 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.data import example_encoding, example_reader, local_tfrecords, tfrecords
+from packed_bert_tf.data import record_codec, record_files, tfrecords
 from packed_bert_tf.data.features import RecordFormat
 
-_example_reader = pytest.importorskip("packed_bert_tf.data._example_reader")
+_record_codec = pytest.importorskip("packed_bert_tf.data._record_codec")
 
 FORMAT = RecordFormat.unpacked(16, 4)
 LENGTHS = FORMAT.feature_lengths()
@@ -31,7 +31,7 @@ def _read(path, reader, **kwargs):
         batches = tfrecords.iter_array_batches_with_tensorflow(path, LENGTHS,
                                                                kwargs.get("batch_size", 7))
     else:
-        batches = example_reader.iter_array_batches(path, FORMAT, **kwargs)
+        batches = record_files.iter_array_batches(path, FORMAT, **kwargs)
     parts = {}
     for _, arrays in batches:
         for name, values in arrays.items():
@@ -41,8 +41,8 @@ def _read(path, reader, **kwargs):
 
 def _frame(record: bytes) -> bytes:
     length = struct.pack("<Q", len(record))
-    return (length + struct.pack("<I", local_tfrecords.masked_crc32c(length)) + record
-            + struct.pack("<I", local_tfrecords.masked_crc32c(record)))
+    return (length + struct.pack("<I", record_codec.masked_crc32c(length)) + record
+            + struct.pack("<I", record_codec.masked_crc32c(record)))
 
 
 @settings(max_examples=25, deadline=None)
@@ -54,7 +54,7 @@ def test_same_arrays_as_tensorflow(tmp_path_factory, seed, num, batch_size, extr
     if extremes:
         arrays["masked_lm_weights"].reshape(-1)[:3] = [np.nan, np.inf, -0.0][:num * 4]
     path = str(tmp_path_factory.mktemp("records") / "a.tfrecord")
-    with tfrecords.RecordWriter(path) as writer:  # TensorFlow's writer
+    with record_files.RecordWriter(path) as writer:  # TensorFlow's writer
         writer.write_arrays(arrays)
     ours = _read(path, "c", batch_size=batch_size)
     theirs = _read(path, "tensorflow")
@@ -67,8 +67,8 @@ def test_same_arrays_as_tensorflow(tmp_path_factory, seed, num, batch_size, extr
 def test_int32_output_and_reused_buffers(tmp_path):
     arrays = _arrays(10, np.random.default_rng(0))
     path = str(tmp_path / "a.tfrecord")
-    tfrecords.write_arrays(path, arrays)
-    batches = list(example_reader.iter_array_batches(path, FORMAT, batch_size=4,
+    record_files.write_arrays(path, arrays)
+    batches = list(record_files.iter_array_batches(path, FORMAT, batch_size=4,
                                                      int_dtype=np.int32,
                                                      reuse_buffers=True))
     assert [start for start, _ in batches] == [0, 4, 8]
@@ -85,13 +85,13 @@ def test_int32_output_and_reused_buffers(tmp_path):
 @pytest.mark.parametrize("reader", ["c", "tensorflow"])
 def test_a_value_outside_int32_is_named(tmp_path, monkeypatch, reader):
     if reader == "tensorflow":
-        monkeypatch.setattr(example_reader, "_example_reader", None)
+        monkeypatch.setattr(record_codec, "_record_codec", None)
     arrays = _arrays(5, np.random.default_rng(0))
     arrays["masked_lm_ids"][3, 2] = 2**31
     arrays["input_ids"][4, 0] = -2**31 - 1  # a later record, an earlier feature
     path = str(tmp_path / "a.tfrecord")
-    tfrecords.write_arrays(path, arrays)
-    with pytest.raises(example_reader.RecordError,
+    record_files.write_arrays(path, arrays)
+    with pytest.raises(record_files.RecordError,
                        match=r"^.*a.tfrecord: record 3 feature 'masked_lm_ids' has a value "
                              r"outside int32$"):
         _read(path, "c", int_dtype=np.int32)
@@ -138,7 +138,7 @@ def _decode(record: bytes, lengths=SMALL):
     """The C reader on one record: (arrays, failure)."""
     outputs = tuple(np.zeros((1, n), np.float32 if name == "masked_lm_weights"
                              else np.int64) for name, n in lengths.items())
-    records, _, failure = _example_reader.decode_records(
+    records, _, failure = _record_codec.decode_records(
         _frame(record), 0, 1, tuple(name.encode() for name in lengths), outputs, True)
     return dict(zip(lengths, outputs)), failure
 
@@ -226,7 +226,7 @@ def test_mutated_records_fail_or_decode_as_tensorflow_and_protobuf_do():
 
 # ------------------------------------------------------------------ bad files
 def _write(path, arrays):
-    tfrecords.write_arrays(str(path), arrays)
+    record_files.write_arrays(str(path), arrays)
     return bytearray(path.read_bytes())
 
 
@@ -250,14 +250,14 @@ def test_corrupt_truncated_and_malformed_records_are_named(tmp_path):
     for name, (content, message) in cases.items():
         path = tmp_path / name
         path.write_bytes(bytes(content))
-        with pytest.raises(example_reader.RecordError) as error:
+        with pytest.raises(record_files.RecordError) as error:
             _read(str(path), "c")
         assert str(error.value) == f"{path}: {message}"
-    with pytest.raises(example_reader.RecordError, match=r"^.*nothing.tfrecord: no such file$"):
+    with pytest.raises(record_files.RecordError, match=r"^.*nothing.tfrecord: no such file$"):
         _read(str(tmp_path / "nothing.tfrecord"), "c")
     (tmp_path / "empty.tfrecord").write_bytes(b"")
-    assert list(example_reader.iter_array_batches(str(tmp_path / "empty.tfrecord"),
-                                                  FORMAT)) == []
+    assert list(record_files.iter_array_batches(str(tmp_path / "empty.tfrecord"),
+                                           FORMAT)) == []
 
 
 @pytest.mark.parametrize("entries, message", [
@@ -273,15 +273,18 @@ def test_corrupt_truncated_and_malformed_records_are_named(tmp_path):
     ([_entry("input_ids", b""), _entry("masked_lm_weights", _floats([1, 2]))],
      "feature 'input_ids' has 0 values, expected 3"),
 ])
-def test_a_feature_that_does_not_fit_is_named(tmp_path, entries, message):
+@pytest.mark.parametrize("reader", ["c", "tensorflow"])
+def test_a_feature_that_does_not_fit_is_named(tmp_path, entries, message, reader):
     path = tmp_path / "bad.tfrecord"
     good = _field(1, _entry("input_ids", _ints([1, 2, 3]))
                   + _entry("masked_lm_weights", _floats([1, 2])))
     path.write_bytes(_frame(good) + _frame(_field(1, b"".join(entries))))
     lengths = dict(SMALL)
-    batches = example_reader._iter_local_array_batches(str(path), lengths, 8, np.int64,
-                                                       False)
-    with pytest.raises(example_reader.RecordError) as error:
+    if reader == "c":
+        batches = record_codec.iter_file_batches(str(path), lengths, 8, np.int64, False)
+    else:
+        batches = tfrecords.iter_array_batches_with_tensorflow(str(path), lengths, 8)
+    with pytest.raises(record_files.RecordError) as error:
         list(batches)
     assert str(error.value) == f"{path}: record 1 {message}"
 
@@ -300,62 +303,66 @@ def test_field_number_zero_and_oversized_tags_are_not_an_example():
 def test_the_c_extension_is_built():
     # `pip install` compiles it (a C compiler and Python's headers are
     # needed); without it every test of it here would be skipped.
-    assert example_reader.has_fast_reader()
+    assert record_codec.available()
 
 
 def test_a_batch_size_below_one_is_refused(tmp_path):
     path = str(tmp_path / "a.tfrecord")
-    tfrecords.write_arrays(path, _arrays(2, np.random.default_rng(0)))
+    record_files.write_arrays(path, _arrays(2, np.random.default_rng(0)))
     with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
-        example_reader.iter_array_batches(path, FORMAT, batch_size=0)
+        record_files.iter_array_batches(path, FORMAT, batch_size=0)
 
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="output 0 must be"):
-        _example_reader.decode_records(b"", 0, 4, (b"x",), (np.zeros((2, 3)),), True)
+        _record_codec.decode_records(b"", 0, 4, (b"x",), (np.zeros((2, 3)),), True)
     with pytest.raises(ValueError, match="output 0 must be"):
-        _example_reader.decode_records(b"", 0, 4, (b"x",), (np.zeros((4, 3), np.int16),),
+        _record_codec.decode_records(b"", 0, 4, (b"x",), (np.zeros((4, 3), np.int16),),
                                        True)
     with pytest.raises(ValueError, match="bad arguments"):
-        _example_reader.decode_records(b"ab", 3, 4, (), (), True)
+        _record_codec.decode_records(b"ab", 3, 4, (), (), True)
     with pytest.raises(ValueError, match="offsets must not decrease"):
-        _example_reader.frame_records(b"abc", np.array([0, 2, 1], np.int64))
+        _record_codec.frame_records(b"abc", np.array([0, 2, 1], np.int64))
     with pytest.raises(ValueError, match="within the data"):
-        _example_reader.frame_records(b"abc", np.array([0, 4], np.int64))
+        _record_codec.frame_records(b"abc", np.array([0, 4], np.int64))
     with pytest.raises(ValueError, match="must be \\[N, K\\]"):
-        _example_reader.encode_examples((b"a",), (np.zeros((2, 2), bool),),
+        _record_codec.encode_examples((b"a",), (np.zeros((2, 2), bool),),
                                         np.zeros(3, np.int64))
 
 
 # ---------------------------------------------------------------- writing
 @pytest.mark.parametrize("use_tables", [False, True])
-def test_masked_crc32c_equals_crcmod(use_tables):
+def test_masked_crc32c_of_both_implementations(use_tables):
+    # CRC-32C check value of "123456789" is 0xe3069283 (RFC 3720 B.4), masked.
+    crc = 0xE3069283
+    assert record_codec.masked_crc32c(b"123456789", use_tables) == (
+        (((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
     rng = np.random.default_rng(0)
     data = rng.integers(0, 256, 2000, dtype=np.uint8).tobytes()
     for start in range(9):  # every alignment
         for length in [*range(40), 100, 1000, 1991]:
             chunk = memoryview(data)[start:start + length]
-            assert (_example_reader.masked_crc32c(chunk, use_tables)
-                    == local_tfrecords.masked_crc32c(bytes(chunk)))
+            assert (_record_codec.masked_crc32c(chunk, use_tables)
+                    == _record_codec.masked_crc32c(bytes(chunk), not use_tables))
 
 
 def test_frame_records_writes_tensorflows_bytes(tmp_path):
     arrays = _arrays(7, np.random.default_rng(3))
-    buffer, offsets = example_encoding.encode_examples(arrays, {"masked_lm_weights"})
-    framed = _example_reader.frame_records(buffer, offsets)
+    buffer, offsets = record_codec.encode_examples(arrays, {"masked_lm_weights"})
+    framed = _record_codec.frame_records(buffer, offsets)
     path = tmp_path / "tf.tfrecord"
     with tf.io.TFRecordWriter(str(path)) as writer:
         for begin, end in zip(offsets[:-1], offsets[1:]):
             writer.write(buffer[begin:end].tobytes())
     assert framed == path.read_bytes()
-    assert _example_reader.frame_records(b"", np.zeros(1, np.int64)) == b""
+    assert _record_codec.frame_records(b"", np.zeros(1, np.int64)) == b""
 
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), num=st.integers(0, 12), width=st.integers(0, 9),
        dtype=st.sampled_from(["int8", "uint8", "int16", "uint16", "int32", "uint32",
                               "int64", "uint64"]))
-def test_c_encoder_writes_the_numpy_encoders_bytes(seed, num, width, dtype):
+def test_c_encoder_writes_the_tensorflow_encoders_bytes(seed, num, width, dtype):
     rng = np.random.default_rng(seed)
     info = np.iinfo(dtype)
     features = {"b_ints": rng.integers(info.min, info.max, (num, width), dtype=dtype,
@@ -363,10 +370,10 @@ def test_c_encoder_writes_the_numpy_encoders_bytes(seed, num, width, dtype):
                 "a_small": rng.integers(0, 3, (num, 2)),
                 "c_floats": rng.standard_normal((num, width)).astype(np.float64)}
     floats = {"c_floats"}
-    ours = example_encoding.encode_examples(features, floats)
-    numpy = example_encoding.encode_examples(features, floats, use_c=False)
-    assert ours[0].tobytes() == numpy[0].tobytes()
-    np.testing.assert_array_equal(ours[1], numpy[1])
+    ours = record_codec.encode_examples(features, floats)
+    theirs = tfrecords.encode_examples_with_tensorflow(features, floats)
+    assert ours[0].tobytes() == theirs[0].tobytes()
+    np.testing.assert_array_equal(ours[1], theirs[1])
     for index in range(num):  # and protobuf reads it back
         record = ours[0][ours[1][index]:ours[1][index + 1]].tobytes()
         feature = tf.train.Example.FromString(record).features.feature
@@ -374,13 +381,13 @@ def test_c_encoder_writes_the_numpy_encoders_bytes(seed, num, width, dtype):
             np.int64 if dtype != "uint64" else np.uint64).astype(np.int64).tolist()
 
 
-@pytest.mark.parametrize("use_c", [True, False])
-def test_both_encoders_write_protobufs_bytes(use_c):
+@pytest.mark.parametrize("encode", [record_codec.encode_examples,
+                                    tfrecords.encode_examples_with_tensorflow])
+def test_both_encoders_write_protobufs_bytes(encode):
     rng = np.random.default_rng(7)
     features = {"empty": np.zeros((3, 0), np.int64), "ints": rng.integers(-5, 300, (3, 4)),
                 "floats": rng.random((3, 2)), "no_floats": np.zeros((3, 0))}
-    buffer, offsets = example_encoding.encode_examples(
-        features, {"floats", "no_floats"}, use_c=use_c)
+    buffer, offsets = encode(features, {"floats", "no_floats"})
     for index in range(3):
         example = tf.train.Example(features=tf.train.Features(feature={
             "empty": tf.train.Feature(int64_list=tf.train.Int64List()),
@@ -395,20 +402,19 @@ def test_both_encoders_write_protobufs_bytes(use_c):
 
 def test_big_endian_and_strided_arrays_encode_as_native_ones():
     values = np.random.default_rng(1).integers(-2**40, 2**40, (5, 6))
-    native = example_encoding.encode_examples({"a": values})
+    native = record_codec.encode_examples({"a": values})
     for other in (values.astype(">i8"), np.asfortranarray(values), values[:, ::-1][:, ::-1]):
-        encoded = example_encoding.encode_examples({"a": other})
+        encoded = record_codec.encode_examples({"a": other})
         assert encoded[0].tobytes() == native[0].tobytes()
 
 
 def test_without_the_c_extension_the_writer_writes_the_same_bytes(tmp_path, monkeypatch):
     arrays = _arrays(9, np.random.default_rng(5))
     fast = tmp_path / "fast.tfrecord"
-    with local_tfrecords.RecordWriter(str(fast)) as writer:
+    with record_files.RecordWriter(str(fast)) as writer:
         writer.write_arrays(arrays)
-    monkeypatch.setattr(local_tfrecords, "frame_records", None)
-    monkeypatch.setattr(example_encoding, "_example_reader", None)
+    monkeypatch.setattr(record_codec, "_record_codec", None)
     slow = tmp_path / "slow.tfrecord"
-    with local_tfrecords.RecordWriter(str(slow)) as writer:
+    with record_files.RecordWriter(str(slow)) as writer:
         writer.write_arrays(arrays)
     assert fast.read_bytes() == slow.read_bytes()
