@@ -23,12 +23,13 @@ FLAGS = flags.FLAGS
 def define_flags():
     """Defines the script's flags (only when run as a program); their defaults are
     `PretrainingOptions`'s."""
-    from packed_bert_tf.pretraining.run import BATCHING, PretrainingOptions as defaults
+    from packed_bert_tf.pretraining.run import PretrainingOptions as defaults
     from packed_bert_tf.training.flags import (define_bucketing_flags,
                                                define_hardware_flags, define_loop_flags,
                                                define_step_flags)
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
+    from packed_bert_tf.training.options import BATCHING
 
     # Inputs and outputs.
     flags.DEFINE_string("bert_config_file", defaults.bert_config_file,

@@ -38,8 +38,8 @@ from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_featur
                                                  export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
-from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
-                                          run_on_this_worker)
+from packed_bert_tf.training.output_dirs import run_on_this_worker
+from packed_bert_tf.training.startup import mixed_precision_policy, read_bert_config
 
 SUMMARY_FILE = "classifier_summary.json"
 EVAL_FILE = "eval_results.json"
@@ -134,8 +134,7 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
             options,
             lambda: BertClassifierModel(config, glue_task.num_labels, packed=packed),
             classifier_task.classification_task(glue_task.is_regression),
-            strategy=strategy, train_packs=train_packs, output_dir=output_dir, dirs=dirs,
-            worker=worker)
+            strategy=strategy, train_packs=train_packs, dirs=dirs, worker=worker)
         model = run.model
         if options.do_train:
             summary["train"] = train_on_rows(options, run, train_packs, output_dir)

@@ -1,7 +1,9 @@
 """A whole pre-training run (what ``run_pretraining.py`` does), from options.
 
-Order of events: the output folder is made and locked (`output_files.output_lock`);
-every input is checked (config, files, record sizes, the first records'
+Order of events: the model config is read, the batch sizes are checked
+against the workers and the strategy is made; the chief makes and locks the
+output folder (`packed_bert_tf.training.output_dirs.run_on_this_worker`); every
+input is checked (config, files, record sizes, the first records'
 token ids, batch sizes, packing statistics) before anything is built; then
 the model and optimizer are made under the strategy, restored from the
 output folder's latest checkpoint (or initialised from ``init_checkpoint``),
@@ -13,8 +15,8 @@ The input pipeline checks every token id as it reads; when it fails mid-run
 the input files are read on the host to name the file and record
 (`task.find_bad_record`), and the run stops with that one line.
 
-This module alone reads `PretrainingOptions`; `packed_bert_tf.pretraining.task`
-takes explicit arguments.
+Of the pre-training modules this one alone reads `PretrainingOptions`;
+`packed_bert_tf.pretraining.task` takes explicit arguments.
 """
 
 from __future__ import annotations
@@ -38,16 +40,18 @@ from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
 from packed_bert_tf.training import cluster, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
-                                                  check_global_batch_size, check_static_shapes)
+from packed_bert_tf.training.distribution import (check_global_batch_size,
+                                                  check_static_shapes)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
+from packed_bert_tf.training.loop import train_and_export
 from packed_bert_tf.training.optimizers import create_optimizer
+from packed_bert_tf.training.options import BATCHING, TrainingOptions
+from packed_bert_tf.training.output_dirs import WorkerOutputDirs, run_on_this_worker
 from packed_bert_tf.training.progress import format_values
-from packed_bert_tf.training.runs import (WorkerOutputDirs, mixed_precision_policy,
-                                          read_bert_config, run_on_this_worker,
-                                          start_training, train_and_export)
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
+from packed_bert_tf.training.startup import (mixed_precision_policy, read_bert_config,
+                                             start_training)
 from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer
 
@@ -55,59 +59,32 @@ EVAL_RESULTS_FILE = "eval_results.json"
 
 
 @dataclasses.dataclass
-class PretrainingOptions:
-    """The options of a run; ``run_pretraining.py``'s flags of the same names (their
-    defaults are these)."""
+class PretrainingOptions(TrainingOptions):
+    """The options of a run: `TrainingOptions` and these; ``run_pretraining.py``'s
+    flags of the same names (their defaults are these)."""
 
-    bert_config_file: str | None = None
-    output_dir: str | None = None
+    max_seq_length: int = 512
+    optimizer: str = "lamb"
     input_file: str | None = None
     eval_input_file: str | None = None
-    init_checkpoint: str | None = None
-    max_seq_length: int = 512
     max_predictions_per_seq: int = 76
-    train_batch_size: int = 32
     eval_batch_size: int = 8
-    optimizer: str = "lamb"
-    learning_rate: float = 5e-5
     num_train_steps: int = 100_000
     num_warmup_steps: int = 10_000
     start_warmup_step: int = 0
-    steps_per_update: int = 1
-    step_unit: str = "micro_batch"
-    clip_by_global_norm_after_gradient_allreduce: bool = False
     lamb_beta_1: float = 0.9
     lamb_beta_2: float = 0.999
     lamb_weight_decay_rate: float = 0.01
     lamb_epsilon: float = 1e-6
-    do_train: bool = False
     do_eval: bool = False
     max_eval_steps: int = 0
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 3
-    iterations_per_loop: int = 100
-    seed: int | None = None
     packed_input: bool | None = None
-    max_sequences_per_pack: int = 3
     packing_hyperparameter_adjustment: str = "none"
     packing_factor: float | None = None
-    distribution_strategy: str = "default"
-    tpu: str | None = None
-    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
-    jit_compile: bool = True
-    mixed_precision: str = "none"
-    log_every_n_steps: int = 100
     shuffle_buffer_size: int = 10_000
-    batching: str = "packed"
     packing_buffer_size: int = 10_000
-    bucket_boundaries: tuple | None = None
-    pool_size: int = 8192
     token_budget: int | None = None
-    progress_bar: bool | None = None
     resume_with_changed_flags: bool = False
-
-
-BATCHING = ("packed", "bucketed", "padded")
 
 
 @dataclasses.dataclass
@@ -317,11 +294,8 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
                 global_clipnorm=clip.optimizer_clipnorm,
                 loss_scaling=options.mixed_precision == "fp16")
         trainer, checkpoints, start_step = start_training(
-            model, optimizer, task.PRETRAINING_TASK, strategy=strategy,
-            output_dir=output_dir, steps=steps, clip=clip,
-            jit_compile=options.jit_compile,
-            keep_checkpoint_max=options.keep_checkpoint_max,
-            init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
+            model, optimizer, task.PRETRAINING_TASK, options, strategy=strategy,
+            steps=steps, dirs=dirs, worker=worker)
 
         if options.do_train:
             skip_rows = trajectory.rows_read(segments, start_step)
@@ -420,13 +394,9 @@ def _train(options, inputs, trainer, checkpoints, schedule, output_dir, id_limit
             seed=options.seed, skip_rows=skip_rows,
             shuffle_buffer_size=options.shuffle_buffer_size, id_limits=id_limits,
             pack_on_the_fly=inputs.pack_on_the_fly)
-    return train_and_export(trainer, dataset_fn, output_dir=output_dir,
+    return train_and_export(trainer, dataset_fn, options, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=schedule,
-                            checkpoints=checkpoints,
-                            iterations_per_loop=options.iterations_per_loop,
-                            log_every_n_steps=options.log_every_n_steps,
-                            save_checkpoints_steps=options.save_checkpoints_steps,
-                            progress_bar=options.progress_bar)
+                            checkpoints=checkpoints)
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,

@@ -32,8 +32,8 @@ from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_featur
                                                  export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
-from packed_bert_tf.training.runs import (mixed_precision_policy, read_bert_config,
-                                          run_on_this_worker)
+from packed_bert_tf.training.output_dirs import run_on_this_worker
+from packed_bert_tf.training.startup import mixed_precision_policy, read_bert_config
 
 SUMMARY_FILE = "squad_summary.json"
 
@@ -121,7 +121,7 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
     with mixed_precision_policy(options.mixed_precision):
         run = start_fine_tuning(options, lambda: BertSquadModel(config, packed=packed),
                                 task.SQUAD_TASK, strategy=strategy, train_packs=train_packs,
-                                output_dir=output_dir, dirs=dirs, worker=worker)
+                                dirs=dirs, worker=worker)
         model = run.model
         if options.do_train:
             summary["train"] = train_on_rows(options, run, train_packs, output_dir)

@@ -1,6 +1,27 @@
-"""Optimisation for packed BERT pre-training: MLPerf's LAMB, its learning-rate
-schedule and the packing-aware hyper-parameter adjustment (Krell et al.,
-arXiv 2107.02027, section 3.3)."""
+"""Training of the packed BERT models, shared by run_pretraining.py, run_squad.py
+and run_classifier.py.
+
+The modules, by concern:
+
+- ``options``, ``flags``: the options every front end has
+  (`options.TrainingOptions`) and the absl flags that fill them.
+- ``output_dirs``, ``cluster``, ``distribution``: the output folder, the
+  worker this process is (``TF_CONFIG``), the ``tf.distribute`` strategy and
+  mixed precision.
+- ``startup``: the model config, the dtype policy, and a `trainer.Trainer` restored
+  from the run's checkpoints or initialised from an original BERT one.
+- ``trainer``, ``steps``: the compiled distributed step (gradient
+  accumulation, clipping) and how steps are counted.
+- ``loop``, ``checkpoints``, ``progress``, ``interrupts``, ``trajectory``:
+  the host loop, its checkpoints, logs and stop on a signal, and what a
+  resumed run must keep.
+- ``optimizers``, ``lamb``, ``clipping``, ``schedules``, ``hyperparameters``:
+  MLPerf's LAMB and AdamW, the learning-rate schedule and the packing-aware
+  hyper-parameter adjustment (Krell et al., arXiv 2107.02027, section 3.3).
+- ``fine_tuning``: what the fine-tuning front ends share.
+
+The package itself exports the optimiser pieces below.
+"""
 
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, PACKING_STATS_FILE,
                                                      PackingAdjustment, adjust_for_packing,

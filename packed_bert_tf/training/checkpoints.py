@@ -1,4 +1,6 @@
-"""Training checkpoints: model, optimizer, step (and so the data position), resumable."""
+"""A run's checkpoints: the training state it resumes from (`TrainingCheckpoints`:
+model, optimizer, global step, dropout seeds, the run's totals), and where its
+final weights go in the original BERT format (`google_checkpoint_path`)."""
 
 from __future__ import annotations
 
@@ -51,14 +53,16 @@ class TrainingCheckpoints:
     """`tf.train.CheckpointManager` over the model, optimizer, global step, dropout
     seeds and the run's totals (`RunTotals`).
 
-    The data position is the global step: a resumed run skips the batches
-    the step accounts for (``pretraining_dataset(skip_rows=...)``, `trajectory`).
+    The data position follows from the global step: a resumed run skips what
+    was read before it (pre-training: the rows of
+    `packed_bert_tf.training.trajectory.rows_read`; fine-tuning: the updates
+    done).
     Checkpoints go to ``<output_dir>/checkpoints/ckpt-<step>``.
 
     Args:
       output_dir: the run's output folder, where checkpoints are written.
       model, optimizer: the Keras objects being trained.
-      step: the trainer's global step variable (updates done).
+      step: the trainer's global step variable (`Trainer.step`).
       max_to_keep: checkpoints kept (older ones are deleted).
       resume_dir: the output folder to resume from, when not `output_dir`:
         a worker other than the chief of several resumes from the chief's
@@ -204,6 +208,11 @@ class TrainingCheckpoints:
         self.saved_step = step
         logging.info("saved checkpoint %s", path)
         return path
+
+
+def google_checkpoint_path(output_dir: str, step: int) -> str:
+    """Where the final weights of ``step`` go in the original BERT format."""
+    return os.path.join(output_dir, f"model.ckpt-{step}")
 
 
 #: The name of a checkpoint's files: ``ckpt-<step>.index``, ``ckpt-<step>.data-*``.

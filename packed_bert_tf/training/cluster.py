@@ -9,7 +9,7 @@ same ``cluster`` and its own ``task``::
 The chief (task ``chief``, else ``worker`` 0) alone writes into
 ``--output_dir``; the other workers read the chief's checkpoints from it
 (a folder every worker sees) and write into a temporary folder of their own,
-removed at the end (`packed_bert_tf.training.runs.worker_output_dirs`).
+removed at the end (`packed_bert_tf.training.output_dirs.worker_output_dirs`).
 
 Failures are bounded in time: connecting to the cluster gives up after
 ``timeout_seconds`` (`create_multi_worker_strategy`: one line, the process

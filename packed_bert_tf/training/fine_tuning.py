@@ -1,11 +1,11 @@
 """What the fine-tuning front ends share (run_squad.py, run_classifier.py).
 
 Their option dataclasses (`packed_bert_tf.squad.run.SquadOptions`,
-`packed_bert_tf.classification.run.ClassifierOptions`) have the same names
-for the same things (``batching``, ``algorithm``, ``steps_per_update``,
-``step_unit``, ``max_seq_length``, ``vocab_file``, ``export_dir``, ...);
-the functions here read those and leave the task's own options (SQuAD's
-files and strides, GLUE's task and data folder) to the task's run module.
+`packed_bert_tf.classification.run.ClassifierOptions`) subclass
+`FineTuningOptions`; the functions here read those options (checks, the
+tokenizer, the step count, the model's start, training on packed rows, the
+export) and leave the task's own (SQuAD's files and strides, GLUE's task and
+data folder) to the task's run module.
 """
 
 from __future__ import annotations
@@ -26,59 +26,47 @@ from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.training import trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (CLUSTER_TIMEOUT_SECONDS,
-                                                  check_global_batch_size,
+from packed_bert_tf.training.distribution import (check_global_batch_size,
                                                   check_static_shapes)
+from packed_bert_tf.training.loop import train_and_export
 from packed_bert_tf.training.optimizers import create_optimizer
-from packed_bert_tf.training.runs import start_training, train_and_export
+from packed_bert_tf.training.options import BATCHING, TrainingOptions
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
+from packed_bert_tf.training.startup import start_training
 from packed_bert_tf.training.steps import StepCounting, clipping
-
-#: --batching: several sequences per row; one per row at --max_seq_length; one
-#: per row in length-bucketed batches.
-BATCHING = ("packed", "bucketed", "padded")
 
 
 @dataclasses.dataclass
-class FineTuningOptions:
-    """The options every fine-tuning run has; the front ends' flags of the same
-    names (`packed_bert_tf.training.flags.define_fine_tuning_flags`). A task's
-    options subclass it, adding its own and changing defaults where the
-    task's reference does (SQuAD's 384 tokens, say)."""
+class FineTuningOptions(TrainingOptions):
+    """The options every fine-tuning run has: `TrainingOptions` and these; the
+    front ends' flags of the same names
+    (`packed_bert_tf.training.flags.define_fine_tuning_flags`, and the front
+    end's own). A task's options subclass it, adding its own and changing
+    defaults where the task's reference does (SQuAD's 384 tokens, say).
 
-    bert_config_file: str | None = None
+    Attributes:
+      max_seq_length: tokens per row.
+      optimizer: ``adamw`` or ``lamb`` (`packed_bert_tf.training.optimizers`).
+      vocab_file: the WordPiece ``vocab.txt`` the model was trained on.
+      do_lower_case: lower-case the text (uncased models).
+      do_predict: predict (the task says what and where).
+      predict_batch_size: rows per prediction batch.
+      num_train_epochs: passes over the training rows.
+      warmup_proportion: the fraction of the steps of linear warm-up.
+      algorithm: the packing algorithm (`packed_bert_tf.packing.ALGORITHMS`).
+      export_dir: where the trained model goes as a SavedModel for packed
+        serving (`export`); None: not exported.
+    """
+
+    max_seq_length: int = 128
+    optimizer: str = "adamw"
     vocab_file: str | None = None
     do_lower_case: bool = True
-    init_checkpoint: str | None = None
-    output_dir: str | None = None
-    max_seq_length: int = 128
-    do_train: bool = False
     do_predict: bool = False
-    train_batch_size: int = 32
     predict_batch_size: int = 8
-    learning_rate: float = 5e-5
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
-    save_checkpoints_steps: int = 1000
-    keep_checkpoint_max: int = 3
-    iterations_per_loop: int = 100
-    log_every_n_steps: int = 100
-    optimizer: str = "adamw"
-    steps_per_update: int = 1
-    step_unit: str = "micro_batch"
-    clip_by_global_norm_after_gradient_allreduce: bool = False
-    max_sequences_per_pack: int = 3
     algorithm: str = "optimal"
-    distribution_strategy: str = "default"
-    tpu: str | None = None
-    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
-    jit_compile: bool = True
-    mixed_precision: str = "none"
-    seed: int | None = None
-    batching: str = "packed"
-    bucket_boundaries: tuple | None = None
-    pool_size: int = 8192
-    progress_bar: bool | None = None
     export_dir: str | None = None
 
 
@@ -228,12 +216,12 @@ class FineTuning:
     total_steps: int
 
 
-def start_fine_tuning(options, make_model, task, *, strategy, train_packs, output_dir,
-                      dirs, worker) -> FineTuning:
+def start_fine_tuning(options, make_model, task, *, strategy, train_packs, dirs,
+                      worker) -> FineTuning:
     """The model, optimizer and trainer of a fine-tuning run, restored or initialised.
 
     Call it under the run's mixed-precision policy
-    (`packed_bert_tf.training.runs.mixed_precision_policy`). The steps are
+    (`packed_bert_tf.training.startup.mixed_precision_policy`). The steps are
     ``--num_train_epochs`` over the training rows (``train_packs``: anything
     with ``num_packs`` and ``packing_factor``; None when not training), with
     linear warm-up over ``--warmup_proportion`` of them and linear decay;
@@ -243,7 +231,9 @@ def start_fine_tuning(options, make_model, task, *, strategy, train_packs, outpu
       options: a `FineTuningOptions`.
       make_model: ``() -> model``, called under the strategy's scope.
       task: the `packed_bert_tf.training.trainer.TrainingTask` of the model.
-      strategy, output_dir, dirs, worker: as `runs.run_on_this_worker` gives them.
+      strategy, dirs, worker: as
+        `packed_bert_tf.training.output_dirs.run_on_this_worker` gives them
+        (the checkpoints go under ``dirs.own``).
     """
     steps = step_counting(options)
     clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
@@ -266,10 +256,8 @@ def start_fine_tuning(options, make_model, task, *, strategy, train_packs, outpu
             global_clipnorm=clip.optimizer_clipnorm,
             loss_scaling=options.mixed_precision == "fp16")
     trainer, checkpoints, start_step = start_training(
-        model, optimizer, task, strategy=strategy, output_dir=output_dir, steps=steps,
-        clip=clip, jit_compile=options.jit_compile,
-        keep_checkpoint_max=options.keep_checkpoint_max,
-        init_checkpoint=options.init_checkpoint, resume_dir=dirs.shared, worker=worker)
+        model, optimizer, task, options, strategy=strategy, steps=steps, dirs=dirs,
+        worker=worker)
     return FineTuning(model, trainer, checkpoints, start_step, schedule, total_steps)
 
 
@@ -349,13 +337,9 @@ def train_on_rows(options, run: FineTuning, packs: PackedRows, output_dir) -> di
         skip_steps=run.start_step // trainer.global_steps_per_update,
         bucketed=options.batching == "bucketed",
         bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size)
-    train = train_and_export(trainer, dataset_fn, output_dir=output_dir,
+    train = train_and_export(trainer, dataset_fn, options, output_dir=output_dir,
                              num_train_steps=run.total_steps, schedule=run.schedule,
-                             checkpoints=run.checkpoints,
-                             iterations_per_loop=options.iterations_per_loop,
-                             log_every_n_steps=options.log_every_n_steps,
-                             save_checkpoints_steps=options.save_checkpoints_steps,
-                             progress_bar=options.progress_bar)
+                             checkpoints=run.checkpoints)
     train.update(num_train_steps=run.total_steps, epochs=options.num_train_epochs)
     return train
 
@@ -386,6 +370,6 @@ def _packed_copy(model):
     return copy
 
 
-__all__ = ["BATCHING", "FineTuning", "FineTuningOptions", "check_fine_tuning_options",
+__all__ = ["FineTuning", "FineTuningOptions", "check_fine_tuning_options",
            "export", "make_tokenizer", "num_train_steps", "start_fine_tuning",
            "step_counting", "train_dataset_fn", "train_on_rows"]

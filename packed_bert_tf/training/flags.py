@@ -104,8 +104,8 @@ def define_fine_tuning_flags(examples: str, defaults) -> None:
     `define_hardware_flags`. The task's own flags (its files, sequence length,
     ``--do_*``, ``--output_dir``) are the front end's.
     """
-    from packed_bert_tf.training.fine_tuning import BATCHING
     from packed_bert_tf.training.optimizers import OPTIMIZERS
+    from packed_bert_tf.training.options import BATCHING
 
     flags.DEFINE_string("bert_config_file", defaults.bert_config_file,
                         "bert_config.json of the (pre-trained) model.")

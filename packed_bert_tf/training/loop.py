@@ -1,4 +1,7 @@
-"""The host side of training: chunks of steps, logging, checkpoints, NaN stop, summary."""
+"""The host side of training: chunks of steps, logging, checkpoints, the stop on a
+non-finite loss or a signal, the run's summary (`run_training`), and a run
+trained to its end with its final weights in the original BERT format
+(`train_and_export`)."""
 
 from __future__ import annotations
 
@@ -8,9 +11,12 @@ from typing import Callable
 
 from absl import logging
 
+from packed_bert_tf.models.google_checkpoint import save_google_checkpoint
 from packed_bert_tf.training import interrupts
-from packed_bert_tf.training.checkpoints import RunTotals, TrainingCheckpoints
-from packed_bert_tf.training.progress import TrainingLogger
+from packed_bert_tf.training.checkpoints import (RunTotals, TrainingCheckpoints,
+                                                 google_checkpoint_path)
+from packed_bert_tf.training.options import TrainingOptions
+from packed_bert_tf.training.progress import TrainingLogger, format_values
 from packed_bert_tf.training.steps import crossed, updates_to_boundary
 from packed_bert_tf.training.trainer import STATISTICS, Trainer
 
@@ -114,9 +120,9 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     Steps are the trainer's global steps: an update advances them by
     ``trainer.global_steps_per_update`` (K), so every count here is in those
     steps and every event happens at an update boundary. Each call of the
-    compiled loop runs at least `iterations_per_loop` steps' worth of updates
-    (rounded up to whole updates), never past the update that reaches the next
-    log point, checkpoint or the end. A log point at the first update boundary
+    compiled loop runs `iterations_per_loop` steps' worth of updates (rounded
+    up to whole updates), fewer when the update that reaches the next log
+    point, checkpoint or the end comes sooner. A log point at the first update boundary
     at or after each multiple of `log_every_n_steps` (and at the end) carries
     the task's metrics averaged over the updates since the last point, the
     learning rate of the last update, sequences and real tokens per second
@@ -202,6 +208,48 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         steady_seconds=totals["steady_seconds"], steady_sequences=totals["steady_sequences"],
         steady_tokens=totals["steady_tokens"],
         steady_cpu_seconds=totals["steady_cpu_seconds"], history=history)
+
+
+def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
+                     output_dir: str, num_train_steps: int, schedule,
+                     checkpoints: TrainingCheckpoints) -> dict:
+    """Trains to ``num_train_steps`` and writes the final weights in the BERT format.
+
+    ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
+    the loop is `run_training`'s (in global steps), with ``options``'
+    ``iterations_per_loop``, ``log_every_n_steps`` and ``save_checkpoints_steps``,
+    and its `TrainingLogger` writes to ``output_dir`` (with ``options.progress_bar``);
+    ``schedule`` gives the logged learning rate of a global step.
+
+    Returns:
+      The `TrainingSummary` as a dict, plus ``google_checkpoint`` (the path
+      written, `google_checkpoint_path`) and ``train_steps_function_traces``
+      (1 when no step retraced).
+    """
+    iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
+    logger = TrainingLogger(output_dir, num_train_steps, progress_bar=options.progress_bar)
+    try:
+        result = run_training(
+            trainer, iterator, num_train_steps=num_train_steps,
+            iterations_per_loop=options.iterations_per_loop,
+            log_every_n_steps=options.log_every_n_steps,
+            save_checkpoints_steps=options.save_checkpoints_steps,
+            checkpoints=checkpoints, logger=logger,
+            learning_rate_at=lambda step: float(schedule(step)))
+    finally:
+        logger.close()
+    path = save_google_checkpoint(trainer.model,
+                                  google_checkpoint_path(output_dir, result.final_step))
+    logging.info("final weights in the original BERT format: %s", path)
+    logging.info("trained steps %d..%d: %s", result.start_step, result.final_step,
+                 format_values({**result.final_metrics,
+                                "sequences_per_second": result.sequences_per_second,
+                                "tokens_per_second": result.tokens_per_second,
+                                "occupancy": result.occupancy}))
+    train = result.to_dict()
+    train.update(google_checkpoint=path, train_steps_function_traces=(
+        trainer.train_steps_function.experimental_get_tracing_count()))
+    return train
 
 
 class _Interval:

@@ -1,21 +1,24 @@
-"""The distributed custom training loop shared by run_pretraining.py and run_squad.py.
+"""The distributed training step of run_pretraining.py, run_squad.py and
+run_classifier.py (`Trainer`), and their evaluation steps.
 
 One optimizer update ("step") consumes ``steps_per_update`` micro-batches per
 replica: the per-replica dataset yields them stacked, every feature shaped
-[K, b, ...] (K = steps_per_update, b = per-replica batch), static shapes.
-Within a step, on each replica:
+[K, b, ...] (K = steps_per_update, b = per-replica batch). Within a step, on
+each replica:
 
 1. the task's loss normalisers (counts of masked tokens, sequences, ...) are
    computed from all K micro-batches and summed over the replicas, outside
-   XLA (an all-reduce does not compile inside the per-replica computation);
+   the XLA-compiled forward and backward function (an all-reduce does not
+   compile inside it);
 2. forward and backward passes over the K micro-batches run as one
-   XLA-compiled function (a loop inside it), summing the gradients; each
-   micro-batch's loss is its share of the update's global mean, so the sum is
-   the gradient of the mean loss over all K x replicas micro-batches, exactly
-   as one big batch would give it;
+   function, XLA-compiled with ``jit_compile`` (a loop inside it), summing
+   the gradients; each micro-batch's loss is its share of the update's
+   global mean, so the sum is the gradient of the mean loss over all K x
+   replicas micro-batches, exactly as one big batch would give it;
 3. ``optimizer.apply_gradients`` sums the gradients over the replicas and
-   updates the variables (under the strategy: the MLPerf LAMB clips after the
-   sum).
+   updates the variables; the optimizers of `packed_bert_tf.training.optimizers`
+   clip to their ``global_clipnorm`` after that sum
+   (`packed_bert_tf.training.clipping.ClipAfterCrossReplicaSum`).
 
 With ``micro_batch_clipnorm`` (the MLPerf reference's default clipping, see
 `packed_bert_tf.training.steps`), steps 1 and 2 go micro-batch by micro-batch
@@ -26,13 +29,17 @@ gradient with weight 1 / K; the optimizer then applies it without summing or
 clipping again. That costs one all-reduce per micro-batch, as in the
 reference.
 
+On a TPU (and with ``compile_whole_step``, its stand-in for one replica
+elsewhere) the whole step of a replica is one XLA computation instead.
+
 The global step (`Trainer.step`) advances by ``global_steps_per_update`` per
 update: K for the reference's micro-batch steps, 1 for update steps.
 
 `Trainer.train_steps` runs n such steps in one ``tf.function`` call (the TPU
-"iterations per loop"); n is a tensor, so the function is traced once for the
-whole run, and it returns the metrics summed over the n steps plus the index
-of the first step whose loss was not finite.
+"iterations per loop"); n is a tensor, so changing it does not retrace the
+function, and it returns the metrics and `STATISTICS` summed over the n
+steps plus the index of the first step whose loss was not finite.
+`Trainer.evaluate` sums a task's evaluation values over batches the same way.
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def test_bad_arguments_are_rejected():
 @pytest.mark.parametrize("mode, compute_dtype", [("bf16", "bfloat16"), ("fp16", "float16")])
 def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype,
                                                     micro_batch_clipnorm):
-    from packed_bert_tf.training.runs import mixed_precision_policy
+    from packed_bert_tf.training.startup import mixed_precision_policy
 
     elements = [micro_batches(random_features(seed, 4), 2) for seed in range(2)]
     with mixed_precision_policy(mode):

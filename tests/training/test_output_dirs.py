@@ -2,7 +2,7 @@
 
 import pytest
 
-from packed_bert_tf.training.runs import make_output_dir
+from packed_bert_tf.training.output_dirs import make_output_dir
 
 
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
