@@ -130,43 +130,77 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
             raise ValueError(f"max_predictions_per_pack={spec.max_predictions_per_pack} is "
                              f"less than the {per_example} prediction slots of one example")
     chunk_size = int(chunk_size or max(1, buffer_size // 2))
-    packer_options = dict(buffer_size=buffer_size, max_wait=max_wait, seed=seed)
-    initial_state = StreamingPacker(S, D, **packer_options).state  # checks the options
-    input_names = spec.input_names
-    dtypes = {name: np.dtype(element_spec[name].dtype.as_numpy_dtype)
-              for name in input_names}
-    names = spec.compact_names
-    compact_dtypes = [_compact_dtype(name, dtypes) for name in names]
-    outputs = spec.output_shapes(S, D, dtypes)
-    output_names = tuple(outputs)
-    layout_dtypes = {**dtypes, **{name: outputs[name][1] for name in outputs}}
+    steps = PackingSteps(spec, S, D, {name: element_spec[name].dtype.as_numpy_dtype
+                                      for name in spec.input_names},
+                         dict(buffer_size=buffer_size, max_wait=max_wait, seed=seed),
+                         chunk_size, skip_long_sequences)
+    # The elements hold exactly the spec's features (check_element_spec).
+    chunks = dataset.batch(chunk_size).enumerate() \
+        .map(steps.compact_chunk, num_parallel_calls=num_parallel_calls, deterministic=True)
+    end = steps.empty_chunk()
+    chunks = chunks.concatenate(tf.data.Dataset.from_tensors((end, True)))
+    packed = chunks.scan(steps.initial_state(), steps.decide_chunk) \
+        .map(steps.to_packs, num_parallel_calls=num_parallel_calls, deterministic=True) \
+        .unbatch()
+    options = tf.data.Options()
+    # The numpy steps are pure functions of their inputs; the state is the scan's.
+    options.experimental_external_state_policy = \
+        tf.data.experimental.ExternalStatePolicy.IGNORE
+    return packed.with_options(options)
 
-    def compact_step(chunk_index, *dense):
-        first = int(chunk_index) * chunk_size
-        arrays, skipped = compact(spec, dict(zip(input_names, dense)), first, S,
-                                  skip_long_sequences)
+
+class PackingSteps:
+    """The three steps of `pack_dataset`, each a pure function of explicit state.
+
+    In the manner of Grain's packers, what packing carries from one chunk to
+    the next is named and whole: the `StreamingPacker`'s state (its
+    ``STATE_KEYS`` arrays) and the waiting examples in compact form
+    (`packed_bert_tf.data.packed_rows`). `decide` takes that state and a
+    chunk and returns the next state and the packs decided on, so that the
+    state can live in a ``tf.data`` ``scan`` and be checkpointed with the
+    iterator. The numpy methods (`compact`, `decide`, `lay_out`) hold the
+    logic; the others wrap them in ``tf.numpy_function`` with static shapes.
+    """
+
+    def __init__(self, spec: PackSpec, max_sequence_length: int,
+                 max_sequences_per_pack: int, input_dtypes: dict, packer_options: dict,
+                 chunk_size: int, skip_long: bool):
+        self.spec, self.S, self.D = spec, max_sequence_length, max_sequences_per_pack
+        self.packer_options = packer_options
+        self.chunk_size, self.skip_long = chunk_size, skip_long
+        self.input_dtypes = {name: np.dtype(dtype) for name, dtype in input_dtypes.items()}
+        self.names = spec.compact_names
+        self.compact_dtypes = [_compact_dtype(name, self.input_dtypes)
+                               for name in self.names]
+        self.outputs = spec.output_shapes(max_sequence_length, max_sequences_per_pack,
+                                          self.input_dtypes)
+        self.layout_dtypes = {**self.input_dtypes,
+                              **{name: shape_and_dtype[1]
+                                 for name, shape_and_dtype in self.outputs.items()}}
+        # Checks the options, and is the state before the first chunk.
+        self._initial_packer = StreamingPacker(max_sequence_length, max_sequences_per_pack,
+                                               **packer_options).state
+
+    # ------------------------------------------------------------ numpy
+    def compact(self, chunk_index: int, dense: dict) -> dict:
+        """A chunk of dense examples -> compact arrays (long ones skipped or refused)."""
+        first = int(chunk_index) * self.chunk_size
+        arrays, skipped = compact(self.spec, dense, first, self.S, self.skip_long)
         if skipped:
+            count = len(next(iter(dense.values())))
             logging.warning("pack_dataset: skipped %d example(s) of more than %d tokens "
-                            "among examples %d..%d of the stream", skipped, S, first,
-                            first + len(dense[0]) - 1)
-        return [arrays[name] for name in names]
+                            "among examples %d..%d of the stream", skipped, self.S, first,
+                            first + count - 1)
+        return arrays
 
-    def compact_chunk(chunk_index, features):
-        results = tf.numpy_function(compact_step, [chunk_index] + [
-            features[name] for name in input_names], compact_dtypes, stateful=False)
-        for value in results:
-            value.set_shape([None])
-        return dict(zip(names, results)), False
-
-    def decide_step(*flat):
-        state = dict(zip(STATE_KEYS, flat[:len(STATE_KEYS)]))
-        flat = flat[len(STATE_KEYS):]
-        buffered = dict(zip(names, flat[:len(names)]))
-        chunk = dict(zip(names, flat[len(names):2 * len(names)]))
-        final = bool(flat[2 * len(names)])
-        # A packer per step, from the scan's state: two iterators of this
-        # dataset (tf.distribute may make several) share no Python state.
-        packer = StreamingPacker.from_state(state, S, D, **packer_options)
+    def decide(self, packer_state: dict, buffered: dict, chunk: dict, final: bool):
+        """One chunk into the packer: returns (packer state, waiting examples,
+        sequences per pack, the examples of the packs decided, in pack order)."""
+        spec = self.spec
+        # A packer per step, from the state: two iterators of this dataset
+        # (tf.distribute may make several) share no Python state.
+        packer = StreamingPacker.from_state(packer_state, self.S, self.D,
+                                            **self.packer_options)
         pool = concatenate([buffered, chunk])
         pool_indices = np.concatenate([packer.buffer_indices,
                                        packer.read + np.arange(chunk["lengths"].size)])
@@ -183,25 +217,61 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
                                 "their sequences went one per pack", split,
                                 spec.max_predictions_per_pack)
         emitted = take(spec, pool, packs.sequence_indices)
+        kept = pool
         if len(packs):
             kept = keep_rows(spec, pool, np.isin(pool_indices, packer.buffer_indices,
                                                  assume_unique=True))
-        else:
-            kept = pool
-        new_state = packer.state
-        return ([new_state[key] for key in STATE_KEYS]
-                + [kept[name] for name in names] + [packs.sequences_per_pack]
-                + [emitted[name] for name in names])
+        return packer.state, kept, packs.sequences_per_pack, emitted
 
-    def decide(carry, element):
+    def lay_out(self, sequences_per_pack: np.ndarray, emitted: dict) -> dict:
+        """The examples of the packs decided -> packs (`packed_rows.lay_out`)."""
+        return lay_out(self.spec, emitted, sequences_per_pack, self.S, self.D,
+                       self.layout_dtypes)
+
+    # ----------------------------------------------------- tf.data wrappers
+    def initial_state(self):
+        """The ``scan`` state before the first chunk: (packer, waiting examples)."""
+        return ({key: tf.constant(value) for key, value in self._initial_packer.items()},
+                self.empty_chunk())
+
+    def empty_chunk(self) -> dict:
+        return {name: tf.zeros([0], dtype)
+                for name, dtype in zip(self.names, self.compact_dtypes)}
+
+    def compact_chunk(self, chunk_index, features):
+        input_names = self.spec.input_names
+
+        def step(index, *dense):
+            arrays = self.compact(index, dict(zip(input_names, dense)))
+            return [arrays[name] for name in self.names]
+
+        results = tf.numpy_function(step, [chunk_index] + [
+            features[name] for name in input_names], self.compact_dtypes, stateful=False)
+        for value in results:
+            value.set_shape([None])
+        return dict(zip(self.names, results)), False
+
+    def decide_chunk(self, carry, element):
+        names = self.names
+
+        def step(*flat):
+            packer_state = dict(zip(STATE_KEYS, flat[:len(STATE_KEYS)]))
+            flat = flat[len(STATE_KEYS):]
+            new_state, kept, sequences_per_pack, emitted = self.decide(
+                packer_state, dict(zip(names, flat[:len(names)])),
+                dict(zip(names, flat[len(names):2 * len(names)])),
+                bool(flat[2 * len(names)]))
+            return ([new_state[key] for key in STATE_KEYS] + [kept[name] for name in names]
+                    + [sequences_per_pack] + [emitted[name] for name in names])
+
         packer_state, buffered = carry
         chunk, final = element
         results = tf.numpy_function(
-            decide_step, [packer_state[key] for key in STATE_KEYS]
+            step, [packer_state[key] for key in STATE_KEYS]
             + [buffered[name] for name in names] + [chunk[name] for name in names]
             + [final],
-            [tf.int64] * len(STATE_KEYS) + compact_dtypes + [tf.int64]
-            + compact_dtypes, stateful=False)
+            [tf.int64] * len(STATE_KEYS) + self.compact_dtypes + [tf.int64]
+            + self.compact_dtypes, stateful=False)
         for value in results:
             value.set_shape([None])
         new_packer = dict(zip(STATE_KEYS, results[:len(STATE_KEYS)]))
@@ -212,33 +282,20 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         emitted = dict(zip(names, rest[len(names) + 1:]))
         return (new_packer, new_buffer), (sequences_per_pack, emitted)
 
-    def layout_step(sequences_per_pack, *flat):
-        out = lay_out(spec, dict(zip(names, flat)), sequences_per_pack, S, D,
-                      layout_dtypes)
-        return [out[name] for name in output_names]
+    def to_packs(self, sequences_per_pack, emitted):
+        output_names = tuple(self.outputs)
 
-    def to_packs(sequences_per_pack, emitted):
+        def step(depths, *flat):
+            out = self.lay_out(depths, dict(zip(self.names, flat)))
+            return [out[name] for name in output_names]
+
         results = tf.numpy_function(
-            layout_step, [sequences_per_pack] + [emitted[name] for name in names],
-            [tf.as_dtype(outputs[name][1]) for name in output_names], stateful=False)
+            step, [sequences_per_pack] + [emitted[name] for name in self.names],
+            [tf.as_dtype(self.outputs[name][1]) for name in output_names], stateful=False)
         packs = dict(zip(output_names, results))
         for name, value in packs.items():
-            value.set_shape([None] + outputs[name][0])
+            value.set_shape([None] + self.outputs[name][0])
         return packs
-
-    # The elements hold exactly the spec's features (check_element_spec).
-    chunks = dataset.batch(chunk_size).enumerate() \
-        .map(compact_chunk, num_parallel_calls=num_parallel_calls, deterministic=True)
-    end = {name: tf.zeros([0], dtype) for name, dtype in zip(names, compact_dtypes)}
-    chunks = chunks.concatenate(tf.data.Dataset.from_tensors((end, True)))
-    initial = ({key: tf.constant(value) for key, value in initial_state.items()}, dict(end))
-    packed = chunks.scan(initial, decide) \
-        .map(to_packs, num_parallel_calls=num_parallel_calls, deterministic=True).unbatch()
-    options = tf.data.Options()
-    # The numpy steps are pure functions of their inputs; the state is the scan's.
-    options.experimental_external_state_policy = \
-        tf.data.experimental.ExternalStatePolicy.IGNORE
-    return packed.with_options(options)
 
 
 def _compact_dtype(name: str, dtypes: dict):
