@@ -42,7 +42,7 @@ def _padded_arrays(packs: PackedRows, multiple: int) -> dict[str, np.ndarray]:
 
 def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
                   input_context: tf.distribute.InputContext | None = None,
-                  seed: int | None = None, repeat: bool | None = None,
+                  seed: int | None = None,
                   shuffle_buffer_size: int | None = None,
                   skip_batches: int = 0, micro_batches: int | None = None
                   ) -> tf.data.Dataset:
@@ -68,8 +68,6 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
         replica gets the same number of whole batches.
     input_context : tf.distribute.InputContext, optional
         This pipeline's place among the replicas.
-    repeat : bool, optional
-        Default: `is_training`.
     shuffle_buffer_size : int, optional
         Default: all rows.
     skip_batches : int
@@ -87,7 +85,6 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
     replicas, num_replicas = pipeline_replicas(input_context)
     per_replica_batch = (batch_size if input_context is None
                          else input_context.get_per_replica_batch_size(batch_size))
-    repeat = is_training if repeat is None else repeat
     if is_training:
         if packs.num_packs < batch_size:
             raise ValueError(f"{packs.num_packs} rows cannot fill one training batch "
@@ -102,9 +99,7 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
             dataset = dataset.shard(num_replicas, replica)
         if is_training:
             dataset = dataset.shuffle(shuffle_buffer_size or packs.num_packs, seed=seed,
-                                      reshuffle_each_iteration=True)
-        if repeat:
-            dataset = dataset.repeat()
+                                      reshuffle_each_iteration=True).repeat()
         dataset = dataset.batch(per_replica_batch, drop_remainder=True)
         if skip_batches:
             dataset = dataset.skip(skip_batches)
