@@ -106,7 +106,7 @@ def warm_page_cache(unpacked: str, environment: dict) -> None:
         with open(os.path.join(unpacked, name), "rb") as f:
             while f.read(1 << 24):
                 pass
-    subprocess.run([sys.executable, "-c", "import apache_beam, pyarrow, scipy.optimize, "
+    subprocess.run([sys.executable, "-c", "import apache_beam, scipy.optimize, "
                     "data_prep.pack_pretraining_data, packed_bert_tf.data.pack_pipeline"],
                    env=environment, check=True, capture_output=True)
 
