@@ -8,6 +8,7 @@ words of the C codec (`record_codec.failure_message`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Mapping, Sequence
 
@@ -183,17 +184,14 @@ class TensorFlowRecordFile:
             self._writer.close()
 
 
-class _as_os_error:
+@contextlib.contextmanager
+def _as_os_error():
     """Turns TensorFlow's file errors into OSError (one kind for callers);
     TensorFlow's message names the file."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, traceback):
-        if exc_type is not None and issubclass(exc_type, tf.errors.OpError):
-            raise OSError(first_line(exc.message)) from None
-        return False
+    try:
+        yield
+    except tf.errors.OpError as error:
+        raise OSError(first_line(error.message)) from None
 
 
 def make_parent_dirs(path: str) -> None:
