@@ -20,7 +20,7 @@ $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 # the peer benchmark) run here instead of being skipped; the Makefile is a
 # prerequisite so that a venv stamped before this line gets the extra.
 $(VENV)/.installed-test: setup.py Makefile $(EXTENSION) | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,keras-hub]'
+	$(BIN)/pip install --quiet -e '.[test,keras-hub,reference]'
 	touch $@
 
 # The main job on the embedded default, from nothing: the packing report on

@@ -38,5 +38,9 @@ setup(
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"],
                     # benchmarks/peer_benchmark.py: keras-hub's BERT beside ours.
-                    "keras-hub": ["keras-hub==0.32.0"]},
+                    "keras-hub": ["keras-hub==0.32.0"],
+                    # What the tests and benchmarks compare against:
+                    # google-research/bert's create_pretraining_data
+                    # (benchmarks/google_bert.py) and Grain's packers.
+                    "reference": ["bert-tensorflow==1.0.4", "grain==0.2.18"]},
 )
