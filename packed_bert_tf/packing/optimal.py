@@ -75,6 +75,8 @@ problems", Math. Programming 86 (1999).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import scipy.optimize
 import scipy.sparse
@@ -682,8 +684,8 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         if lp_lower_bound is None:
             lp_lower_bound = bound
         if could_be_small:
-            small = (len(chosen_counts), active, remaining[active], patterns, bound,
-                     duals)
+            small = _SmallResidual(len(chosen_counts), active, remaining[active],
+                                   patterns, bound, duals)
         whole = np.floor(x + 1e-9).astype(np.int64)
         if len(chosen_counts) == 0:
             whole = np.maximum(whole - RESIDUAL_MARGIN, 0)
@@ -711,26 +713,47 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         # Diving ended above the bound: the integer master over the small
         # residual may do better (for a small histogram, that residual is the
         # whole problem, and the result optimal).
-        kept, active, residual, patterns, bound, duals = small
+        kept = small.rounds_before
         kept_packs = sum(int(counts.sum()) for counts in chosen_counts[:kept])
         dived = sum(int(counts.sum()) for counts in chosen_counts) - kept_packs
-        if dived > np.ceil(bound - 1e-6):
-            whole, patterns = _integer_residual(item_lengths[active], residual, max_len,
-                                                width, patterns, bound, duals,
+        if dived > np.ceil(small.bound - 1e-6):
+            whole, patterns = _integer_residual(item_lengths, small, max_len, width,
                                                 dived - 1, integer_node_limit)
             if whole is not None:
                 used = np.flatnonzero(whole)
-                chosen_patterns[kept:] = [_to_items(patterns[used], active, num_items)]
+                chosen_patterns[kept:] = [_to_items(patterns[used], small.items,
+                                                    num_items)]
                 chosen_counts[kept:] = [whole[used]]
     pairs = _fill_packs(np.concatenate(chosen_patterns), np.concatenate(chosen_counts),
                         item_lengths, demand)
     return pairs, lp_lower_bound
 
 
-def _integer_residual(item_lengths, demand, capacity, width, patterns, bound, duals,
+@dataclasses.dataclass(frozen=True, eq=False)
+class _SmallResidual:
+    """The first residual small enough for the integer master, and its LP.
+
+    Attributes:
+      rounds_before: rounds of packs chosen before it (they stay).
+      items: [k] the item indices it has sequences of.
+      demand: [k] its sequences of each.
+      patterns: [m, width] the LP's patterns (indices into `items`).
+      bound: the LP's lower bound on its packs.
+      duals: [k] the LP's duals.
+    """
+
+    rounds_before: int
+    items: np.ndarray
+    demand: np.ndarray
+    patterns: np.ndarray
+    bound: float
+    duals: np.ndarray
+
+
+def _integer_residual(item_lengths, residual: _SmallResidual, capacity, width,
                       most_packs, node_limit):
     """At most `most_packs` packs for a small residual by the integer master,
-    or (None, None).
+    or (None, None); the patterns are indices into ``residual.items``.
 
     Its patterns are every maximal pattern of up to 3 items, the LP's, and
     (more than 3 per pack) every pattern when they can be listed; with the
@@ -740,12 +763,14 @@ def _integer_residual(item_lengths, demand, capacity, width, patterns, bound, du
     cost exceeds `most_packs` - LP, since a solution using it would have more
     packs.
     """
-    candidates = _integer_candidates(item_lengths, capacity, width, patterns)
-    cheap = 1 - pattern_values(candidates, duals) <= most_packs - bound + 1e-6
+    candidates = _integer_candidates(item_lengths[residual.items], capacity, width,
+                                     residual.patterns)
+    cheap = (1 - pattern_values(candidates, residual.duals)
+             <= most_packs - residual.bound + 1e-6)
     if cheap.sum() > INTEGER_MASTER_PATTERNS:
         return None, None
-    whole = _solve_integer_master(candidates[cheap], demand, node_limit=node_limit,
-                                  target=np.ceil(bound - 1e-6))
+    whole = _solve_integer_master(candidates[cheap], residual.demand, node_limit=node_limit,
+                                  target=np.ceil(residual.bound - 1e-6))
     if whole is None or whole.sum() > most_packs:
         return None, None
     return whole, candidates[cheap]
