@@ -44,6 +44,7 @@ mistakes there are reported at once.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import os
 import random
@@ -57,6 +58,7 @@ from absl import app, flags, logging
 from data_prep import tool_output
 from packed_bert_tf import output_files as output_files_module
 from packed_bert_tf.data import file_patterns, pretraining_instances, tokenization
+from packed_bert_tf.data.pretraining_instances import InstanceOptions
 from packed_bert_tf.data.record_files import RecordWriter
 from packed_bert_tf.tool_progress import Progress
 
@@ -121,16 +123,15 @@ def define_flags():
 
 def create_pretraining_data(input_patterns: str, output_files: list[str], *,
                             vocab_file: str | None, vocab_size: int | None,
-                            do_lower_case: bool, do_whole_word_mask: bool,
-                            max_seq_length: int, max_predictions_per_seq: int,
-                            masked_lm_prob: float, short_seq_prob: float,
-                            dupe_factor: int, random_seed: int, num_workers: int = 1,
+                            do_lower_case: bool, instance_options: InstanceOptions,
+                            num_workers: int = 1,
                             report: Callable[[str], None] = logging.info) -> dict:
     """Reads, tokenizes, makes instances and writes them; returns a summary.
 
-    Instances are made per input file (seeded ``random_seed + index``), by
-    `num_workers` processes; see the module docstring. ``report`` gets a line
-    when the long work starts (the tool prints it).
+    Instances are made per input file by `num_workers` processes, as
+    `instance_options` says, file ``index`` seeded ``random_seed + index``;
+    see the module docstring. ``report`` gets a line when the long work
+    starts (the tool prints it).
 
     Raises ValueError or OSError naming the flag or file at fault, before any
     work when an output is also an input or another output, or when another
@@ -138,46 +139,10 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     interrupt leaves no output file behind: every output, the trained
     vocabulary included, gets its name at the end, all together.
     """
-    pretraining_instances.validate_options(
-        max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
-        masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
-        dupe_factor=dupe_factor)
-    if num_workers < 1:
-        raise ValueError(f"--num_workers must be >= 1, got {num_workers}")
-    if not output_files:
-        raise ValueError("--output_file is empty")
-    if vocab_file and vocab_size is not None:
-        raise ValueError("give --vocab_file or --vocab_size, not both")
-    if not vocab_file and vocab_size is None:
-        raise ValueError("give --vocab_file (a BERT vocab.txt) or --vocab_size (to "
-                         "train a vocabulary on the input)")
+    _check_arguments(output_files, vocab_file, vocab_size, num_workers)
     tokenizer = (tokenization.WordPieceTokenizer(vocab_file, do_lower_case=do_lower_case)
                  if vocab_file else None)
-
-    if all(map(output_files_module.is_local, output_files)):
-        # Local files need no TensorFlow (seconds of start-up).
-        input_files = file_patterns.expand_file_patterns(input_patterns, glob=glob.glob,
-                                                         flag="input_file")
-        folders = [path for path in input_files if os.path.isdir(path)]
-        if folders:
-            raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
-        megabytes = sum(os.path.getsize(path) for path in input_files) / 1e6
-        try:
-            for output_file in output_files:  # fail on an unwritable place before the work
-                os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
-        except OSError as error:
-            raise OSError(f"--output_file: {error.filename}: {error.strerror}") from None
-    else:
-        # TensorFlow takes seconds to import: only now that flags and vocabulary are good.
-        import tensorflow as tf
-        from packed_bert_tf.data import tfrecords
-        input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
-        megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
-        try:
-            for output_file in output_files:  # fail on an unwritable place before the work
-                tfrecords.make_parent_dirs(output_file)
-        except tf.errors.OpError as error:
-            raise OSError(f"--output_file: {error.message}") from None
+    input_files, megabytes = _input_files(input_patterns, output_files)
     trained_vocab = (None if tokenizer else
                      os.path.join(os.path.dirname(output_files[0]), "vocab.txt"))
     outputs = {"--output_file": output_files}
@@ -202,43 +167,97 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
                                           do_lower_case)
 
         start = time.perf_counter()
-        tasks = [_FileTask(index, path, vocab_file, do_lower_case, random_seed + index,
-                           dict(max_seq_length=max_seq_length,
-                                max_predictions_per_seq=max_predictions_per_seq,
-                                masked_lm_prob=masked_lm_prob,
-                                short_seq_prob=short_seq_prob, dupe_factor=dupe_factor,
-                                do_whole_word_mask=do_whole_word_mask))
+        seed = instance_options.random_seed
+        tasks = [_FileTask(index, path, vocab_file, do_lower_case,
+                           dataclasses.replace(instance_options, random_seed=seed + index))
                  for index, path in enumerate(input_files)]
         results = _make_instances(tasks, num_workers)
-        num_documents = sum(result.num_documents for result in results)
-        if not num_documents:
+        if not sum(result.num_documents for result in results):
             raise ValueError(f"--input_file: no sentence of {', '.join(input_files)} "
                              f"has a token")
         arrays = merge_file_instances([result.arrays for result in results if
-                                       result.arrays is not None], random_seed)
+                                       result.arrays is not None], seed)
         seconds = time.perf_counter() - start
-        num_instances = len(arrays["input_ids"])
         _log_instances(arrays, tokenizer)
-
-        logging.info("*** Writing to %d output files ***", len(output_files))
-        for output_file in output_files:
-            logging.info("  %s", output_file)
-        writers = [stack.enter_context(RecordWriter(path)) for path in output_files]
-        for writer, part in zip(writers, pretraining_instances.split_round_robin(
-                arrays, len(output_files))):
-            try:
-                for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
-                    writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
-                                         for name, values in part.items()})
-            except OSError as error:
-                raise OSError(f"--output_file: {writer.path}: "
-                              f"{getattr(error, 'strerror', None) or error}") from None
+        _write_records(stack, output_files, arrays)
         # Every output gets its name now, in one step that an interrupt cannot split.
         with tool_output.completing([*output_files, *outputs.get(TRAINED_VOCAB, [])]):
             stack.close()
+    return _summary(len(input_files), results, arrays, seconds,
+                    trained_vocab or vocab_file, output_files)
+
+
+def _check_arguments(output_files: list[str], vocab_file: str | None,
+                     vocab_size: int | None, num_workers: int) -> None:
+    """ValueError, naming the flag, for arguments that cannot go together."""
+    if num_workers < 1:
+        raise ValueError(f"--num_workers must be >= 1, got {num_workers}")
+    if not output_files:
+        raise ValueError("--output_file is empty")
+    if vocab_file and vocab_size is not None:
+        raise ValueError("give --vocab_file or --vocab_size, not both")
+    if not vocab_file and vocab_size is None:
+        raise ValueError("give --vocab_file (a BERT vocab.txt) or --vocab_size (to "
+                         "train a vocabulary on the input)")
+
+
+def _input_files(input_patterns: str, output_files: list[str]) -> tuple[list[str], float]:
+    """The input files and their megabytes; makes the outputs' folders, so that an
+    unwritable place fails before the work.
+
+    Local outputs need no TensorFlow (seconds of start-up); for others it is
+    imported only now that the flags and the vocabulary are good.
+    """
+    if all(map(output_files_module.is_local, output_files)):
+        input_files = file_patterns.expand_file_patterns(input_patterns, glob=glob.glob,
+                                                         flag="input_file")
+        folders = [path for path in input_files if os.path.isdir(path)]
+        if folders:
+            raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
+        megabytes = sum(os.path.getsize(path) for path in input_files) / 1e6
+        try:
+            for output_file in output_files:
+                os.makedirs(os.path.dirname(output_file) or ".", exist_ok=True)
+        except OSError as error:
+            raise OSError(f"--output_file: {error.filename}: {error.strerror}") from None
+        return input_files, megabytes
+    import tensorflow as tf
+    from packed_bert_tf.data import tfrecords
+    input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+    megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
+    try:
+        for output_file in output_files:
+            tfrecords.make_parent_dirs(output_file)
+    except tf.errors.OpError as error:
+        raise OSError(f"--output_file: {error.message}") from None
+    return input_files, megabytes
+
+
+def _write_records(stack: contextlib.ExitStack, output_files: list[str],
+                   arrays: dict) -> None:
+    """The instances, round-robin, into writers that `stack` completes."""
+    logging.info("*** Writing to %d output files ***", len(output_files))
+    for output_file in output_files:
+        logging.info("  %s", output_file)
+    writers = [stack.enter_context(RecordWriter(path)) for path in output_files]
+    for writer, part in zip(writers, pretraining_instances.split_round_robin(
+            arrays, len(output_files))):
+        try:
+            for begin in range(0, len(part["input_ids"]), WRITE_BATCH_SIZE):
+                writer.write_arrays({name: values[begin:begin + WRITE_BATCH_SIZE]
+                                     for name, values in part.items()})
+        except OSError as error:
+            raise OSError(f"--output_file: {writer.path}: "
+                          f"{getattr(error, 'strerror', None) or error}") from None
+
+
+def _summary(num_input_files: int, results: list["_FileInstances"], arrays: dict,
+             seconds: float, vocab_file: str, output_files: list[str]) -> dict:
+    """What `create_pretraining_data` returns."""
+    num_instances = len(arrays["input_ids"])
     num_tokens = int(arrays["input_mask"].sum())
-    return {"input_files": len(input_files),
-            "documents": num_documents,
+    return {"input_files": num_input_files,
+            "documents": sum(result.num_documents for result in results),
             "sentences": sum(result.num_sentences for result in results),
             "instances": num_instances,
             "tokens": num_tokens,
@@ -246,7 +265,7 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
             "masked_tokens": int(arrays["masked_lm_weights"].sum()),
             "random_next": int(arrays["next_sentence_labels"].sum()),
             "instances_per_second": num_instances / max(seconds, 1e-9),
-            "vocab_file": trained_vocab or vocab_file,
+            "vocab_file": vocab_file,
             "output_files": output_files}
 
 
@@ -297,13 +316,13 @@ def _make_instances(tasks: list["_FileTask"], num_workers: int) -> list["_FileIn
 
 
 class _FileTask(NamedTuple):
-    """What a worker needs to make one input file's instances."""
+    """What a worker needs to make one input file's instances (``options``: with
+    the file's own seed)."""
     index: int
     path: str
     vocab_file: str
     do_lower_case: bool
-    random_seed: int
-    options: dict
+    options: InstanceOptions
 
 
 class _FileInstances(NamedTuple):
@@ -320,7 +339,7 @@ def _start_worker() -> None:
 
 def _instances_of_file(task: _FileTask, progress=None) -> _FileInstances:
     """Reads, tokenizes and makes the instances of one input file, as the
-    reference does for a run on that file alone with ``task.random_seed``
+    reference does for a run on that file alone with ``task.options``
     (``progress``: `create_training_instances`'s)."""
     tokenizer = tokenization.WordPieceTokenizer(task.vocab_file,
                                                 do_lower_case=task.do_lower_case)
@@ -329,8 +348,7 @@ def _instances_of_file(task: _FileTask, progress=None) -> _FileInstances:
     if not documents:
         return _FileInstances(None, 0, 0)
     arrays = pretraining_instances.create_training_instances(
-        documents, tokenizer.vocab, random_seed=task.random_seed, progress=progress,
-        **task.options)
+        documents, tokenizer.vocab, task.options, progress=progress)
     return _FileInstances(arrays, len(documents),
                           sum(len(document) for document in documents))
 
@@ -375,13 +393,10 @@ def main(argv):
             [name.strip() for name in options.output_file.split(",") if name.strip()],
             vocab_file=options.vocab_file, vocab_size=options.vocab_size,
             do_lower_case=options.do_lower_case,
-            do_whole_word_mask=options.do_whole_word_mask,
-            max_seq_length=options.max_seq_length,
-            max_predictions_per_seq=options.max_predictions_per_seq,
-            masked_lm_prob=options.masked_lm_prob,
-            short_seq_prob=options.short_seq_prob, dupe_factor=options.dupe_factor,
-            random_seed=options.random_seed, num_workers=options.num_workers,
-            report=lambda line: print(line, flush=True))
+            instance_options=InstanceOptions(**{
+                field.name: getattr(options, field.name)
+                for field in dataclasses.fields(InstanceOptions)}),
+            num_workers=options.num_workers, report=lambda line: print(line, flush=True))
     except (ValueError, OSError) as error:
         sys.exit(f"create_pretraining_data: {error}")
     instances = summary["instances"]

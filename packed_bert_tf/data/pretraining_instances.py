@@ -50,6 +50,7 @@ A worked example (S = 12, P = 3, masked_lm_prob = 0.25: 9 tokens, 2 masked;
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import random
 from typing import Callable, Iterable, Mapping, Sequence
@@ -119,22 +120,44 @@ def tokenize_documents(documents: Sequence[Sequence[str]], encode_batch, *,
     return tokenized
 
 
-def validate_options(*, max_seq_length: int, max_predictions_per_seq: int,
-                     masked_lm_prob: float, short_seq_prob: float = 0.1,
-                     dupe_factor: int = 1) -> None:
-    """Raises ValueError, quoting the value, for options the algorithm cannot use."""
-    if max_seq_length < 5:
-        raise ValueError(f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with "
-                         f"a token in A and in B), got {max_seq_length}")
-    if max_predictions_per_seq < 1:
-        raise ValueError(f"max_predictions_per_seq must be >= 1, got "
-                         f"{max_predictions_per_seq}")
-    if not 0.0 < masked_lm_prob <= 1.0:
-        raise ValueError(f"masked_lm_prob must be in (0, 1], got {masked_lm_prob}")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise ValueError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}")
-    if dupe_factor < 1:
-        raise ValueError(f"dupe_factor must be >= 1, got {dupe_factor}")
+@dataclasses.dataclass(frozen=True)
+class InstanceOptions:
+    """How instances are made: google-research/bert's ``create_pretraining_data.py``
+    flags of the same names (and its defaults). Checked on construction:
+    ValueError, quoting the value, for options the algorithm cannot use.
+
+    Attributes:
+      max_seq_length: S, >= 5.
+      max_predictions_per_seq: P, the most masked tokens per instance.
+      masked_lm_prob: share of the tokens (special ones counted) to mask, in
+        (0, 1].
+      short_seq_prob: probability of a shorter random target length.
+      dupe_factor: passes over the data, each with new random pairs and masks.
+      random_seed: seed of the one `random.Random` all draws come from.
+      do_whole_word_mask: mask all pieces of a word together.
+    """
+
+    max_seq_length: int = 128
+    max_predictions_per_seq: int = 20
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 10
+    random_seed: int = 12345
+    do_whole_word_mask: bool = False
+
+    def __post_init__(self):
+        if self.max_seq_length < 5:
+            raise ValueError(f"max_seq_length must be >= 5 ([CLS] A [SEP] B [SEP] with "
+                             f"a token in A and in B), got {self.max_seq_length}")
+        if self.max_predictions_per_seq < 1:
+            raise ValueError(f"max_predictions_per_seq must be >= 1, got "
+                             f"{self.max_predictions_per_seq}")
+        if not 0.0 < self.masked_lm_prob <= 1.0:
+            raise ValueError(f"masked_lm_prob must be in (0, 1], got {self.masked_lm_prob}")
+        if not 0.0 <= self.short_seq_prob <= 1.0:
+            raise ValueError(f"short_seq_prob must be in [0, 1], got {self.short_seq_prob}")
+        if self.dupe_factor < 1:
+            raise ValueError(f"dupe_factor must be >= 1, got {self.dupe_factor}")
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int,
@@ -478,10 +501,8 @@ def _cyclic_gc_paused():
 
 
 def create_training_instances(
-        documents: Iterable[Sequence[Sequence[int]]], vocab: Mapping[str, int], *,
-        max_seq_length: int, max_predictions_per_seq: int, masked_lm_prob: float,
-        short_seq_prob: float = 0.1, dupe_factor: int = 10, random_seed: int = 12345,
-        do_whole_word_mask: bool = False,
+        documents: Iterable[Sequence[Sequence[int]]], vocab: Mapping[str, int],
+        options: InstanceOptions, *,
         progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Training instances of tokenized documents, in the unpacked record format.
 
@@ -495,24 +516,13 @@ def create_training_instances(
         ids of [CLS], [SEP] and [MASK], the random replacement tokens (every
         entry, as BERT's ``vocab_words``) and, for whole-word masking, the
         ``##`` pieces.
-    max_seq_length
-        S, >= 5.
-    max_predictions_per_seq
-        P, the most masked tokens per instance.
-    masked_lm_prob
-        Share of the tokens (special ones counted) to mask, in (0, 1].
-    short_seq_prob
-        Probability of a shorter random target length.
-    dupe_factor
-        Passes over the data, each with new random pairs and masks.
-    random_seed
-        Seed of the one `random.Random` all draws come from.
-    do_whole_word_mask
-        Mask all pieces of a word together (BERT's ``--do_whole_word_mask``).
-
+    options
+        S, P, the masking and pairing probabilities, the passes, the seed
+        and whole-word masking (`InstanceOptions`).
     progress
         Called as ``progress(done, total)`` after each document of each
         duplication (``total`` = dupe_factor x documents): a tool's display.
+
     Returns
     -------
     dict
@@ -524,8 +534,8 @@ def create_training_instances(
     Raises
     ------
     ValueError
-        For options out of range (see `validate_options`), a vocabulary
-        without [CLS], [SEP] or [MASK], or no non-empty document.
+        For a vocabulary without [CLS], [SEP] or [MASK], or no non-empty
+        document (options out of range fail when `InstanceOptions` is made).
 
     Notes
     -----
@@ -541,9 +551,9 @@ def create_training_instances(
     >>> vocab = {t: i for i, t in enumerate(
     ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])}
     >>> documents = [[[5, 6], [7, 5, 6]], [[6, 6, 7], [5]]]
-    >>> arrays = create_training_instances(
-    ...     documents, vocab, max_seq_length=10, max_predictions_per_seq=2,
-    ...     masked_lm_prob=0.15, dupe_factor=1, random_seed=2)
+    >>> arrays = create_training_instances(documents, vocab, InstanceOptions(
+    ...     max_seq_length=10, max_predictions_per_seq=2, masked_lm_prob=0.15,
+    ...     dupe_factor=1, random_seed=2))
     >>> arrays["input_ids"]
     array([[2, 4, 6, 3, 7, 5, 6, 3, 0, 0],
            [2, 6, 6, 7, 3, 4, 3, 0, 0, 0]], dtype=int32)
@@ -557,10 +567,6 @@ def create_training_instances(
     >>> arrays["next_sentence_labels"][:, 0]
     array([0, 0], dtype=int32)
     """
-    validate_options(max_seq_length=max_seq_length,
-                     max_predictions_per_seq=max_predictions_per_seq,
-                     masked_lm_prob=masked_lm_prob, short_seq_prob=short_seq_prob,
-                     dupe_factor=dupe_factor)
     missing = [token for token in ("[CLS]", "[SEP]", "[MASK]") if token not in vocab]
     if missing:
         raise ValueError(f"the vocabulary has no {' '.join(missing)}")
@@ -572,24 +578,26 @@ def create_training_instances(
     if not all_documents:
         raise ValueError("no documents: every document is empty")
 
-    rng = random.Random(random_seed)
+    rng = random.Random(options.random_seed)
     shuffle(all_documents, rng)
-    masker = _Masker(vocab, masked_lm_prob, max_predictions_per_seq, do_whole_word_mask,
-                     max_seq_length)
+    masker = _Masker(vocab, options.masked_lm_prob, options.max_predictions_per_seq,
+                     options.do_whole_word_mask, options.max_seq_length)
     buffer = _InstanceBuffer()
-    total = dupe_factor * len(all_documents)
+    total = options.dupe_factor * len(all_documents)
     with _cyclic_gc_paused():
-        for dupe in range(dupe_factor):
+        for dupe in range(options.dupe_factor):
             for document_index in range(len(all_documents)):
-                _instances_from_document(all_documents, document_index, max_seq_length,
-                                         short_seq_prob, masker, rng, buffer.append)
+                _instances_from_document(all_documents, document_index,
+                                         options.max_seq_length, options.short_seq_prob,
+                                         masker, rng, buffer.append)
                 if progress is not None:
                     progress(dupe * len(all_documents) + document_index + 1, total)
     # BERT shuffles its list of instances; shuffling their indices draws the
     # same numbers and gives the same order.
     order = list(range(len(buffer)))
     shuffle(order, rng)
-    return buffer.to_arrays(order, max_seq_length, max_predictions_per_seq)
+    return buffer.to_arrays(order, options.max_seq_length,
+                            options.max_predictions_per_seq)
 
 
 def split_round_robin(arrays: Mapping[str, np.ndarray], num_files: int

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from packed_bert_tf.data import features, pretraining_instances, record_files
-from packed_bert_tf.data.pretraining_instances import create_training_instances
+from packed_bert_tf.data.pretraining_instances import (InstanceOptions,
+                                                       create_training_instances)
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -105,9 +106,9 @@ def test_instances_are_well_formed(max_seq_length, max_predictions_per_seq,
                                    masked_lm_prob):
     documents, vocab = make_corpus(12, (1, 40), (1, 15))
     arrays = create_training_instances(
-        documents, vocab, max_seq_length=max_seq_length,
-        max_predictions_per_seq=max_predictions_per_seq, masked_lm_prob=masked_lm_prob,
-        dupe_factor=2, random_seed=7)
+        documents, vocab, InstanceOptions(
+            max_seq_length=max_seq_length, max_predictions_per_seq=max_predictions_per_seq,
+            masked_lm_prob=masked_lm_prob, dupe_factor=2, random_seed=7))
     check_instances(arrays, max_seq_length=max_seq_length,
                     max_predictions_per_seq=max_predictions_per_seq,
                     masked_lm_prob=masked_lm_prob, vocab_size=len(vocab))
@@ -115,9 +116,9 @@ def test_instances_are_well_formed(max_seq_length, max_predictions_per_seq,
 
 def test_segments_are_real_text_and_the_label_says_whether_b_follows_a():
     documents, vocab = make_corpus(20, (2, 30), (1, 20), seed=1)
-    arrays = create_training_instances(documents, vocab, max_seq_length=48,
-                                       max_predictions_per_seq=8, masked_lm_prob=0.15,
-                                       dupe_factor=3, random_seed=3)
+    arrays = create_training_instances(documents, vocab, InstanceOptions(
+        max_seq_length=48, max_predictions_per_seq=8, masked_lm_prob=0.15,
+        dupe_factor=3, random_seed=3))
     original = unmasked(arrays)
     labels = arrays["next_sentence_labels"][:, 0]
     assert 0 < labels.sum() < len(labels)
@@ -139,9 +140,9 @@ def test_segments_are_real_text_and_the_label_says_whether_b_follows_a():
 
 def test_the_80_10_10_replacement():
     documents, vocab = make_corpus(30, (20, 60), (3, 20), seed=2)
-    arrays = create_training_instances(documents, vocab, max_seq_length=128,
-                                       max_predictions_per_seq=20, masked_lm_prob=0.15,
-                                       dupe_factor=8, random_seed=5)
+    arrays = create_training_instances(documents, vocab, InstanceOptions(
+        max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
+        dupe_factor=8, random_seed=5))
     rows, slots = np.nonzero(arrays["masked_lm_weights"])
     assert len(rows) > 20_000
     shown = arrays["input_ids"][rows, arrays["masked_lm_positions"][rows, slots]]
@@ -159,9 +160,9 @@ def test_the_80_10_10_replacement():
 
 def test_about_half_of_the_next_sentences_are_random():
     documents, vocab = make_corpus(40, (60, 120), (2, 12), seed=3)
-    arrays = create_training_instances(documents, vocab, max_seq_length=128,
-                                       max_predictions_per_seq=20, masked_lm_prob=0.15,
-                                       dupe_factor=6, random_seed=11)
+    arrays = create_training_instances(documents, vocab, InstanceOptions(
+        max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
+        dupe_factor=6, random_seed=11))
     labels = arrays["next_sentence_labels"][:, 0]
     assert len(labels) > 1800
     # A little above one half: a chunk of one sentence always takes a random B,
@@ -173,9 +174,12 @@ def test_a_seed_gives_identical_arrays_and_bytes_and_other_seeds_differ(tmp_path
     documents, vocab = make_corpus(10, (1, 30), (1, 15), seed=4)
     options = dict(max_seq_length=64, max_predictions_per_seq=10, masked_lm_prob=0.15,
                    dupe_factor=2)
-    first = create_training_instances(documents, vocab, random_seed=42, **options)
-    again = create_training_instances(documents, vocab, random_seed=42, **options)
-    other = create_training_instances(documents, vocab, random_seed=43, **options)
+    first = create_training_instances(documents, vocab,
+                                      InstanceOptions(random_seed=42, **options))
+    again = create_training_instances(documents, vocab,
+                                      InstanceOptions(random_seed=42, **options))
+    other = create_training_instances(documents, vocab,
+                                      InstanceOptions(random_seed=43, **options))
     for name in first:
         np.testing.assert_array_equal(first[name], again[name])
     assert any(first[name].shape != other[name].shape
@@ -189,9 +193,9 @@ def test_a_seed_gives_identical_arrays_and_bytes_and_other_seeds_differ(tmp_path
 def test_the_input_documents_are_not_changed():
     documents, vocab = make_corpus(5, (1, 10), (1, 9), seed=5)
     before = [[list(sentence) for sentence in document] for document in documents]
-    create_training_instances(documents, vocab, max_seq_length=16,
-                              max_predictions_per_seq=4, masked_lm_prob=0.3,
-                              dupe_factor=2)
+    create_training_instances(documents, vocab, InstanceOptions(
+        max_seq_length=16, max_predictions_per_seq=4, masked_lm_prob=0.3,
+        dupe_factor=2))
     assert documents == before
 
 
@@ -199,9 +203,9 @@ def test_dupe_factor_and_short_seq_prob():
     documents, vocab = make_corpus(20, (10, 40), (2, 15), seed=6)
 
     def run(**options):
-        return create_training_instances(documents, vocab, max_seq_length=64,
-                                         max_predictions_per_seq=10,
-                                         masked_lm_prob=0.15, random_seed=1, **options)
+        return create_training_instances(documents, vocab, InstanceOptions(
+            max_seq_length=64, max_predictions_per_seq=10, masked_lm_prob=0.15,
+            random_seed=1, **options))
 
     once, thrice = run(dupe_factor=1), run(dupe_factor=3)
     assert 2.6 < len(thrice["input_ids"]) / len(once["input_ids"]) < 3.4
@@ -212,9 +216,9 @@ def test_dupe_factor_and_short_seq_prob():
 
 def test_one_document_pairs_with_itself():
     documents, vocab = make_corpus(1, (5, 5), (3, 3))
-    arrays = create_training_instances(documents, vocab, max_seq_length=16,
-                                       max_predictions_per_seq=3, masked_lm_prob=0.15,
-                                       dupe_factor=4)
+    arrays = create_training_instances(documents, vocab, InstanceOptions(
+        max_seq_length=16, max_predictions_per_seq=3, masked_lm_prob=0.15,
+        dupe_factor=4))
     check_instances(arrays, max_seq_length=16, max_predictions_per_seq=3,
                     masked_lm_prob=0.15, vocab_size=len(vocab))
     assert arrays["next_sentence_labels"].sum() > 0
@@ -230,9 +234,9 @@ def test_whole_word_masking_masks_every_piece_of_a_word():
                    for piece in rng.choice(words)] for _ in range(rng.randint(2, 12))]
                  for _ in range(30)]
     continuation = np.array([token.startswith("##") for token in vocab])
-    arrays = create_training_instances(documents, vocab, max_seq_length=40,
-                                       max_predictions_per_seq=12, masked_lm_prob=0.2,
-                                       dupe_factor=3, do_whole_word_mask=True)
+    arrays = create_training_instances(documents, vocab, InstanceOptions(
+        max_seq_length=40, max_predictions_per_seq=12, masked_lm_prob=0.2,
+        dupe_factor=3, do_whole_word_mask=True))
     original = unmasked(arrays)
     whole_words = 0
     for row, tokens in enumerate(original):
@@ -301,8 +305,9 @@ def test_a_long_one_line_document_takes_linear_time():
     line = list(range(1000, 401_000))  # ids need not be in the vocabulary
     start = time.perf_counter()
     arrays = create_training_instances(
-        [[line]], vocab, max_seq_length=128, max_predictions_per_seq=20,
-        masked_lm_prob=0.15, short_seq_prob=0.0, dupe_factor=2, random_seed=7)
+        [[line]], vocab, InstanceOptions(
+            max_seq_length=128, max_predictions_per_seq=20, masked_lm_prob=0.15,
+            short_seq_prob=0.0, dupe_factor=2, random_seed=7))
     assert time.perf_counter() - start < 10
     assert arrays["input_ids"].shape == (2, 128)
     assert (arrays["input_mask"].sum(axis=1) == 128).all()
@@ -327,17 +332,17 @@ def test_bad_options_are_quoted(options, message):
                      dupe_factor=1)
     arguments.update(options)
     with pytest.raises(ValueError, match=message):
-        create_training_instances(documents, vocab, **arguments)
+        create_training_instances(documents, vocab, InstanceOptions(**arguments))
 
 
 def test_no_documents_or_no_special_tokens_is_an_error():
     _, vocab = make_corpus(1, (1, 1), (1, 1))
     options = dict(max_seq_length=16, max_predictions_per_seq=2, masked_lm_prob=0.15)
     with pytest.raises(ValueError, match="no documents"):
-        create_training_instances([[], [[]]], vocab, **options)
+        create_training_instances([[], [[]]], vocab, InstanceOptions(**options))
     with pytest.raises(ValueError, match=r"no \[MASK\]"):
         create_training_instances([[[5, 6]]], {"[CLS]": 0, "[SEP]": 1, "a": 5},
-                                  **options)
+                                  InstanceOptions(**options))
 
 
 def test_reading_documents(tmp_path):
@@ -441,12 +446,12 @@ def test_instance_buffer_flushes_give_the_same_arrays(monkeypatch):
     documents, vocab = make_corpus(12, (2, 9), (3, 40))
     kwargs = dict(max_seq_length=64, max_predictions_per_seq=10, masked_lm_prob=0.15,
                   dupe_factor=3, random_seed=5)
-    unflushed = create_training_instances(documents, vocab, **kwargs)
+    unflushed = create_training_instances(documents, vocab, InstanceOptions(**kwargs))
     # Flushing into int32 chunks after (about) every instance and a few instances.
     for flush_tokens in (1, 100):
         monkeypatch.setattr(pretraining_instances._InstanceBuffer, "FLUSH_TOKENS",
                             flush_tokens)
-        flushed = create_training_instances(documents, vocab, **kwargs)
+        flushed = create_training_instances(documents, vocab, InstanceOptions(**kwargs))
         assert list(flushed) == list(unflushed)
         for name, values in unflushed.items():
             assert flushed[name].dtype == values.dtype, name
@@ -469,9 +474,9 @@ def test_cyclic_gc_is_paused_while_making_instances_and_restored():
         pretraining_instances._instances_from_document = spy
         for enabled in (True, False):
             (gc.enable if enabled else gc.disable)()
-            create_training_instances(documents, vocab, max_seq_length=32,
-                                      max_predictions_per_seq=4, masked_lm_prob=0.15,
-                                      dupe_factor=1)
+            create_training_instances(documents, vocab, InstanceOptions(
+                max_seq_length=32, max_predictions_per_seq=4, masked_lm_prob=0.15,
+                dupe_factor=1))
             assert gc.isenabled() == enabled
         with pytest.raises(ZeroDivisionError):
             gc.enable()

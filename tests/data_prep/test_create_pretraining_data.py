@@ -11,6 +11,7 @@ import tensorflow as tf
 from data_prep import create_pretraining_data as cpd
 from data_prep.create_pretraining_data import create_pretraining_data, merge_file_instances
 from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
+from packed_bert_tf.data.pretraining_instances import InstanceOptions
 from tests.conftest import tool_command, tool_environment
 
 WORDS = ("the a of packing sequence sequences token tokens model models train "
@@ -117,8 +118,9 @@ def test_records_read_back_and_equal_the_library_output(runs, tmp_path):
         pretraining_instances.read_text_documents([str(path)]), tokenizer.encode_batch)
         for path in inputs]
     expected = merge_file_instances([pretraining_instances.create_training_instances(
-        documents, tokenizer.vocab, max_seq_length=64, max_predictions_per_seq=10,
-        masked_lm_prob=0.15, dupe_factor=3, random_seed=1 + index)
+        documents, tokenizer.vocab, InstanceOptions(
+            max_seq_length=64, max_predictions_per_seq=10, masked_lm_prob=0.15,
+            dupe_factor=3, random_seed=1 + index))
         for index, documents in enumerate(per_file)], random_seed=1)
     documents = [document for file_documents in per_file for document in file_documents]
     parts = pretraining_instances.split_round_robin(expected, 2)
@@ -220,7 +222,11 @@ def _create(inputs, output, **options):
                      max_predictions_per_seq=10, masked_lm_prob=0.15,
                      short_seq_prob=0.1, dupe_factor=1, random_seed=1)
     arguments.update(options)
-    return create_pretraining_data(inputs, [output], **arguments)
+    instance_options = InstanceOptions(**{name: arguments.pop(name) for name in (
+        "do_whole_word_mask", "max_seq_length", "max_predictions_per_seq",
+        "masked_lm_prob", "short_seq_prob", "dupe_factor", "random_seed")})
+    return create_pretraining_data(inputs, [output], instance_options=instance_options,
+                                   **arguments)
 
 
 @pytest.mark.parametrize("make_input, options, message", [
@@ -296,8 +302,9 @@ def test_the_output_is_the_same_bytes_for_any_number_of_workers(tmp_path):
                    for i in range(3)]
         summary = create_pretraining_data(
             inputs, outputs, vocab_file=str(vocab), vocab_size=None, do_lower_case=True,
-            do_whole_word_mask=False, max_seq_length=64, max_predictions_per_seq=10,
-            masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, random_seed=3,
+            instance_options=InstanceOptions(
+                do_whole_word_mask=False, max_seq_length=64, max_predictions_per_seq=10,
+                masked_lm_prob=0.15, short_seq_prob=0.1, dupe_factor=2, random_seed=3),
             num_workers=num_workers)
         assert summary["input_files"] == 4 and summary["documents"] == 100
         contents[num_workers] = [open(path, "rb").read() for path in outputs]
