@@ -10,11 +10,16 @@ Two parts:
    ``squad_1_1_384`` at S = 384), packed with at most
    ``--max_sequences_per_pack`` sequences per pack by
    `packed_bert_tf.packing.streaming.pack_stream` with each buffer size of
-   ``--buffer_sizes``, by Grain's first-fit and best-fit windows
-   (`packed_bert_tf.packing.window`) with as many bins, and offline by the
-   optimal plan of the whole sample's histogram, with the LP bound. Packs,
-   efficiency, gap to the LP bound, waits, and the time of the decision
-   alone (which sequences share a pack; no data moves).
+   ``--buffer_sizes``, by Grain's own first-fit and best-fit packers
+   (``grain.experimental.FirstFitPackIterDataset`` and
+   ``BestFitPackIterDataset``, the ``reference`` extra; run by
+   ``grain_packers.py`` beside this script) with as many bins, and offline by
+   the optimal plan of the whole sample's histogram, with the LP bound.
+   Packs, efficiency, gap to the LP bound, waits, and the time: of the
+   decision alone for ours and the offline plan (which sequences share a
+   pack; no data moves), of Grain's packer on one-byte tokens for Grain
+   (Grain decides as it copies; about 0.1 ms a sequence here, so the Grain
+   rows take most of this part's time).
 2. Throughput (TensorFlow, skipped by ``--skip_throughput``):
    `packed_bert_tf.data.streaming.pack_dataset` on synthetic MLPerf
    pre-training examples (S = 512, P = 76, D = 3) held in memory, against
@@ -26,6 +31,8 @@ Prints the tables; with --write_markdown, replaces this benchmark's section
 of that file. Exits non-zero (after writing) when a target is missed.
 """
 
+import importlib.metadata
+import importlib.util
 import os
 import sys
 import time
@@ -35,11 +42,11 @@ from absl import app, flags
 
 from common import (define_write_markdown, publish_section,
                     section_header)  # benchmarks/, beside this script
+from grain_packers import grain_pack  # benchmarks/, beside this script
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing import histogram_from_lengths, load_histogram, pack_histogram
 from packed_bert_tf.packing.assign import assign_sequences
 from packed_bert_tf.packing.streaming import pack_stream
-from packed_bert_tf.packing.window import best_fit_window, first_fit_window
 
 FLAGS = flags.FLAGS
 define_write_markdown()
@@ -134,8 +141,10 @@ def efficiency_rows(num_sequences, buffer_sizes, max_sequences_per_pack):
         offline, bound = offline_rows(name, lengths, S, D)
         for buffer_size in buffer_sizes:
             runs = ((STREAMING, lambda: pack_stream(lengths, S, D, buffer_size=buffer_size)),
-                    (FIRST_FIT, lambda: first_fit_window(lengths, S, D, num_bins=buffer_size)),
-                    (BEST_FIT, lambda: best_fit_window(lengths, S, D, num_bins=buffer_size)))
+                    (FIRST_FIT, lambda: grain_pack(lengths, S, D, buffer_size,
+                                                   best_fit=False)),
+                    (BEST_FIT, lambda: grain_pack(lengths, S, D, buffer_size,
+                                                  best_fit=True)))
             for packer, run in runs:
                 rows.append(streaming_row(name, packer, buffer_size, run, lengths, S, D,
                                           bound["packs"]))
@@ -220,6 +229,7 @@ def measure_throughput(num_examples, repeats):
 # ------------------------------------------------------------------ report
 def efficiency_markdown(rows, num_sequences, max_sequences_per_pack) -> list[str]:
     D = max_sequences_per_pack
+    grain_version = importlib.metadata.version("grain")
     bounds = [r for r in rows if r["packer"] == LP_BOUND]
     return [
         f"### Efficiency: {num_sequences:,} lengths per histogram, D = {D}",
@@ -227,7 +237,11 @@ def efficiency_markdown(rows, num_sequences, max_sequences_per_pack) -> list[str
         f"{num_sequences:,} lengths drawn (seed {SEED}) from each histogram, packed in "
         f"stream order with at most {D} sequences per pack. Streaming (ours): "
         "`pack_stream(lengths, S, D, buffer_size=B)` (default `max_wait` = 2 B). Grain "
-        "first-fit / best-fit: `first_fit_window` / `best_fit_window` with `num_bins=B`; "
+        f"first-fit / best-fit: Grain {grain_version}'s own "
+        "`grain.experimental.FirstFitPackIterDataset` / `BestFitPackIterDataset` with "
+        "`num_packing_bins=B`, `max_sequences_per_bin=D`, `shuffle_bins=False`, on "
+        "elements of one int8 feature of each sequence's length "
+        "(`benchmarks/grain_packers.py`); "
         "a window is emitted only when every one of its B bins holds a sequence, so the "
         "greedy baselines have at least as many sequences in flight as our buffer "
         f"(between B and {D} B when they emit; ours holds at most B). Offline optimal "
@@ -237,9 +251,11 @@ def efficiency_markdown(rows, num_sequences, max_sequences_per_pack) -> list[str
         "efficiency is total tokens / (LP bound x S) with the fractional bound "
         + ", ".join(f"{r['histogram']} {r['lp_fractional']:,.2f}" for r in bounds) + ". "
         "Gap: packs above the LP bound. Waits: later sequences read while a sequence "
-        "waited for its pack to be emitted (`StreamPacking.waits`). Time: wall seconds "
-        "of the decision alone (which sequences share a pack; no data moves), one run; "
-        "sequences / s = sequences / that time. Every row's packs are checked: each "
+        "waited for its pack to be emitted (`StreamPacking.waits`). Time: wall seconds, "
+        "one run, of the decision alone for ours and the offline plan (which sequences "
+        "share a pack; no data moves) and of Grain's packer for Grain (it decides as it "
+        "copies the sequences' one-byte tokens into its bins); sequences / s = "
+        "sequences / that time. Every row's packs are checked: each "
         "sequence exactly once, at most S tokens and D sequences a pack.",
         "",
         "| histogram | S | buffer B | packer | packs | efficiency % | gap to LP bound, "
@@ -286,6 +302,9 @@ def throughput_markdown(result, num_examples, repeats) -> list[str]:
 
 def main(argv):
     del argv
+    if importlib.util.find_spec("grain") is None:
+        sys.exit("Grain's packers come with the reference extra: "
+                 "pip install -e '.[reference]'")
     buffer_sizes = [int(size) for size in FLAGS.buffer_sizes]
     print("| histogram | S | buffer B | packer | packs | efficiency % | gap | mean wait | "
           "max wait | time s | sequences / s | target | met |", flush=True)

@@ -1,6 +1,6 @@
-"""What packing a stream gives: `StreamPacking`, shared by the streaming
-packer (`packed_bert_tf.packing.streaming`) and the greedy window baselines
-(`packed_bert_tf.packing.window`)."""
+"""What packing a stream gives: `StreamPacking`, made by the streaming packer
+(`packed_bert_tf.packing.streaming`) and, for comparison, from Grain's greedy
+packers by the benchmarks."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Packing a stream near the LP bound with a bounded buffer: `StreamingPacker`.
 
-Greedy stream packers (first fit or best fit over a window of bins, as Grain
-does: `packed_bert_tf.packing.window`) decide for each sequence as it comes,
-which leaves the short sequences of a skewed distribution in poorly filled
-packs: on Wikipedia-512 with at most 3 sequences per pack they reach about
-96 % efficiency where the offline LP bound is 99.88 %.
+Greedy stream packers (first fit or best fit over a window of bins, as
+Grain's ``FirstFitPackIterDataset`` and ``BestFitPackIterDataset`` do) decide
+for each sequence as it comes, which leaves the short sequences of a skewed
+distribution in poorly filled packs: on Wikipedia-512 with at most 3
+sequences per pack they reach about 96 % efficiency where the offline LP
+bound is 99.88 %.
 
 The streaming packer decides in *rounds* instead. Sequences wait in a buffer;
 when it holds `buffer_size` of them, one round:

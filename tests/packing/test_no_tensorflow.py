@@ -6,7 +6,7 @@ def test_the_packing_engine_never_imports_tensorflow():
     # Nor do the numpy modules of packed_bert_tf.data (the data-preparation
     # tools' Beam workers), though the package also offers pack_dataset.
     code = ("import sys, packed_bert_tf.packing, packed_bert_tf.packing.assign, "
-            "packed_bert_tf.packing.streaming, packed_bert_tf.packing.window, "
+            "packed_bert_tf.packing.streaming, packed_bert_tf.packing.stream, "
             "packed_bert_tf.data.sequences, packed_bert_tf.data.synthetic; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'keras')))")

@@ -7,7 +7,14 @@ from hypothesis import given, settings, strategies as st
 from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies
 from packed_bert_tf.packing.streaming import (MAX_PATTERNS, StreamingPacker,
                                               exact_fill_patterns, pack_stream)
-from packed_bert_tf.packing.window import best_fit_window, first_fit_window
+
+
+def grain_pack(*args, **kwargs):
+    """Grain's own packers (the reference extra), through the benchmarks' runner."""
+    pytest.importorskip("grain", reason="the reference extra: pip install -e '.[reference]'")
+    from benchmarks.grain_packers import grain_pack as run
+
+    return run(*args, **kwargs)
 
 
 def drawn(histogram, count, seed=0):
@@ -153,15 +160,40 @@ def test_a_bad_length_is_named_by_its_index_in_the_stream():
         StreamingPacker(16, 2, buffer_size=0)
 
 
-def test_near_the_lp_bound_where_greedy_windows_are_not(squad_384, wikipedia_512):
+# Hand-worked streams, max length 10.
+#   first fit, 2 bins: 5 -> bin 0 (room 5); 6 -> bin 1 (room 4); 4 -> bin 0
+#   (room 1); 5 fits neither: bins [0, 2] and [1] are emitted with 4 read, 5
+#   opens bin 0 of a new window; 5 -> bin 0 (room 0); end: [3, 4] with 5 read.
+#   best fit, 2 bins: 4 -> bin 1 (room 4 -> 0, tighter than bin 0's 5);
+#   5 -> bin 0 (room 0); the last 5 fits neither: [0, 3] and [1, 2] emitted
+#   with 5 read; end: [4] with 5 read.
+#   at most 2 a bin: the fifth 1 finds both bins full, the window is emitted
+#   with 5 read.
+@pytest.mark.parametrize("lengths, cap, best_fit, packs, read", [
+    ([5, 6, 4, 5, 5], None, False, [[0, 2], [1], [3, 4]], [4, 4, 4, 5, 5]),
+    ([5, 6, 4, 5, 5], None, True, [[0, 3], [1, 2], [4]], [5, 5, 5, 5, 5]),
+    ([1] * 6, 2, False, [[0, 1], [2, 3], [4, 5]], [5, 5, 5, 5, 6, 6]),
+    ([1] * 6, 2, True, [[0, 1], [2, 3], [4, 5]], [5, 5, 5, 5, 6, 6]),
+    ([4, 4, 1, 1], 2, True, [[0, 1], [2, 3]], [4, 4, 4, 4]),
+])
+def test_grain_packs_and_emission_as_read_back(lengths, cap, best_fit, packs, read):
+    result = grain_pack(lengths, 10, cap, 2, best_fit=best_fit)
+    assert [pack.tolist() for pack in result.assignment] == packs
+    assert result.read_at_emission.tolist() == read
+
+
+def test_near_the_lp_bound_where_grain_is_not(squad_384, wikipedia_512):
     # Small versions of the benchmark (benchmarks/streaming_packing_benchmark.py):
-    # SQuAD's lengths pack near the offline bound (98.8 %) where best fit over
-    # the same window does not; on Wikipedia, at cap 3, a longer stream.
+    # SQuAD's lengths pack near the offline bound (98.8 %) where Grain's
+    # first-fit and best-fit packers with as many bins do not; on Wikipedia,
+    # at cap 3, a longer stream.
     lengths = drawn(squad_384, 20_000, seed=4)
     ours = pack_stream(lengths, 384, 3, buffer_size=2000)
     check_packing(ours, lengths, 384, 3)
-    best = best_fit_window(lengths, 384, 3, 2000)
-    first = first_fit_window(lengths, 384, 3, 2000)
+    best = grain_pack(lengths, 384, 3, 2000, best_fit=True)
+    first = grain_pack(lengths, 384, 3, 2000, best_fit=False)
+    check_packing(best, lengths, 384, 3)
+    check_packing(first, lengths, 384, 3)
     assert ours.efficiency(lengths, 384) >= 0.985
     assert best.efficiency(lengths, 384) <= 0.945
     assert first.efficiency(lengths, 384) <= 0.945
@@ -169,5 +201,7 @@ def test_near_the_lp_bound_where_greedy_windows_are_not(squad_384, wikipedia_512
     lengths = drawn(wikipedia_512, 100_000, seed=4)
     ours = pack_stream(lengths, 512, 3, buffer_size=5000, chunk_size=2500)
     check_packing(ours, lengths, 512, 3)
+    best = grain_pack(lengths, 512, 3, 5000, best_fit=True)
+    check_packing(best, lengths, 512, 3)
     assert ours.efficiency(lengths, 512) >= 0.985
-    assert best_fit_window(lengths, 512, 3, 5000).efficiency(lengths, 512) <= 0.965
+    assert best.efficiency(lengths, 512) <= 0.965
