@@ -49,6 +49,7 @@ import pytest
 from benchmarks.google_bert import reference_modules
 from data_prep.create_pretraining_data import create_pretraining_data
 from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
+from packed_bert_tf.data.pretraining_instances import InstanceOptions
 
 try:
     reference, reference_tokenization = reference_modules()
@@ -121,8 +122,9 @@ def _our_arrays(input_files, vocab, output_files, *, random_seed, do_lower_case=
                 do_whole_word_mask=False, num_workers=1):
     create_pretraining_data(
         ",".join(input_files), output_files, vocab_file=vocab, vocab_size=None,
-        do_lower_case=do_lower_case, do_whole_word_mask=do_whole_word_mask,
-        random_seed=random_seed, num_workers=num_workers, **OPTIONS)
+        do_lower_case=do_lower_case, num_workers=num_workers,
+        instance_options=InstanceOptions(random_seed=random_seed,
+                                         do_whole_word_mask=do_whole_word_mask, **OPTIONS))
     return [record_files.read_arrays(path, FORMAT) for path in output_files]
 
 
