@@ -314,9 +314,7 @@ def _packed_on_the_fly(records: tf.data.Dataset, packing: PackOnTheFly, *,
         lambda serialized: parse_records(serialized, record_format, id_limits=id_limits),
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic).unbatch()
     packs = pack_dataset(examples, max_sequence_length=record_format.max_seq_length,
-                         max_sequences_per_pack=packing.max_sequences_per_pack,
-                         buffer_size=packing.buffer_size, max_wait=packing.max_wait,
-                         seed=0 if seed is None else seed)
+                         packing=packing, seed=0 if seed is None else seed)
     if skip_rows:
         # Packs depend on every record before them: skipping means packing.
         packs = packs.skip(skip_rows)

@@ -54,19 +54,29 @@ def split_overflowing(packs: PackAssignment, counts: np.ndarray, limit: int
 # ------------------------------------------------------------------ tf side
 @dataclasses.dataclass(frozen=True)
 class PackOnTheFly:
-    """How an input pipeline packs unpacked records as it reads them
-    (`pack_dataset` options; the seed is the pipeline's)."""
+    """How `pack_dataset` packs a stream (an input pipeline's unpacked records, as
+    it reads them; the seed is the pipeline's).
+
+    Attributes:
+      max_sequences_per_pack: D.
+      buffer_size: examples the packer decides over at once (memory: about
+        `buffer_size` + 2 `chunk_size` compact examples).
+      max_wait: an example that has waited this many later examples leaves
+        in the next round (so none waits more than ``max_wait +
+        buffer_size``); default twice `buffer_size`.
+      chunk_size: examples read per step (default `buffer_size` // 2); the
+        packs do not depend on it.
+    """
 
     max_sequences_per_pack: int = 3
     buffer_size: int = 10_000
     max_wait: int | None = None
+    chunk_size: int | None = None
 
 
 def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
-                 max_sequences_per_pack: int = 3, spec: PackSpec | None = None,
-                 max_predictions_per_pack: int | None = None,
-                 buffer_size: int = 10_000, max_wait: int | None = None,
-                 chunk_size: int | None = None, seed: int = 0,
+                 packing: PackOnTheFly = PackOnTheFly(), spec: PackSpec | None = None,
+                 max_predictions_per_pack: int | None = None, seed: int = 0,
                  skip_long_sequences: bool = False,
                  num_parallel_calls: int | None = tf.data.AUTOTUNE) -> tf.data.Dataset:
     """Packs a dataset of unpacked examples on the fly.
@@ -80,16 +90,11 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
     Args:
       dataset: elements are dicts of one example's features (not batched).
       max_sequence_length: S, tokens per pack.
-      max_sequences_per_pack: D.
+      packing: D, the packer's buffer and wait, and the examples read per
+        step (`PackOnTheFly`).
       spec: how the features go into a pack; default `PackSpec.pretraining`
         with M = `max_predictions_per_pack` (default: the examples' P + D - 1,
         as the offline packer).
-      buffer_size: examples the packer decides over at once (memory: about
-        `buffer_size` + 2 `chunk_size` compact examples).
-      max_wait: an example that has waited this many later examples leaves
-        in the next round (so none waits more than ``max_wait +
-        buffer_size``); default twice `buffer_size`.
-      chunk_size: examples read per step (default `buffer_size` // 2).
       seed: orders each round's packs.
       skip_long_sequences: skip (and count) examples with more than S tokens
         instead of failing on the first one.
@@ -108,6 +113,8 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
         than S, or malformed, named by its index in the stream.
     """
     element_spec = dataset.element_spec
+    max_sequences_per_pack, buffer_size = packing.max_sequences_per_pack, packing.buffer_size
+    chunk_size = packing.chunk_size
     if spec is not None and max_predictions_per_pack is not None:
         raise ValueError("give max_predictions_per_pack in the spec "
                          "(PackSpec.pretraining(M)), not beside it")
@@ -132,7 +139,8 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
     chunk_size = int(chunk_size or max(1, buffer_size // 2))
     steps = PackingSteps(spec, S, D, {name: element_spec[name].dtype.as_numpy_dtype
                                       for name in spec.input_names},
-                         dict(buffer_size=buffer_size, max_wait=max_wait, seed=seed),
+                         dict(buffer_size=buffer_size, max_wait=packing.max_wait,
+                              seed=seed),
                          chunk_size, skip_long_sequences)
     # The elements hold exactly the spec's features (check_element_spec).
     chunks = dataset.batch(chunk_size).enumerate() \

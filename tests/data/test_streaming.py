@@ -10,7 +10,7 @@ import tensorflow as tf
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
 from packed_bert_tf.data.packed_rows import PackSpec
-from packed_bert_tf.data.streaming import pack_dataset
+from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing.streaming import pack_stream
 from packed_bert_tf.squad.packing import layout_packs
@@ -45,7 +45,8 @@ def stream():
 
 def test_every_example_is_in_one_pack_whole_and_the_packs_are_well_formed(stream):
     packed = pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                          max_sequence_length=S, buffer_size=200, seed=4)
+                          max_sequence_length=S, packing=PackOnTheFly(buffer_size=200),
+                          seed=4)
     assert {name: spec.shape.as_list() for name, spec in packed.element_spec.items()} == {
         name: [length] for name, length in
         RecordFormat.packed(S, M, D).feature_lengths().items()}
@@ -61,7 +62,8 @@ def test_every_example_is_in_one_pack_whole_and_the_packs_are_well_formed(stream
 
 def test_the_packs_are_what_the_offline_packer_writes_for_the_same_assignment(stream):
     packs = collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                                 max_sequence_length=S, buffer_size=300, chunk_size=128,
+                                 max_sequence_length=S,
+                                 packing=PackOnTheFly(buffer_size=300, chunk_size=128),
                                  seed=2))
     lengths = stream["input_mask"].sum(axis=1)
     assignment = pack_stream(lengths, S, D, buffer_size=300, seed=2).assignment
@@ -75,10 +77,11 @@ def test_the_packs_are_what_the_offline_packer_writes_for_the_same_assignment(st
 
 def test_the_packs_are_deterministic_for_a_seed(stream):
     dataset = tf.data.Dataset.from_tensor_slices(stream)
-    first = collect(pack_dataset(dataset, max_sequence_length=S, buffer_size=250, seed=7))
-    again = collect(pack_dataset(dataset, max_sequence_length=S, buffer_size=250, seed=7,
+    packing = PackOnTheFly(buffer_size=250)
+    first = collect(pack_dataset(dataset, max_sequence_length=S, packing=packing, seed=7))
+    again = collect(pack_dataset(dataset, max_sequence_length=S, packing=packing, seed=7,
                                  num_parallel_calls=1))
-    other = collect(pack_dataset(dataset, max_sequence_length=S, buffer_size=250, seed=8))
+    other = collect(pack_dataset(dataset, max_sequence_length=S, packing=packing, seed=8))
     for name in first:
         np.testing.assert_array_equal(first[name], again[name])
     assert not np.array_equal(first["input_ids"], other["input_ids"])
@@ -88,7 +91,8 @@ def test_the_packs_are_deterministic_for_a_seed(stream):
 def test_an_iterator_restored_mid_epoch_yields_the_rest_of_the_uninterrupted_run(
         stream, tmp_path):
     dataset = pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                           max_sequence_length=S, buffer_size=300, seed=3).batch(8)
+                           max_sequence_length=S, packing=PackOnTheFly(buffer_size=300),
+                           seed=3).batch(8)
     uninterrupted = [batch["input_ids"] for batch in dataset.as_numpy_iterator()]
     iterator = iter(dataset)
     for _ in range(30):  # several rounds in: the buffer holds waiting examples
@@ -108,7 +112,8 @@ def test_replica_shards_hold_each_example_once(stream):
 
     def replica_dataset(context: tf.distribute.InputContext):
         shard = source.shard(context.num_input_pipelines, context.input_pipeline_id)
-        return pack_dataset(shard, max_sequence_length=S, buffer_size=200, seed=1)
+        return pack_dataset(shard, max_sequence_length=S,
+                            packing=PackOnTheFly(buffer_size=200), seed=1)
 
     prints = []
     for replica in range(2):
@@ -129,7 +134,7 @@ import numpy as np
 import tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-from packed_bert_tf.data.streaming import pack_dataset
+from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 from tests.data.test_streaming import examples, S
 
 stream = examples(600, seed=5)
@@ -140,8 +145,8 @@ contexts = []
 def make(context):
     contexts.append([context.num_input_pipelines, context.input_pipeline_id])
     shard = source.shard(context.num_input_pipelines, context.input_pipeline_id)
-    return pack_dataset(shard, max_sequence_length=S, buffer_size=100, seed=1).batch(
-        4, drop_remainder=True)
+    return pack_dataset(shard, max_sequence_length=S, packing=PackOnTheFly(buffer_size=100),
+                        seed=1).batch(4, drop_remainder=True)
 
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -172,9 +177,11 @@ def test_a_too_long_example_is_named_or_skipped_and_counted(caplog):
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=rf"example {long_ones[0]} of the stream has \d+ tokens, more "
                              rf"than max_sequence_length=40"):
-        collect(pack_dataset(dataset, max_sequence_length=40, buffer_size=50))
+        collect(pack_dataset(dataset, max_sequence_length=40,
+                             packing=PackOnTheFly(buffer_size=50)))
     with caplog.at_level(logging.WARNING):
-        packs = collect(pack_dataset(dataset, max_sequence_length=40, buffer_size=50,
+        packs = collect(pack_dataset(dataset, max_sequence_length=40,
+                                     packing=PackOnTheFly(buffer_size=50),
                                      skip_long_sequences=True))
     sequences, _ = unpack_records(packs)
     assert len(sequences) == 300 - long_ones.size
@@ -209,7 +216,8 @@ def test_packs_over_the_prediction_slots_are_split_not_truncated(caplog):
     spec = PackSpec.pretraining(P)
     with caplog.at_level(logging.WARNING):
         packs = collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                                     max_sequence_length=S, spec=spec, buffer_size=100))
+                                     max_sequence_length=S, spec=spec,
+                                     packing=PackOnTheFly(buffer_size=100)))
     assert packs["masked_lm_ids"].shape[1] == P
     sequences, _ = unpack_records(packs)
     assert np.array_equal(np.sort(sequences.fingerprints()), np.sort(
@@ -232,7 +240,7 @@ def test_squad_features_pack_as_the_squad_layout_does():
         features["start_positions"] + rng.integers(0, 4, count), lengths - 1).astype(np.int32)
     packs = collect(pack_dataset(tf.data.Dataset.from_tensor_slices(features),
                                  max_sequence_length=width, spec=PackSpec.squad(),
-                                 buffer_size=60, seed=1))
+                                 packing=PackOnTheFly(buffer_size=60), seed=1))
     assignment = pack_stream(lengths, width, 3, buffer_size=60, seed=1).assignment
     expected = layout_packs(types.SimpleNamespace(
         input_ids=features["input_ids"], segment_ids=features["segment_ids"],
@@ -250,7 +258,8 @@ def test_a_malformed_example_is_named_by_its_index_in_the_stream():
                        match="example 37 of the stream: input_mask is not a non-empty "
                              "run of nonzero values followed by 0s"):
         collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                             max_sequence_length=S, buffer_size=20, chunk_size=8))
+                             max_sequence_length=S,
+                             packing=PackOnTheFly(buffer_size=20, chunk_size=8)))
 
 
 def test_with_skipping_a_malformed_example_is_still_named_by_its_stream_index():
@@ -261,7 +270,8 @@ def test_with_skipping_a_malformed_example_is_still_named_by_its_stream_index():
     with pytest.raises(tf.errors.InvalidArgumentError,
                        match=rf"example {later} of the stream: its real predictions"):
         collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                             max_sequence_length=40, buffer_size=20, chunk_size=60,
+                             max_sequence_length=40,
+                             packing=PackOnTheFly(buffer_size=20, chunk_size=60),
                              skip_long_sequences=True))
 
 
