@@ -4,15 +4,16 @@ r"""create_pretraining_data against google-research/bert's reference, per core.
 
 Runs, one process at a time and interleaved round by round:
 
-* the reference: ``benchmarks/reference_bert/create_pretraining_data.py``, a
-  port of google-research/bert's tool (pure-Python ``FullTokenizer``, one
+* the reference: ``python -m bert.create_pretraining_data``, google-research/bert's
+  tool as the `bert-tensorflow` package ships it, unmodified (the ``reference``
+  extra: ``pip install -e '.[reference]'``; pure-Python ``FullTokenizer``, one
   ``tf.train.Example`` per instance);
 * ours: ``python -m data_prep.create_pretraining_data`` with one worker
   (``RAYON_NUM_THREADS=1``, so `tokenizers` tokenizes on one core too);
 * for each tool, a bare process that only imports what the tool imports
-  before any work (the reference: TensorFlow and absl; ours: its own module,
-  which imports no TensorFlow when the files are local): its start-up,
-  subtracted for the "less start-up" rates;
+  before any work (the reference: its module, which imports TensorFlow; ours:
+  its own module, which imports no TensorFlow when the files are local): its
+  start-up, subtracted for the "less start-up" rates;
 * ours on the same text split into --num_files files, with --num_workers=1
   and with --num_workers=2 (the same bytes either way; checked).
 
@@ -25,6 +26,7 @@ ours are read back and compared (the same instances are expected: one input
 file; see ``tests/data_prep/test_reference_bert_equivalence.py``).
 """
 
+import importlib.util
 import os
 import re
 import shutil
@@ -56,8 +58,11 @@ flags.DEFINE_string("markdown_section", "create_pretraining_benchmark",
 
 SHOWN_FLAGS = ("vocab_size", "max_seq_length", "max_predictions_per_seq", "dupe_factor",
                "random_seed", "rounds", "num_files")
-STARTUP = {"reference": "import tensorflow, absl.app, absl.flags",
+STARTUP = {"reference": "import bert.create_pretraining_data",
            "ours": "import data_prep.create_pretraining_data"}
+# How each tool reports its count: ours on stdout, the reference in its log (stderr).
+INSTANCES = {"reference": re.compile(r"Wrote (\d+) total instances"),
+             "ours": re.compile(r"-> ([\d,]+) instances")}
 
 
 def prepare(work_dir):
@@ -88,8 +93,9 @@ def prepare(work_dir):
 
 
 def timed(command, environment):
-    """Runs a command to the end; returns (stdout, wall seconds). Its CPU time
-    (and its waited-for children's) is then in `os.times`' children fields."""
+    """Runs a command to the end; returns (stdout and stderr, wall seconds). Its
+    CPU time (and its waited-for children's) is then in `os.times`' children
+    fields."""
     start = time.perf_counter()
     process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, cwd=REPOSITORY)
@@ -97,7 +103,7 @@ def timed(command, environment):
     wall = time.perf_counter() - start
     if process.returncode:
         sys.exit(f"{' '.join(command)} failed:\n{stderr[-3000:]}")
-    return stdout, wall
+    return stdout + stderr, wall
 
 
 class ChildTimes:
@@ -119,6 +125,8 @@ class ChildTimes:
 
 def main(argv):
     del argv
+    if importlib.util.find_spec("bert") is None:
+        sys.exit("the reference is the bert-tensorflow package: pip install -e '.[reference]'")
     work_dir = FLAGS.work_dir
     corpus, parts, vocab, num_documents, megabytes = prepare(work_dir)
     common = [f"--vocab_file={vocab}", f"--max_seq_length={FLAGS.max_seq_length}",
@@ -133,7 +141,7 @@ def main(argv):
     runs = {
         "startup_reference": ([sys.executable, "-c", STARTUP["reference"]], ENVIRONMENT),
         "startup_ours": ([sys.executable, "-c", STARTUP["ours"]], ENVIRONMENT),
-        "reference": ([sys.executable, "benchmarks/reference_bert/create_pretraining_data.py",
+        "reference": ([sys.executable, "-m", "bert.create_pretraining_data",
                        f"--input_file={corpus}",
                        f"--output_file={outputs['reference']}/train.tfrecord", *common],
                       ENVIRONMENT),
@@ -155,12 +163,13 @@ def main(argv):
     for round_index in range(FLAGS.rounds):
         for name, (command, environment) in runs.items():
             cpu()
-            stdout, wall = timed(command, environment)
+            output, wall = timed(command, environment)
             seconds = cpu()
             best[name] = (min(best[name][0], wall), min(best[name][1], seconds))
             if not name.startswith("startup"):
-                match = re.search(r"-> ([\d,]+) instances|wrote (\d+) instances", stdout)
-                instances[name] = int((match.group(1) or match.group(2)).replace(",", ""))
+                match = INSTANCES["reference" if name == "reference" else "ours"].search(
+                    output)
+                instances[name] = int(match.group(1).replace(",", ""))
             print(f"round {round_index + 1} {name:14} wall {wall:6.2f} s  CPU {seconds:6.2f} s"
                   + (f"  {instances[name]:,} instances" if name in instances else ""),
                   flush=True)
@@ -169,7 +178,7 @@ def main(argv):
     startup = {"reference": best["startup_reference"][1], "ours": best["startup_ours"][1]}
     rows, rates = [], {}
     labels = {
-        "reference": ("reference port (google-research/bert)", "1", "1"),
+        "reference": ("google-research/bert (bert-tensorflow 1.0.4)", "1", "1"),
         "ours": ("ours", "1", "1"),
         "ours_files_w1": ("ours", str(FLAGS.num_files), "1"),
         "ours_files_w2": ("ours", str(FLAGS.num_files), "2"),
@@ -197,10 +206,13 @@ def main(argv):
         f"at a time, interleaved over {FLAGS.rounds} rounds (fastest of each); CPU s is "
         "the CPU time of the process and its children, so instances per CPU second is "
         "the rate per core. \"Less start-up\" subtracts the CPU time of a process that "
-        "only imports what the tool imports before any work: TensorFlow and absl for the "
-        f"reference ({startup['reference']:.1f} s), our module for ours "
+        "only imports what the tool imports before any work: its module (TensorFlow "
+        f"among its imports) for the reference ({startup['reference']:.1f} s), our module "
+        "for ours "
         f"({startup['ours']:.1f} s; it imports TensorFlow only for files that are not "
-        "local). Ours runs `tokenizers` on one thread (`RAYON_NUM_THREADS=1`).",
+        "local). The reference is `python -m bert.create_pretraining_data` from the "
+        "`bert-tensorflow` package (1.0.4), unmodified. Ours runs `tokenizers` on one "
+        "thread (`RAYON_NUM_THREADS=1`).",
         "",
         "| tool | input files | workers | instances | wall s | CPU s | instances/s per "
         "core | per core, less start-up | instances/s (wall) |",
@@ -220,8 +232,12 @@ def main(argv):
         "BERT's 200-character word limit against `BasicTokenizer` + "
         "`WordpieceTokenizer`); on one input file the instances are identical for any "
         "seed (tokens, segment ids, `is_random_next`, masked positions and labels, and "
-        "the round-robin split into output files), with and without whole-word masking: "
-        "our loop makes the same draws from the same `random.Random` in the same order. "
+        "the round-robin split into output files): our loop makes the same draws from "
+        "the same `random.Random` in the same order. The package predates "
+        "google-research/bert's `--do_whole_word_mask`; our whole-word masking gives its "
+        "instances on text whose words do not split into pieces (where google-research/"
+        "bert's whole-word masking makes the draws of its piece masking); elsewhere it "
+        "is tested for what it must do (every piece of a masked word masked). "
         "On several input files they differ by design: we make instances per file "
         "(file i seeded `random_seed + i`, random next segments from its own documents) "
         "so that `--num_workers` cannot change the output, then put all files' "
@@ -245,9 +261,10 @@ def main(argv):
         "Python (shifting each 32-bit word costs as much as a call). Arrays from the "
         "instances about 0.1 s; tokenization about 0.7 s per pass over this text; "
         "encoding and writing about 2.3 us an instance (the C extension). The "
-        "reference spends about 78 us an instance making it, 59 us building and "
-        "writing its `tf.train.Example`, 2 s tokenizing the text once, and 3 to 5 s "
-        "importing TensorFlow. The ratio therefore falls as --dupe_factor grows (the "
+        "reference makes each instance in Python too, then builds and writes a "
+        "`tf.train.Example` for each, tokenizes the text once in pure Python, and "
+        "imports TensorFlow (its start-up above). The ratio therefore falls as "
+        "--dupe_factor grows (the "
         "passes over the same tokenized text are where the two are closest).",
     ]))
 
