@@ -13,6 +13,7 @@ S sequence length, M masked-LM slots, D max sequences per pack.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import tensorflow as tf
@@ -26,6 +27,58 @@ from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 #: (``id_limits`` of `parse_records`); the host then finds the record by
 #: `packed_bert_tf.pretraining.task.find_bad_record`.
 ID_ERROR = "id out of range"
+
+
+@dataclasses.dataclass(frozen=True)
+class Shuffling:
+    """The order an input pipeline reads its records in (the ``--seed`` and
+    ``--shuffle_buffer_size`` flags).
+
+    `cycle_length` files are read at once, their records interleaved; in
+    training the files are shuffled first and the records then shuffled
+    through a buffer, both drawn from `seed`.
+
+    Attributes:
+      seed: seeds the shuffles; None: another order every run.
+      shuffle_buffer_size: records shuffled together.
+      cycle_length: files read at once.
+    """
+
+    seed: int | None = None
+    shuffle_buffer_size: int = 10_000
+    cycle_length: int = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaBatches:
+    """What each replica's batches hold, where they start and whether they end
+    (`pretraining_dataset`).
+
+    Attributes:
+      skip_rows: rows of each replica to skip first (records, without parsing
+        them; packs when packing on the fly): a resumed run skips what it had
+        read. With a seed the records that follow are exactly those the
+        interrupted run would have read.
+      repeat: read the files again and again; default: when training.
+      pad_with_empty_batches: for evaluation: keep the last, partial batch,
+        filled up with empty records (all features 0, so every weight is 0),
+        then yield empty batches forever, so that replicas with fewer batches
+        can run as many steps as the others and every record counts exactly
+        once.
+      micro_batches: K: each element stacks K consecutive batches of one
+        replica, [K, b, ...] (gradient accumulation); default: elements are
+        batches.
+      pack_on_the_fly: unpacked records only: each replica packs its records
+        as it reads them (`packed_bert_tf.data.streaming.pack_dataset`,
+        seeded with the shuffling's seed); batches are then packs, and
+        `skip_rows` counts packs (the packs are the same on a resumed run).
+    """
+
+    skip_rows: int = 0
+    repeat: bool | None = None
+    pad_with_empty_batches: bool = False
+    micro_batches: int | None = None
+    pack_on_the_fly: PackOnTheFly | None = None
 
 
 def detect_record_format(files: Sequence[str]) -> RecordFormat:
@@ -150,13 +203,9 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                         record_format: RecordFormat | None = None,
                         is_training: bool = True,
                         input_context: tf.distribute.InputContext | None = None,
-                        shuffle_buffer_size: int = 10_000,
-                        cycle_length: int = 8, seed: int | None = None,
-                        repeat: bool | None = None, skip_rows: int = 0,
-                        pad_with_empty_batches: bool = False,
-                        id_limits: IdLimits | None = None,
-                        micro_batches: int | None = None,
-                        pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
+                        shuffling: Shuffling = Shuffling(),
+                        batches: ReplicaBatches = ReplicaBatches(),
+                        id_limits: IdLimits | None = None) -> tf.data.Dataset:
     """Batches of pre-training features in the packed layout.
 
     Records are shared between replicas, not input pipelines: replica r of
@@ -183,32 +232,17 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
         Expected format; read off the first file when not given. Records of
         another size fail to parse with an error naming the feature.
     is_training : bool
-        Shuffle files and records (with `seed`) and repeat forever.
+        Shuffle files and records (`shuffling`) and repeat forever.
     input_context : tf.distribute.InputContext, optional
         This pipeline's place among the replicas (`pipeline_replicas`).
-    repeat : bool, optional
-        Default: `is_training`.
-    skip_rows : int
-        Rows of each replica to skip first (records, without parsing them;
-        packs when packing on the fly): a resumed run skips what it had read.
-        With a `seed` the records that follow are exactly those the
-        interrupted run would have read.
-    pad_with_empty_batches : bool
-        For evaluation: keep the last, partial batch, filled up with empty
-        records (all features 0, so every weight is 0), then yield empty
-        batches forever, so that replicas with fewer batches can run as many
-        steps as the others and every record counts exactly once.
+    shuffling : Shuffling
+        The seed, the shuffle buffer and the files read at once.
+    batches : ReplicaBatches
+        Rows skipped first (a resumed run), repetition, padding with empty
+        batches (evaluation), micro-batches and packing on the fly.
     id_limits : IdLimits, optional
         Check every id (token, segment, position) against them (see
         `parse_records`).
-    micro_batches : int, optional
-        K: each element stacks K consecutive batches of one replica,
-        [K, b, ...] (gradient accumulation); default: elements are batches.
-    pack_on_the_fly : PackOnTheFly, optional
-        Unpacked records only: each replica packs its records as it reads
-        them (`packed_bert_tf.data.streaming.pack_dataset`, seeded with
-        `seed`); batches are then `batch_size` packs, and `skip_rows` counts
-        packs (the packs are the same on a resumed run).
 
     Returns
     -------
@@ -217,7 +251,8 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     files = tfrecords.expand_file_patterns(file_patterns)
     if record_format is None:
         record_format = detect_record_format(files)
-    if pack_on_the_fly is not None and (record_format.is_packed or pad_with_empty_batches):
+    if batches.pack_on_the_fly is not None and (record_format.is_packed
+                                                or batches.pad_with_empty_batches):
         raise ValueError("packing on the fly needs unpacked records and no padding "
                          "with empty batches")
     replicas, num_replicas = pipeline_replicas(input_context)
@@ -236,17 +271,24 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
                 "multiple of %d shards to read every file equally often)", len(files),
                 num_replicas, len(files) % num_replicas, len(files) // num_replicas + 1,
                 len(files) // num_replicas, num_replicas)
-    streams = [_replica_batches(
-        files, replica, num_replicas, by_record=how == "record",
-        batch_size=per_replica_batch, record_format=record_format,
-        is_training=is_training, shuffle_buffer_size=shuffle_buffer_size,
-        cycle_length=cycle_length, seed=seed,
-        repeat=is_training if repeat is None else repeat, skip_rows=skip_rows,
-        pad_with_empty_batches=pad_with_empty_batches, id_limits=id_limits,
-        pack_on_the_fly=pack_on_the_fly)
-        for replica in replicas]
-    if micro_batches is not None:
-        streams = [stream.batch(micro_batches, drop_remainder=True) for stream in streams]
+    by_record = how == "record"
+    # Sharding by record needs the same record order on every replica: files
+    # shuffled by one seed, a deterministic interleave.
+    deterministic = not is_training or shuffling.seed is not None or by_record
+    repeat = is_training if batches.repeat is None else batches.repeat
+    streams = []
+    for replica in replicas:
+        records = _replica_records(
+            files if by_record else files[replica::num_replicas],
+            (num_replicas, replica) if by_record else None, is_training=is_training,
+            shuffling=shuffling, repeat=repeat, deterministic=deterministic)
+        streams.append(_replica_batches(
+            records, batch_size=per_replica_batch, record_format=record_format,
+            batches=batches, seed=shuffling.seed, id_limits=id_limits,
+            deterministic=deterministic))
+    if batches.micro_batches is not None:
+        streams = [stream.batch(batches.micro_batches, drop_remainder=True)
+                   for stream in streams]
     return take_in_turn(streams).prefetch(tf.data.AUTOTUNE)
 
 
@@ -260,39 +302,41 @@ def take_in_turn(datasets: Sequence[tf.data.Dataset]) -> tf.data.Dataset:
         stop_on_empty_dataset=True)
 
 
-def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
-                     batch_size: int, record_format: RecordFormat, is_training: bool,
-                     shuffle_buffer_size: int, cycle_length: int, seed: int | None,
-                     repeat: bool, skip_rows: int, pad_with_empty_batches: bool,
-                     id_limits: IdLimits | None,
-                     pack_on_the_fly: PackOnTheFly | None = None) -> tf.data.Dataset:
-    """The batches of replica ``replica`` of ``num_replicas`` (see `pretraining_dataset`)."""
-    if not by_record:
-        files = files[replica::num_replicas]
-    # Sharding by record needs the same record order on every replica: files
-    # shuffled by one seed, a deterministic interleave.
-    deterministic = not is_training or seed is not None or by_record
-    file_seed = 0 if by_record and seed is None else seed
-
+def _replica_records(files, record_shard: tuple[int, int] | None, *, is_training: bool,
+                     shuffling: Shuffling, repeat: bool,
+                     deterministic: bool) -> tf.data.Dataset:
+    """The serialized records of one replica (see `pretraining_dataset`): those of
+    its `files`, or with ``record_shard`` = (R, r) record r, r + R, ... of all
+    files (every replica reading them in one order)."""
+    # Sharding by record: the files are shuffled alike on every replica.
+    file_seed = 0 if record_shard is not None and shuffling.seed is None else shuffling.seed
     dataset = tf.data.Dataset.from_tensor_slices(list(files))
     if is_training:
         dataset = dataset.shuffle(len(files), seed=file_seed, reshuffle_each_iteration=True)
     if repeat:
         dataset = dataset.repeat()
-    dataset = interleave_records(dataset, len(files), cycle_length=cycle_length,
+    dataset = interleave_records(dataset, len(files), cycle_length=shuffling.cycle_length,
                                  deterministic=deterministic)
-    if by_record and num_replicas > 1:
-        dataset = dataset.shard(num_replicas, replica)
+    if record_shard is not None:
+        dataset = dataset.shard(*record_shard)
     if is_training:
-        dataset = dataset.shuffle(shuffle_buffer_size, seed=seed)
-    if pack_on_the_fly is not None:
-        return _packed_on_the_fly(dataset, pack_on_the_fly, batch_size=batch_size,
+        dataset = dataset.shuffle(shuffling.shuffle_buffer_size, seed=shuffling.seed)
+    return dataset
+
+
+def _replica_batches(records: tf.data.Dataset, *, batch_size: int,
+                     record_format: RecordFormat, batches: ReplicaBatches,
+                     seed: int | None, id_limits: IdLimits | None,
+                     deterministic: bool) -> tf.data.Dataset:
+    """One replica's serialized records -> its batches (see `pretraining_dataset`)."""
+    if batches.pack_on_the_fly is not None:
+        return _packed_on_the_fly(records, batches.pack_on_the_fly, batch_size=batch_size,
                                   record_format=record_format, seed=seed,
-                                  skip_rows=skip_rows, id_limits=id_limits,
+                                  skip_rows=batches.skip_rows, id_limits=id_limits,
                                   deterministic=deterministic)
-    if skip_rows:
-        dataset = dataset.skip(skip_rows)
-    dataset = dataset.batch(batch_size, drop_remainder=not pad_with_empty_batches)
+    if batches.skip_rows:
+        records = records.skip(batches.skip_rows)
+    dataset = records.batch(batch_size, drop_remainder=not batches.pad_with_empty_batches)
 
     def parse(serialized):
         features = parse_records(serialized, record_format, id_limits=id_limits)
@@ -300,7 +344,7 @@ def _replica_batches(files, replica: int, num_replicas: int, *, by_record: bool,
 
     dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE,
                           deterministic=deterministic)
-    if pad_with_empty_batches:
+    if batches.pad_with_empty_batches:
         dataset = _pad_with_empty_batches(dataset, batch_size)
     return dataset
 
@@ -349,7 +393,8 @@ def pipeline_batches(record_counts: Sequence[int], batch_size: int,
     """Batches (the last one partial) of the biggest replica's share of the records.
 
     Evaluation runs this many steps over datasets made with
-    ``pad_with_empty_batches=True``, so that every record is read once.
+    ``ReplicaBatches(pad_with_empty_batches=True)``, so that every record is
+    read once.
     ``batch_size`` is the global batch size, as for `pretraining_dataset`;
     only the replica count of ``input_context`` matters.
     """

@@ -170,9 +170,12 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
         # out in turn (`pipeline.pretraining_dataset`).
         return pipeline.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
-            input_context=input_context, seed=seed, shuffle_buffer_size=shuffle_buffer_size,
-            skip_rows=skip_rows, id_limits=id_limits,
-            micro_batches=steps_per_update, pack_on_the_fly=pack_on_the_fly)
+            input_context=input_context,
+            shuffling=pipeline.Shuffling(seed=seed, shuffle_buffer_size=shuffle_buffer_size),
+            batches=pipeline.ReplicaBatches(skip_rows=skip_rows,
+                                            micro_batches=steps_per_update,
+                                            pack_on_the_fly=pack_on_the_fly),
+            id_limits=id_limits)
 
     return dataset_fn
 
@@ -240,7 +243,8 @@ def eval_dataset_fn(files: Sequence[str], *, global_batch_size: int,
 def _eval_dataset(files, global_batch_size, record_format, id_limits, input_context):
     return pipeline.pretraining_dataset(
         files, global_batch_size, record_format=record_format, is_training=False,
-        input_context=input_context, pad_with_empty_batches=True, id_limits=id_limits)
+        input_context=input_context,
+        batches=pipeline.ReplicaBatches(pad_with_empty_batches=True), id_limits=id_limits)
 
 
 def evaluation_steps(files: Sequence[str], *, global_batch_size: int,

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from packed_bert_tf.data import pipeline, record_files
 from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.pipeline import ReplicaBatches, Shuffling
 from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.packing import assign_sequences, pack_lengths
@@ -55,8 +56,9 @@ def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files
 
 def test_training_order_is_seeded_and_files_are_sharded(unpacked_files):
     def first_ids(seed):
-        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=16, seed=seed,
-                                               shuffle_buffer_size=100)
+        dataset = pipeline.pretraining_dataset(
+            unpacked_files, batch_size=16,
+            shuffling=Shuffling(seed=seed, shuffle_buffer_size=100))
         return next(iter(dataset))["input_ids"].numpy()
 
     np.testing.assert_array_equal(first_ids(5), first_ids(5))
@@ -99,7 +101,8 @@ def _replica_rows(files, *, pipelines, replicas, batch_size, **kwargs):
 def test_the_rows_of_each_replica_depend_on_the_replica_count_alone(unpacked_files,
                                                                     num_files):
     files = unpacked_files[:num_files]
-    kwargs = dict(batch_size=8, replicas=2, seed=4, shuffle_buffer_size=50)
+    kwargs = dict(batch_size=8, replicas=2,
+                  shuffling=Shuffling(seed=4, shuffle_buffer_size=50))
     one_process = _replica_rows(files, pipelines=1, **kwargs)
     two_workers = _replica_rows(files, pipelines=2, **kwargs)
     assert one_process.shape == (2, 6, 4, S)
@@ -120,7 +123,8 @@ def test_every_evaluation_record_is_read_once_across_workers(unpacked_files, num
     seen = np.concatenate([batch["input_ids"] for context in contexts
                            for batch in pipeline.pretraining_dataset(
                                files, batch_size=64, is_training=False,
-                               input_context=context, pad_with_empty_batches=True)
+                               input_context=context,
+                               batches=ReplicaBatches(pad_with_empty_batches=True))
                            .take(2 * steps).as_numpy_iterator()])
     seen = seen[seen.any(axis=1)]
     assert len(seen) == len(raw)
@@ -136,8 +140,9 @@ def test_records_of_another_size_fail_naming_the_feature(unpacked_files):
 
 
 def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_files):
-    dataset = pipeline.pretraining_dataset(unpacked_files[0], batch_size=32,
-                                           is_training=False, pad_with_empty_batches=True)
+    dataset = pipeline.pretraining_dataset(
+        unpacked_files[0], batch_size=32, is_training=False,
+        batches=ReplicaBatches(pad_with_empty_batches=True))
     assert dataset.element_spec["input_ids"].shape == (32, S)
     batches = list(dataset.take(12).as_numpy_iterator())
     raw = record_files.read_arrays(unpacked_files[0], RecordFormat.unpacked(S, P))
@@ -156,8 +161,10 @@ def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_
 
 def test_skipping_batches_resumes_the_seeded_order(unpacked_files):
     def batches(skip):
-        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=16, seed=5,
-                                               shuffle_buffer_size=100, skip_rows=16 * skip)
+        dataset = pipeline.pretraining_dataset(
+            unpacked_files, batch_size=16,
+            shuffling=Shuffling(seed=5, shuffle_buffer_size=100),
+            batches=ReplicaBatches(skip_rows=16 * skip))
         return [b["input_ids"] for b in dataset.take(6 - skip).as_numpy_iterator()]
 
     whole, resumed = batches(0), batches(4)
@@ -169,9 +176,10 @@ PACK = PackOnTheFly(max_sequences_per_pack=3, buffer_size=80)
 
 
 def test_unpacked_records_packed_on_the_fly_hold_each_record_once_per_epoch(unpacked_files):
-    dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=8, is_training=True,
-                                           repeat=False, seed=2, shuffle_buffer_size=100,
-                                           pack_on_the_fly=PACK)
+    dataset = pipeline.pretraining_dataset(
+        unpacked_files, batch_size=8, is_training=True,
+        shuffling=Shuffling(seed=2, shuffle_buffer_size=100),
+        batches=ReplicaBatches(repeat=False, pack_on_the_fly=PACK))
     packs = _all(dataset)
     assert packs["next_sentence_weights"].shape[1] == 3
     assert packs["masked_lm_ids"].shape[1] == P + 2
@@ -188,8 +196,9 @@ def test_unpacked_records_packed_on_the_fly_hold_each_record_once_per_epoch(unpa
 
 @pytest.mark.parametrize("num_files", [3, 1])
 def test_packs_made_on_the_fly_depend_on_the_replica_count_alone(unpacked_files, num_files):
-    kwargs = dict(batch_size=8, replicas=2, seed=4, shuffle_buffer_size=50,
-                  pack_on_the_fly=PACK)
+    kwargs = dict(batch_size=8, replicas=2,
+                  shuffling=Shuffling(seed=4, shuffle_buffer_size=50),
+                  batches=ReplicaBatches(pack_on_the_fly=PACK))
     one_process = _replica_rows(unpacked_files[:num_files], pipelines=1, **kwargs)
     two_workers = _replica_rows(unpacked_files[:num_files], pipelines=2, **kwargs)
     np.testing.assert_array_equal(two_workers, one_process)
@@ -198,9 +207,10 @@ def test_packs_made_on_the_fly_depend_on_the_replica_count_alone(unpacked_files,
 
 def test_skipping_packed_batches_resumes_with_the_same_packs(unpacked_files):
     def batches(skip):
-        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=8, seed=5,
-                                               shuffle_buffer_size=100, skip_rows=8 * skip,
-                                               pack_on_the_fly=PACK)
+        dataset = pipeline.pretraining_dataset(
+            unpacked_files, batch_size=8,
+            shuffling=Shuffling(seed=5, shuffle_buffer_size=100),
+            batches=ReplicaBatches(skip_rows=8 * skip, pack_on_the_fly=PACK))
         return [b["input_ids"] for b in dataset.take(10 - skip).as_numpy_iterator()]
 
     whole, resumed = batches(0), batches(6)
@@ -211,5 +221,6 @@ def test_skipping_packed_batches_resumes_with_the_same_packs(unpacked_files):
 
 def test_packing_on_the_fly_needs_unpacked_training_records(unpacked_files):
     with pytest.raises(ValueError, match="packing on the fly needs unpacked records"):
-        pipeline.pretraining_dataset(unpacked_files, batch_size=8, is_training=False,
-                                     pad_with_empty_batches=True, pack_on_the_fly=PACK)
+        pipeline.pretraining_dataset(
+            unpacked_files, batch_size=8, is_training=False,
+            batches=ReplicaBatches(pad_with_empty_batches=True, pack_on_the_fly=PACK))
