@@ -190,15 +190,16 @@ def iterate(dataset):
 
 
 def measure_throughput(num_examples, repeats):
-    from packed_bert_tf.data.streaming import pack_dataset
+    from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 
     source, tokens = throughput_source(num_examples, repeats)
     examples = num_examples * repeats
     pipelines = {
         "source": source.batch(THROUGHPUT_BATCH),
         "packed": pack_dataset(source, max_sequence_length=THROUGHPUT_S,
-                               max_sequences_per_pack=THROUGHPUT_D,
-                               buffer_size=THROUGHPUT_BUFFER).batch(THROUGHPUT_BATCH),
+                               packing=PackOnTheFly(max_sequences_per_pack=THROUGHPUT_D,
+                                                    buffer_size=THROUGHPUT_BUFFER),
+                               ).batch(THROUGHPUT_BATCH),
     }
     load_before = os.getloadavg()[0]
     best = {}
@@ -276,8 +277,9 @@ def throughput_markdown(result, num_examples, repeats) -> list[str]:
         f"`Dataset.from_tensor_slices(arrays).repeat({repeats})`, "
         f"{result['examples']:,} examples. (a) the source alone, "
         f"`.batch({THROUGHPUT_BATCH})`; (b) the source, `pack_dataset(..., "
-        f"max_sequence_length={THROUGHPUT_S}, max_sequences_per_pack={THROUGHPUT_D}, "
-        f"buffer_size={THROUGHPUT_BUFFER})` (default M = P + D - 1 = "
+        f"max_sequence_length={THROUGHPUT_S}, packing=PackOnTheFly("
+        f"max_sequences_per_pack={THROUGHPUT_D}, buffer_size={THROUGHPUT_BUFFER}))` "
+        "(default M = P + D - 1 = "
         f"{THROUGHPUT_P + THROUGHPUT_D - 1}), `.batch({THROUGHPUT_BATCH})`. Each iterated "
         f"to its end in Python, in one process, alternately, {THROUGHPUT_ROUNDS} times; "
         f"the best of each. Machine: {cores} cores (`os.cpu_count()`), shared with other "
