@@ -48,9 +48,9 @@ from absl import app, flags, logging
 
 from common import (MODEL_SIZE_FLAGS, define_model_size_flags, define_write_markdown,
                     model_size, publish_section, section_header)  # benchmarks/, beside this script
-from packed_bert_tf.batching import (balance_across_workers, batch_costs, batching_metrics,
-                                     bucket_batches, bucket_boundaries, expected_max_cost,
-                                     packed_batches, padded_batches)
+from packed_bert_tf.batching import (Bucketing, balance_across_workers, batch_costs,
+                                     batching_metrics, bucket_batches, bucket_boundaries,
+                                     expected_max_cost, packed_batches, padded_batches)
 from packed_bert_tf.batching.dataset import default_boundaries
 from packed_bert_tf.data.synthetic import lengths_from_histogram
 from packed_bert_tf.packing import load_histogram, pack_histogram
@@ -132,12 +132,19 @@ def plan_of(approach, lengths, max_len):
     if approach.kind == "padded":
         return padded_batches(lengths, batch_size=B, max_sequence_length=max_len,
                               seed=FLAGS.seed)
+    return bucket_batches(lengths, bucketing_of(approach, max_len),
+                          max_sequence_length=max_len, seed=FLAGS.seed)
+
+
+def bucketing_of(approach, max_len) -> Bucketing:
+    """A bucketed approach's options: batches of --batch_size, or its tokens at
+    the max length as a budget."""
+    B = FLAGS.batch_size
     size = ({"token_budget": B * max_len} if approach.kind == "budget"
             else {"batch_size": B})
-    return bucket_batches(lengths, pool_size=approach.pool_size,
-                          boundaries=approach.boundaries or None,
-                          pad_to_bucket_boundary=approach.kind != "dynamic",
-                          max_sequence_length=max_len, seed=FLAGS.seed, **size)
+    return Bucketing(pool_size=approach.pool_size,
+                     bucket_boundaries=approach.boundaries or None,
+                     pad_to_bucket_boundary=approach.kind != "dynamic", **size)
 
 
 # ------------------------------------------------------------------ part 1
@@ -191,10 +198,10 @@ def scaling_curves(counts, max_len):
     full = random_batches.examples_per_batch == B  # the last, partial batch aside
     packing = pack_histogram(counts, max_len, FLAGS.max_sequences_per_pack)
     packing_factor = packing.num_sequences / packing.num_packs
-    bucketed = bucket_batches(lengths, batch_size=B, pool_size=4096,
-                              boundaries=default_boundaries(max_len),
-                              pad_to_bucket_boundary=True, max_sequence_length=max_len,
-                              seed=FLAGS.seed)
+    bucketed = bucket_batches(lengths, Bucketing(batch_size=B, pool_size=4096,
+                                                 bucket_boundaries=default_boundaries(max_len),
+                                                 pad_to_bucket_boundary=True),
+                              max_sequence_length=max_len, seed=FLAGS.seed)
     bucket_cost = batch_costs(bucketed, "padded_tokens")
     curves = {
         f"packing (factor {packing_factor:.3f})": np.full(workers.size, packing_factor),
@@ -400,6 +407,8 @@ def measured_rows(name, counts, max_len, dump_folder):
     import keras
 
     from packed_bert_tf.batching import bucketed_pretraining_dataset
+    from packed_bert_tf.data.features import RecordFormat
+    from packed_bert_tf.data.pipeline import Shuffling
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
     max_predictions = int(0.15 * max_len)
@@ -422,14 +431,10 @@ def measured_rows(name, counts, max_len, dump_folder):
             if approach.kind == "packed":
                 dataset = packed_dataset(packed, packed_format)
             else:
-                B = FLAGS.batch_size
-                size = ({"token_budget": B * max_len} if approach.kind == "budget"
-                        else {"batch_size": B})
                 dataset = bucketed_pretraining_dataset(
-                    unpacked, max_seq_length=max_len, max_predictions_per_seq=max_predictions,
-                    boundaries=approach.boundaries or None,
-                    pad_to_bucket_boundary=approach.kind != "dynamic",
-                    pool_size=approach.pool_size, seed=FLAGS.seed, num_epochs=1, **size)
+                    unpacked, record_format=RecordFormat.unpacked(max_len, max_predictions),
+                    bucketing=bucketing_of(approach, max_len),
+                    shuffling=Shuffling(seed=FLAGS.seed), num_epochs=1)
             row = measure(approach, dataset, trainers[approach.kind == "packed"],
                           dump_folder)
             if row["sequences"] != lengths.size:

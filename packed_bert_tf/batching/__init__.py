@@ -5,7 +5,7 @@ them. numpy planning first, tf.data on top:
 
 * `bucket_batches` plans an epoch of bucketed batches (pools sorted by
   length, fixed batch size or token budget, optional fixed shapes per
-  bucket); `padded_batches` and `packed_batches` plan the baselines in the
+  bucket: the options of a `Bucketing`); `padded_batches` and `packed_batches` plan the baselines in the
   same `BatchPlan` form; `bucket_boundaries` chooses bucket edges.
 * `balance_across_workers` deals a plan's batches to W synchronous workers
   with comparable cost per step and reports the imbalance.
@@ -15,7 +15,7 @@ them. numpy planning first, tf.data on top:
   records into bucketed batches in the packed layout.
 """
 
-from packed_bert_tf.batching.bucketing import (BucketSpec, bucket_batches,
+from packed_bert_tf.batching.bucketing import (Bucketing, BucketSpec, bucket_batches,
                                                bucket_boundaries, packed_batches,
                                                padded_batches)
 from packed_bert_tf.batching.plan import (COSTS, BatchingMetrics, BatchPlan,
@@ -25,8 +25,9 @@ from packed_bert_tf.batching.sharding import (METHODS, PoolPlan, WorkerAssignmen
                                               expected_max_cost, plan_pool)
 
 __all__ = [
-    "COSTS", "METHODS", "BatchPlan", "BatchingMetrics", "BucketSpec", "PoolPlan",
-    "WorkerAssignment", "balance_across_workers", "batch_costs", "batching_metrics",
+    "COSTS", "METHODS", "BatchPlan", "BatchingMetrics", "BucketSpec", "Bucketing",
+    "PoolPlan", "WorkerAssignment", "balance_across_workers", "batch_costs",
+    "batching_metrics",
     "bucket_batches", "bucket_boundaries", "bucketed_pretraining_dataset",
     "default_boundaries", "expected_max_cost", "packed_batches", "padded_batches",
     "plan_pool", "sequence_costs",

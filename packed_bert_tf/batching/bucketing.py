@@ -45,8 +45,45 @@ def validated_lengths(lengths) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
+class Bucketing:
+    """Length-bucketing options, as given (`BucketSpec.make` checks them); those
+    with a flag (``--bucket_boundaries``, ``--pool_size``, ``--token_budget``)
+    have its name.
+
+    Attributes:
+      batch_size: examples (rows) per batch. Exactly one of batch_size and
+        token_budget.
+      token_budget: rows x S of every batch stays <= this. With
+        `pad_to_bucket_boundary` a bucket's batches have ``token_budget //
+        boundary`` rows (one shape per bucket); without, each batch takes as
+        many examples as fit at its longest example's length.
+      pool_size: examples sorted together. Larger pools fill buckets more
+        evenly and pad less, but order examples less randomly. At least one
+        batch.
+      bucket_boundaries: upper edges (inclusive) of the length buckets,
+        increasing; a last bucket up to the max sequence length is added when
+        the last edge is below it. None: `bucket_batches` makes one bucket
+        (the pool only sorted), the tf.data pipelines four equal ones
+        (`packed_bert_tf.batching.dataset.default_boundaries`).
+      pad_to_bucket_boundary: pad each batch to its bucket's upper edge (a
+        fixed set of shapes: one XLA compilation each) instead of its longest
+        example.
+      balance_cost: with one batch per replica in a step, the cost the
+        batches of a step are balanced by (`batch_costs`; one of `COSTS`).
+    """
+
+    batch_size: int | None = None
+    token_budget: int | None = None
+    pool_size: int = 8192
+    bucket_boundaries: tuple | None = None
+    pad_to_bucket_boundary: bool = False
+    balance_cost: str = "padded_tokens"
+
+
+@dataclasses.dataclass(frozen=True)
 class BucketSpec:
-    """Validated bucketing options (see `bucket_batches` for their meaning).
+    """A `Bucketing` checked, its boundaries resolved (see `Bucketing` for the
+    meaning of the fields).
 
     `boundaries` always ends at the max sequence length; without boundaries
     given there is one bucket and batches are padded to their longest example.
@@ -59,8 +96,7 @@ class BucketSpec:
     pad_to_bucket_boundary: bool
 
     @classmethod
-    def make(cls, *, batch_size=None, token_budget=None, pool_size, boundaries=None,
-             pad_to_bucket_boundary=False, max_sequence_length=None,
+    def make(cls, bucketing: Bucketing, *, max_sequence_length: int | None = None,
              longest: int | None = None) -> "BucketSpec":
         """Checks the options; `longest` is the data's longest example, if known.
 
@@ -70,6 +106,9 @@ class BucketSpec:
         padding to boundaries); boundaries that do not increase or that a
         sequence exceeds; pad_to_bucket_boundary without boundaries.
         """
+        batch_size, token_budget = bucketing.batch_size, bucketing.token_budget
+        pool_size, boundaries = bucketing.pool_size, bucketing.bucket_boundaries
+        pad_to_bucket_boundary = bucketing.pad_to_bucket_boundary
         if (batch_size is None) == (token_budget is None):
             raise ValueError("give exactly one of batch_size and token_budget, got "
                              f"batch_size={batch_size!r}, token_budget={token_budget!r}")
@@ -230,9 +269,7 @@ def epoch_rng(seed: int, epoch: int, *more: int) -> np.random.Generator:
     return np.random.default_rng(words)
 
 
-def bucket_batches(lengths, *, batch_size: int | None = None,
-                   token_budget: int | None = None, pool_size: int,
-                   boundaries=None, pad_to_bucket_boundary: bool = False,
+def bucket_batches(lengths, bucketing: Bucketing, *,
                    max_sequence_length: int | None = None, seed: int = 0,
                    epoch: int = 0, shuffle: bool = True) -> BatchPlan:
     """Plans one epoch of length-bucketed batches.
@@ -241,23 +278,11 @@ def bucket_batches(lengths, *, batch_size: int | None = None,
     ----------
     lengths : [N] int
         Tokens of every example.
-    batch_size : int, optional
-        Examples (rows) per batch. Exactly one of batch_size and token_budget.
-    token_budget : int, optional
-        Rows x S of every batch stays <= this. With `pad_to_bucket_boundary`
-        a bucket's batches have ``token_budget // boundary`` rows (one shape
-        per bucket); without, each batch takes as many examples as fit at its
-        longest example's length.
-    pool_size : int
-        Examples sorted together. Larger pools fill buckets more evenly and
-        pad less, but order examples less randomly. At least one batch.
-    boundaries : sequence of int, optional
-        Upper edges (inclusive) of the length buckets, increasing; a last
-        bucket up to `max_sequence_length` is added when the last edge is
-        below it. Without boundaries: one bucket, the pool only sorted.
-    pad_to_bucket_boundary : bool
-        Pad each batch to its bucket's upper edge (a fixed set of shapes)
-        instead of its longest example.
+    bucketing : Bucketing
+        The batch size or token budget, the pool size, the bucket boundaries
+        (None: one bucket, the pool only sorted) and whether batches are
+        padded to their bucket's edge; `balance_cost` is not used here (see
+        `balance_across_workers`).
     max_sequence_length : int, optional
         Default: the last boundary, or the longest example.
     seed, epoch : int
@@ -287,17 +312,14 @@ def bucket_batches(lengths, *, batch_size: int | None = None,
 
     Examples
     --------
-    >>> plan = bucket_batches([5, 1, 7, 2, 8, 3], batch_size=2, pool_size=6,
-    ...                       boundaries=[4, 8], pad_to_bucket_boundary=True,
-    ...                       shuffle=False)
+    >>> plan = bucket_batches([5, 1, 7, 2, 8, 3], Bucketing(
+    ...     batch_size=2, pool_size=6, bucket_boundaries=(4, 8),
+    ...     pad_to_bucket_boundary=True), shuffle=False)
     >>> [plan[k].tolist() for k in range(len(plan))], plan.padded_lengths.tolist()
     ([[1, 3], [0, 2], [5], [4]], [4, 8, 4, 8])
     """
     lengths = validated_lengths(lengths)
-    spec = BucketSpec.make(batch_size=batch_size, token_budget=token_budget,
-                           pool_size=pool_size, boundaries=boundaries,
-                           pad_to_bucket_boundary=pad_to_bucket_boundary,
-                           max_sequence_length=max_sequence_length,
+    spec = BucketSpec.make(bucketing, max_sequence_length=max_sequence_length,
                            longest=int(lengths.max()) if lengths.size else None)
     rng = epoch_rng(seed, epoch)
     stream = rng.permutation(lengths.size) if shuffle else np.arange(lengths.size)
@@ -335,7 +357,7 @@ def padded_batches(lengths, *, batch_size: int, max_sequence_length: int | None 
     lengths = validated_lengths(lengths)
     if max_sequence_length is None:
         max_sequence_length = int(lengths.max()) if lengths.size else 1
-    spec = BucketSpec.make(batch_size=batch_size, pool_size=batch_size,
+    spec = BucketSpec.make(Bucketing(batch_size=batch_size, pool_size=batch_size),
                            max_sequence_length=max_sequence_length,
                            longest=int(lengths.max()) if lengths.size else None)
     order = (epoch_rng(seed, epoch).permutation(lengths.size) if shuffle

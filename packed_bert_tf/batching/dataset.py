@@ -36,19 +36,21 @@ their numbers of steps per epoch can differ.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.batching.bucketing import BucketSpec, bucket_batches, epoch_rng
+from packed_bert_tf.batching.bucketing import (Bucketing, BucketSpec, bucket_batches,
+                                               epoch_rng)
 from packed_bert_tf.batching.plan import COSTS
 from packed_bert_tf.batching.sharding import balance_across_workers, plan_pool
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.pipeline import (interleave_records, parse_records, shard_files,
-                                          to_packed_layout)
+from packed_bert_tf.data.pipeline import (Shuffling, interleave_records, parse_records,
+                                          shard_files, to_packed_layout)
 
 _TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
@@ -58,17 +60,11 @@ def default_boundaries(max_seq_length: int) -> tuple[int, ...]:
     return tuple(sorted({max(1, max_seq_length * k // 4) for k in range(1, 5)}))
 
 
-def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
-                                 max_predictions_per_seq: int,
-                                 batch_size: int | None = None,
-                                 token_budget: int | None = None, boundaries=None,
-                                 pad_to_bucket_boundary: bool = True,
-                                 pool_size: int = 8192, seed: int = 0,
+def bucketed_pretraining_dataset(file_patterns, *, record_format: RecordFormat,
+                                 bucketing: Bucketing,
+                                 shuffling: Shuffling = Shuffling(seed=0),
                                  input_context: tf.distribute.InputContext | None = None,
                                  is_training: bool = True, num_epochs: int | None = None,
-                                 balance_cost: str = "padded_tokens",
-                                 shuffle_buffer_size: int = 10_000,
-                                 cycle_length: int = 8,
                                  id_limits: IdLimits | None = None) -> tf.data.Dataset:
     """Length-bucketed batches of unpacked pre-training records, packed layout.
 
@@ -76,26 +72,27 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
     ----------
     file_patterns : str or list of str
         Globs (comma-separated in a string) of unpacked TFRecord files.
-    max_seq_length, max_predictions_per_seq : int
-        The records' S and P (must match data generation).
-    batch_size : int, optional
-        Global examples per step; each replica gets
-        ``input_context.get_per_replica_batch_size(batch_size)`` rows.
-    token_budget : int, optional
-        Instead of batch_size: global rows x S per step, split between
-        replicas the same way. With `pad_to_bucket_boundary`, a bucket's
-        batches have ``budget // boundary`` rows.
-    boundaries : sequence of int, optional
-        Bucket upper edges; default `default_boundaries` (four buckets).
-        The last bucket always ends at `max_seq_length`.
-    pad_to_bucket_boundary : bool
-        Batches at their bucket's edge (one shape per bucket: one XLA
-        compilation each). False: at their longest sequence (with more than
-        one replica, the longest of the step), which needs a `batch_size`.
-    pool_size : int
-        Records bucketed together (per input pipeline).
-    seed : int
-        Shuffles and plans depend on (seed, epoch) only.
+    record_format : RecordFormat
+        The records' format: unpacked, S and P (must match data generation).
+    bucketing : Bucketing
+        ``batch_size``: global examples per step; each replica gets
+        ``input_context.get_per_replica_batch_size(batch_size)`` rows. Or
+        ``token_budget``: global rows x S per step, split between replicas
+        the same way (with ``pad_to_bucket_boundary``, a bucket's batches
+        have ``budget // boundary`` rows). ``bucket_boundaries``: default
+        `default_boundaries` (four buckets); the last bucket always ends at
+        S. ``pad_to_bucket_boundary``: batches at their bucket's edge (one
+        shape per bucket: one XLA compilation each); False: at their longest
+        sequence (with more than one replica, the longest of the step),
+        which needs a ``batch_size``. ``pool_size``: records bucketed
+        together (per input pipeline). ``balance_cost``: what steps are
+        balanced by, with more than one replica per pipeline (see
+        `batch_costs`).
+    shuffling : Shuffling
+        Shuffles and plans depend on (seed, epoch) only (the seed must be an
+        int >= 0). ``shuffle_buffer_size`` records are shuffled together (a
+        block; bigger than the pool size so that pools differ from epoch to
+        epoch); ``cycle_length`` files are read at once.
     input_context : tf.distribute.InputContext, optional
         Pipeline i reads files i, i + n, ...; see the module docstring.
     is_training : bool
@@ -103,12 +100,6 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
         records in file order, batches bucket by bucket.
     num_epochs : int, optional
         Epochs before the dataset ends. Default: forever when training, else 1.
-    balance_cost : {"padded_tokens", "real_tokens", "attention"}
-        The cost steps are balanced by, with more than one replica per
-        pipeline (see `batch_costs`).
-    shuffle_buffer_size, cycle_length : int
-        Records shuffled together (a block; bigger than `pool_size` so that
-        pools differ from epoch to epoch) and files read at once.
     id_limits : IdLimits, optional
         Check every id (token, segment, position) against them
         (`packed_bert_tf.data.pipeline.parse_records`).
@@ -121,49 +112,53 @@ def bucketed_pretraining_dataset(file_patterns, *, max_seq_length: int,
     Raises
     ------
     ValueError
-        For the options `BucketSpec.make` rejects (pool smaller than a batch,
-        budget below the max length, ...), fewer files than input pipelines,
-        or a token budget without `pad_to_bucket_boundary` for several replicas.
+        For packed records, the options `BucketSpec.make` rejects (pool
+        smaller than a batch, budget below the max length, ...), fewer files
+        than input pipelines, or a token budget without
+        ``pad_to_bucket_boundary`` for several replicas.
     """
-    if balance_cost not in COSTS:
-        raise ValueError(f"unknown balance_cost {balance_cost!r}; expected one of "
-                         f"{', '.join(COSTS)}")
-    epoch_rng(seed, 0)  # rejects a negative seed now rather than mid-epoch
+    if record_format.is_packed:
+        raise ValueError("bucketed batches need unpacked records (one sequence per row)")
+    if bucketing.balance_cost not in COSTS:
+        raise ValueError(f"unknown balance_cost {bucketing.balance_cost!r}; expected one "
+                         f"of {', '.join(COSTS)}")
+    epoch_rng(shuffling.seed, 0)  # rejects a negative seed now rather than mid-epoch
     files = shard_files(tfrecords.expand_file_patterns(file_patterns), input_context)
-    num_workers, per_replica_batch, per_replica_budget = _per_replica_sizes(
-        input_context, batch_size, token_budget)
-    if token_budget is not None and not pad_to_bucket_boundary and num_workers > 1:
+    max_seq_length = record_format.max_seq_length
+    num_workers, per_replica = _per_replica_bucketing(input_context, bucketing)
+    if (bucketing.token_budget is not None and not bucketing.pad_to_bucket_boundary
+            and num_workers > 1):
         raise ValueError("a token budget without pad_to_bucket_boundary gives each "
                          "batch its own row count; replicas of a step need one shape")
-    spec = BucketSpec.make(
-        batch_size=per_replica_batch, token_budget=per_replica_budget,
-        pool_size=pool_size,
-        boundaries=default_boundaries(max_seq_length) if boundaries is None else boundaries,
-        pad_to_bucket_boundary=pad_to_bucket_boundary, max_sequence_length=max_seq_length)
+    if per_replica.bucket_boundaries is None:
+        per_replica = dataclasses.replace(
+            per_replica, bucket_boundaries=default_boundaries(max_seq_length))
+    spec = BucketSpec.make(per_replica, max_sequence_length=max_seq_length)
     if num_epochs is None:
         epochs = tf.data.Dataset.counter() if is_training else tf.data.Dataset.range(1)
     else:
         epochs = tf.data.Dataset.range(num_epochs)
-    one_epoch = _BucketedEpoch(
-        files, RecordFormat.unpacked(max_seq_length, max_predictions_per_seq), spec,
-        num_workers=num_workers, seed=seed, is_training=is_training,
-        balance_cost=balance_cost, shuffle_buffer_size=shuffle_buffer_size,
-        cycle_length=cycle_length, id_limits=id_limits)
+    one_epoch = _BucketedEpoch(files, record_format, spec, num_workers=num_workers,
+                               balance_cost=bucketing.balance_cost, shuffling=shuffling,
+                               is_training=is_training, id_limits=id_limits)
     return epochs.flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
 
 
-def _per_replica_sizes(input_context, batch_size, token_budget):
-    """(replicas this pipeline feeds, per-replica batch size, per-replica budget)."""
+def _per_replica_bucketing(input_context, bucketing: Bucketing) -> tuple[int, Bucketing]:
+    """(replicas this pipeline feeds, the bucketing with per-replica batch size and
+    budget)."""
     if input_context is None:
-        return 1, batch_size, token_budget
+        return 1, bucketing
     pipelines = input_context.num_input_pipelines
     if input_context.num_replicas_in_sync % pipelines:
         raise ValueError(f"{input_context.num_replicas_in_sync} replicas do not "
                          f"divide between {pipelines} input pipelines")
     per_replica = input_context.get_per_replica_batch_size
-    return (input_context.num_replicas_in_sync // pipelines,
-            None if batch_size is None else per_replica(batch_size),
-            None if token_budget is None else per_replica(token_budget))
+    return (input_context.num_replicas_in_sync // pipelines, dataclasses.replace(
+        bucketing,
+        batch_size=None if bucketing.batch_size is None else per_replica(bucketing.batch_size),
+        token_budget=(None if bucketing.token_budget is None
+                      else per_replica(bucketing.token_budget))))
 
 
 class _BucketedEpoch:
@@ -175,17 +170,17 @@ class _BucketedEpoch:
     """
 
     def __init__(self, files, record_format: RecordFormat, spec: BucketSpec, *,
-                 num_workers: int, seed: int, is_training: bool, balance_cost: str,
-                 shuffle_buffer_size: int, cycle_length: int, id_limits: IdLimits | None):
+                 num_workers: int, balance_cost: str, shuffling: Shuffling,
+                 is_training: bool, id_limits: IdLimits | None):
         self.files = files
         self.record_format = record_format
         self.spec = spec
         self.num_workers = num_workers
-        self.seed = seed
-        self.is_training = is_training
         self.balance_cost = balance_cost
-        self.shuffle_buffer_size = shuffle_buffer_size
-        self.cycle_length = cycle_length
+        self.seed = shuffling.seed
+        self.shuffle_buffer_size = shuffling.shuffle_buffer_size
+        self.cycle_length = shuffling.cycle_length
+        self.is_training = is_training
         self.id_limits = id_limits
         self.empty = {name: tf.zeros([0, length], tf.float32 if name == "masked_lm_weights"
                                      else tf.int32)
@@ -323,6 +318,8 @@ def bucketed_rows_dataset(packs: PackedRows, batch_size: int, *, seed: int,
     lengths = packs.sequence_length[rows]  # unpacked: sequence n is row n
     arrays = {name: value[rows] for name, value in packs.arrays.items()}
     arrays["pack_index"] = rows.astype(np.int32)
+    bucketing = Bucketing(batch_size=rows_per_batch, pool_size=pool_size,
+                          bucket_boundaries=boundaries, pad_to_bucket_boundary=True)
 
     def batch(example_rows, num_rows, length):
         out = {}
@@ -338,9 +335,8 @@ def bucketed_rows_dataset(packs: PackedRows, batch_size: int, *, seed: int,
     def generate():
         epoch = 0
         while True:
-            plan = bucket_batches(lengths, batch_size=rows_per_batch, pool_size=pool_size,
-                                  boundaries=boundaries, pad_to_bucket_boundary=True,
-                                  max_sequence_length=max_length, seed=seed, epoch=epoch)
+            plan = bucket_batches(lengths, bucketing, max_sequence_length=max_length,
+                                  seed=seed, epoch=epoch)
             steps = balance_across_workers(plan, replicas, seed=seed + epoch)
             for step in range(steps.num_steps):
                 for worker in range(replicas):

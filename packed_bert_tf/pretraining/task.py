@@ -214,18 +214,21 @@ def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,
     [1, rows, length] (one micro-batch per update). ``token_budget``, when
     given, replaces ``global_batch_size`` (rows x length per step).
     """
+    from packed_bert_tf.batching import Bucketing
     from packed_bert_tf.batching.dataset import bucketed_pretraining_dataset
+
+    bucketing = Bucketing(batch_size=None if token_budget else global_batch_size,
+                          token_budget=token_budget, pool_size=pool_size,
+                          bucket_boundaries=bucket_boundaries, pad_to_bucket_boundary=True)
 
     def dataset_fn(input_context: tf.distribute.InputContext):
         replicas_per_pipeline = (input_context.num_replicas_in_sync
                                  // input_context.num_input_pipelines)
         dataset = bucketed_pretraining_dataset(
-            files, max_seq_length=max_seq_length,
-            max_predictions_per_seq=max_predictions_per_seq,
-            batch_size=None if token_budget else global_batch_size,
-            token_budget=token_budget, boundaries=bucket_boundaries, pool_size=pool_size,
-            seed=seed, input_context=input_context, shuffle_buffer_size=shuffle_buffer_size,
-            id_limits=id_limits)
+            files, record_format=RecordFormat.unpacked(max_seq_length, max_predictions_per_seq),
+            bucketing=bucketing,
+            shuffling=pipeline.Shuffling(seed=seed, shuffle_buffer_size=shuffle_buffer_size),
+            input_context=input_context, id_limits=id_limits)
         if skip_steps:
             dataset = dataset.skip(skip_steps * replicas_per_pipeline)
         return stack_micro_batches(dataset, 1)

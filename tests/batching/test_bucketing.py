@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.batching import (BatchPlan, batching_metrics, bucket_batches,
+from packed_bert_tf.batching import (BatchPlan, Bucketing, batching_metrics, bucket_batches,
                                      bucket_boundaries, packed_batches, padded_batches)
 from packed_bert_tf.batching import bucketing, plan, sharding
 
@@ -29,15 +29,17 @@ def test_hand_made_plan_without_shuffling():
     # Buckets (0, 4] and (4, 8], two per batch, one pool: the short bucket is
     # 1 2 3 (examples 1 3 5), the long one 5 7 8 (examples 0 2 4). The two
     # unfilled batches come from the flush after the last pool.
-    got = bucket_batches([5, 1, 7, 2, 8, 3], batch_size=2, pool_size=6,
-                         boundaries=[4, 8], pad_to_bucket_boundary=True, shuffle=False)
+    got = bucket_batches([5, 1, 7, 2, 8, 3], Bucketing(
+        batch_size=2, pool_size=6, bucket_boundaries=[4, 8], pad_to_bucket_boundary=True),
+        shuffle=False)
     assert [b.tolist() for b in got] == [[1, 3], [0, 2], [5], [4]]
     np.testing.assert_array_equal(got.padded_lengths, [4, 8, 4, 8])
     np.testing.assert_array_equal(got.batch_rows, [2, 2, 2, 2])
     np.testing.assert_array_equal(got.buckets, [0, 1, 0, 1])
     assert got.boundaries == (4, 8)
     # Without boundaries: sorted, padded to each batch's longest.
-    got = bucket_batches([5, 1, 7, 2, 8, 3], batch_size=2, pool_size=6, shuffle=False)
+    got = bucket_batches([5, 1, 7, 2, 8, 3], Bucketing(batch_size=2, pool_size=6),
+                         shuffle=False)
     assert [b.tolist() for b in got] == [[1, 3], [5, 0], [2, 4]]
     np.testing.assert_array_equal(got.padded_lengths, [2, 5, 8])
 
@@ -58,22 +60,23 @@ def test_padded_batches_hand_made():
 def test_unfilled_batches_wait_for_the_next_pool():
     # Pools of 3 in dataset order: the lone long example of pool 1 waits for
     # the long one of pool 2.
-    got = bucket_batches([1, 2, 9, 1, 2, 9], batch_size=2, pool_size=3,
-                         boundaries=[4, 9], shuffle=False)
+    got = bucket_batches([1, 2, 9, 1, 2, 9], Bucketing(
+        batch_size=2, pool_size=3, bucket_boundaries=[4, 9]), shuffle=False)
     assert [b.tolist() for b in got] == [[0, 1], [3, 4], [2, 5]]
 
 
 def test_token_budget_batches_hand_made():
     # Budget 8 without boundaries: as many as fit at the batch's longest.
     # Five of length 1 leave room for a sixth, so they wait for the flush.
-    got = bucket_batches([1, 1, 1, 1, 1, 4, 4, 3], token_budget=8, pool_size=8,
+    got = bucket_batches([1, 1, 1, 1, 1, 4, 4, 3], Bucketing(token_budget=8, pool_size=8),
                          shuffle=False)
     assert [b.tolist() for b in got] == [[7, 5], [0, 1, 2, 3, 4], [6]]
     np.testing.assert_array_equal(got.batch_rows, [2, 5, 1])
     np.testing.assert_array_equal(got.padded_lengths, [4, 1, 4])
     # With boundaries padded to: budget // boundary rows per bucket.
-    got = bucket_batches([1, 1, 1, 1, 1, 4, 4, 3], token_budget=8, pool_size=8,
-                         boundaries=[2, 4], pad_to_bucket_boundary=True, shuffle=False)
+    got = bucket_batches([1, 1, 1, 1, 1, 4, 4, 3], Bucketing(
+        token_budget=8, pool_size=8, bucket_boundaries=[2, 4], pad_to_bucket_boundary=True),
+        shuffle=False)
     assert [b.tolist() for b in got] == [[0, 1, 2, 3], [7, 5], [4], [6]]
     assert got.shapes == ((2, 4), (4, 2))
 
@@ -92,9 +95,9 @@ def test_every_example_exactly_once_and_within_its_shape(size, seed, epoch, batc
         batch_size=batch_size)
     # A budget's pool must hold a batch of the longest (up to 64 x batch_size rows).
     pool_size = batch_size * pool_factor * (64 if use_budget else 1)
-    got = bucket_batches(lengths, pool_size=pool_size, boundaries=boundaries,
-                         pad_to_bucket_boundary=pad, max_sequence_length=64, seed=seed,
-                         epoch=epoch, **options)
+    got = bucket_batches(lengths, Bucketing(pool_size=pool_size, bucket_boundaries=boundaries,
+                                            pad_to_bucket_boundary=pad, **options),
+                         max_sequence_length=64, seed=seed, epoch=epoch)
     _assert_exactly_once(got, size)  # also checked by BatchPlan itself
     edges = np.asarray(got.boundaries)
     for k, examples in enumerate(got):
@@ -116,9 +119,10 @@ def test_same_seed_and_epoch_same_plan_else_different(rng):
     lengths = _skewed_lengths(rng, 2000, 128)
 
     def plan_of(seed, epoch):
-        return bucket_batches(lengths, batch_size=16, pool_size=256, boundaries=[32, 64],
-                              pad_to_bucket_boundary=True, max_sequence_length=128,
-                              seed=seed, epoch=epoch)
+        return bucket_batches(lengths, Bucketing(batch_size=16, pool_size=256,
+                                                 bucket_boundaries=[32, 64],
+                                                 pad_to_bucket_boundary=True),
+                              max_sequence_length=128, seed=seed, epoch=epoch)
 
     first, again = plan_of(1, 0), plan_of(1, 0)
     for name in ("row_splits", "example_indices", "batch_rows", "padded_lengths"):
@@ -130,11 +134,13 @@ def test_same_seed_and_epoch_same_plan_else_different(rng):
 def test_shapes_come_from_the_allowed_set_only(rng):
     lengths = _skewed_lengths(rng, 3000, 128)
     edges = (32, 64, 96, 128)
-    fixed = bucket_batches(lengths, batch_size=16, pool_size=512, boundaries=edges,
-                           pad_to_bucket_boundary=True)
+    fixed = bucket_batches(lengths, Bucketing(batch_size=16, pool_size=512,
+                                              bucket_boundaries=edges,
+                                              pad_to_bucket_boundary=True))
     assert set(fixed.shapes) <= {(16, e) for e in edges}
-    budget = bucket_batches(lengths, token_budget=2048, pool_size=512, boundaries=edges,
-                            pad_to_bucket_boundary=True)
+    budget = bucket_batches(lengths, Bucketing(token_budget=2048, pool_size=512,
+                                               bucket_boundaries=edges,
+                                               pad_to_bucket_boundary=True))
     assert set(budget.shapes) <= {(2048 // e, e) for e in edges}
     assert (budget.padded_tokens <= 2048).all()
 
@@ -142,7 +148,8 @@ def test_shapes_come_from_the_allowed_set_only(rng):
 def test_larger_pools_pad_less(rng):
     lengths = _skewed_lengths(rng, 4000, 128)
     occupancy = [batching_metrics(bucket_batches(
-        lengths, batch_size=16, pool_size=pool)).occupancy for pool in (16, 256, 4000)]
+        lengths, Bucketing(batch_size=16, pool_size=pool))).occupancy
+        for pool in (16, 256, 4000)]
     assert occupancy[0] < occupancy[1] < occupancy[2]
     padded = batching_metrics(padded_batches(lengths, batch_size=16,
                                              max_sequence_length=128))
@@ -154,17 +161,17 @@ def test_larger_pools_pad_less(rng):
     (dict(batch_size=32, pool_size=16), "pool_size=16 is smaller than batch_size=32"),
     (dict(token_budget=100, pool_size=64), "token_budget=100 is below the longest "
                                            "sequence's 120 tokens"),
-    (dict(token_budget=120, pool_size=64, boundaries=[64, 128],
+    (dict(token_budget=120, pool_size=64, bucket_boundaries=[64, 128],
           pad_to_bucket_boundary=True), "below the longest sequence's 128 tokens "
                                         r"\(its bucket boundary\)"),
-    (dict(token_budget=1280, pool_size=4, boundaries=[64, 128],
+    (dict(token_budget=1280, pool_size=4, bucket_boundaries=[64, 128],
           pad_to_bucket_boundary=True), "pool_size=4 is smaller than one batch of the "
                                         "longest sequences"),
     (dict(batch_size=4, token_budget=64, pool_size=8), "exactly one of batch_size"),
     (dict(pool_size=8), "exactly one of batch_size"),
-    (dict(batch_size=4, pool_size=8, boundaries=[64, 32]), "increasing order"),
-    (dict(batch_size=4, pool_size=8, boundaries=[32, 64]), "length 120 is longer than "
-                                                           "the last boundary"),
+    (dict(batch_size=4, pool_size=8, bucket_boundaries=[64, 32]), "increasing order"),
+    (dict(batch_size=4, pool_size=8, bucket_boundaries=[32, 64]), "length 120 is longer "
+                                                                  "than the last boundary"),
     (dict(batch_size=4, pool_size=8, pad_to_bucket_boundary=True),
      "pad_to_bucket_boundary needs bucket boundaries"),
     (dict(batch_size=4, pool_size=8, max_sequence_length=100), "longer than "
@@ -172,15 +179,18 @@ def test_larger_pools_pad_less(rng):
     (dict(batch_size=0, pool_size=8), "batch_size must be a positive integer, got 0"),
 ])
 def test_bad_options_are_rejected_with_a_clear_message(options, message):
+    options = dict(options)
+    max_sequence_length = options.pop("max_sequence_length", None)
     with pytest.raises(ValueError, match=message):
-        bucket_batches([5, 120, 30], **options)
+        bucket_batches([5, 120, 30], Bucketing(**options),
+                       max_sequence_length=max_sequence_length)
 
 
 def test_bad_lengths_are_rejected():
     with pytest.raises(ValueError, match="example 1 has length 0"):
-        bucket_batches([3, 0], batch_size=1, pool_size=1)
+        bucket_batches([3, 0], Bucketing(batch_size=1, pool_size=1))
     with pytest.raises(ValueError, match="must be 1-D"):
-        bucket_batches([[3]], batch_size=1, pool_size=1)
+        bucket_batches([[3]], Bucketing(batch_size=1, pool_size=1))
 
 
 def test_packed_batches_match_the_packing_plan(rng):

@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.batching import bucket_batches, bucketed_pretraining_dataset
+from packed_bert_tf.batching import Bucketing, bucket_batches, bucketed_pretraining_dataset
 from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import IdLimits, RecordFormat
+from packed_bert_tf.data.pipeline import Shuffling
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
 
 S, P = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS
@@ -26,9 +27,15 @@ def raw(unpacked_files):
 
 
 def _dataset(files, **options):
-    options = {"max_seq_length": S, "max_predictions_per_seq": P, "pool_size": 100,
-               "boundaries": BOUNDARIES, **options}
-    return bucketed_pretraining_dataset(files, **options)
+    bucketing = {"pool_size": 100, "bucket_boundaries": BOUNDARIES,
+                 "pad_to_bucket_boundary": True}
+    for name in ("batch_size", "token_budget", "pool_size", "pad_to_bucket_boundary",
+                 "balance_cost"):
+        if name in options:
+            bucketing[name] = options.pop(name)
+    return bucketed_pretraining_dataset(
+        files, record_format=RecordFormat.unpacked(S, P), bucketing=Bucketing(**bucketing),
+        shuffling=Shuffling(seed=options.pop("seed", 0)), **options)
 
 
 def _record_ids(batch, index):
@@ -70,8 +77,9 @@ def test_one_file_in_order_gives_the_numpy_plan(unpacked_files, raw):
     records, index = raw
     lengths = records["input_mask"][:300].sum(axis=1)
     for options in (dict(batch_size=16), dict(token_budget=512)):
-        plan = bucket_batches(lengths, pool_size=100, boundaries=BOUNDARIES,
-                              pad_to_bucket_boundary=True, shuffle=False, **options)
+        plan = bucket_batches(lengths, Bucketing(pool_size=100, bucket_boundaries=BOUNDARIES,
+                                                 pad_to_bucket_boundary=True, **options),
+                              shuffle=False)
         batches = list(_dataset(unpacked_files[0], is_training=False, **options)
                        .as_numpy_iterator())
         assert [b["input_ids"].shape for b in batches] == list(
@@ -223,7 +231,9 @@ import tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 import numpy as np
-from packed_bert_tf.batching import bucketed_pretraining_dataset
+from packed_bert_tf.batching import Bucketing, bucketed_pretraining_dataset
+from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.pipeline import Shuffling
 
 tf.random.set_seed(0)  # a global seed (as keras.utils.set_random_seed sets) is fine
 files = json.loads(sys.argv[1])
@@ -231,9 +241,11 @@ files = json.loads(sys.argv[1])
 
 def make(context):
     return bucketed_pretraining_dataset(
-        files, max_seq_length=64, max_predictions_per_seq=10, batch_size=16,
-        pool_size=100, num_epochs=1, seed=3, input_context=context,
-        balance_cost="real_tokens", shuffle_buffer_size=300)
+        files, record_format=RecordFormat.unpacked(64, 10),
+        bucketing=Bucketing(batch_size=16, pool_size=100, pad_to_bucket_boundary=True,
+                            balance_cost="real_tokens"),
+        shuffling=Shuffling(seed=3, shuffle_buffer_size=300), num_epochs=1,
+        input_context=context)
 
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])

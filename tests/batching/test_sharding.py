@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.batching import (BatchPlan, BucketSpec, balance_across_workers,
+from packed_bert_tf.batching import (BatchPlan, Bucketing, BucketSpec, balance_across_workers,
                                      bucket_batches, expected_max_cost, padded_batches,
                                      plan_pool)
 from packed_bert_tf.data.synthetic import lengths_from_histogram
@@ -52,8 +52,10 @@ def test_imbalance_of_a_hand_made_case():
        cost=st.sampled_from(["padded_tokens", "real_tokens", "attention"]))
 def test_every_batch_dealt_exactly_once(size, workers, seed, method, same_shape, cost):
     lengths = np.random.default_rng(seed).integers(1, 65, size)
-    plan = bucket_batches(lengths, batch_size=4, pool_size=32, boundaries=[16, 32, 64],
-                          pad_to_bucket_boundary=seed % 2 == 0, seed=seed)
+    plan = bucket_batches(lengths, Bucketing(batch_size=4, pool_size=32,
+                                             bucket_boundaries=[16, 32, 64],
+                                             pad_to_bucket_boundary=seed % 2 == 0),
+                          seed=seed)
     dealt = balance_across_workers(plan, workers, cost=cost, method=method,
                                    same_shape_per_step=same_shape, seed=seed)
     assert dealt.batch_indices.shape == (dealt.num_steps, workers)
@@ -74,9 +76,10 @@ def test_every_batch_dealt_exactly_once(size, workers, seed, method, same_shape,
 
 
 def _imbalance_with_8_workers(lengths, max_len, **options):
-    plan = bucket_batches(lengths, batch_size=32, pool_size=8192,
-                          boundaries=[max_len // 4, max_len // 2, 3 * max_len // 4],
-                          max_sequence_length=max_len, seed=0, **options)
+    plan = bucket_batches(lengths, Bucketing(
+        batch_size=32, pool_size=8192,
+        bucket_boundaries=[max_len // 4, max_len // 2, 3 * max_len // 4], **options),
+        max_sequence_length=max_len, seed=0)
     return {cost: balance_across_workers(plan, 8, cost=cost).imbalance
             for cost in ("padded_tokens", "real_tokens", "attention")}
 
@@ -113,8 +116,8 @@ def test_bad_arguments_are_rejected():
 
 
 def test_a_pool_holds_back_incomplete_steps_until_the_final_flush():
-    spec = BucketSpec.make(batch_size=2, pool_size=8, boundaries=[4, 8],
-                           pad_to_bucket_boundary=True)
+    spec = BucketSpec.make(Bucketing(batch_size=2, pool_size=8, bucket_boundaries=[4, 8],
+                                     pad_to_bucket_boundary=True))
     # Short bucket: 3 batches (2 full, 1 partial); long bucket: 2 full batches.
     lengths = [1, 2, 3, 1, 2, 6, 7, 8, 8]
     rng = np.random.default_rng(0)
