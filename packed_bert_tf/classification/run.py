@@ -38,8 +38,7 @@ from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_featur
                                                  export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
-from packed_bert_tf.training.output_dirs import run_on_this_worker
-from packed_bert_tf.training.startup import mixed_precision_policy, read_bert_config
+from packed_bert_tf.training.startup import RunContext, mixed_precision_policy, run_task
 
 SUMMARY_FILE = "classifier_summary.json"
 EVAL_FILE = "eval_results.json"
@@ -87,21 +86,18 @@ def run_classifier(options: ClassifierOptions,
     if not options.task_name:
         raise ValueError("--task_name is required")
     glue_task = get_task(options.task_name)
-    config = read_bert_config(options.bert_config_file)
-    return run_on_this_worker(
-        options, functools.partial(_run_in, options=options, config=config,
-                                   glue_task=glue_task),
-        strategy=strategy, batch_flags={"train_batch_size": options.do_train,
-                                        "eval_batch_size": options.do_eval,
-                                        "predict_batch_size": options.do_predict})
+    return run_task(options, functools.partial(_run_in, options, glue_task),
+                    strategy=strategy, batch_flags={"train_batch_size": options.do_train,
+                                                    "eval_batch_size": options.do_eval,
+                                                    "predict_batch_size": options.do_predict})
 
 
-def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
-    """`run_classifier` once it holds the output folder (``dirs.own``: where
-    this worker writes)."""
-    output_dir = dirs.own
+def _run_in(options: ClassifierOptions, glue_task, context: RunContext) -> dict:
+    """`run_classifier` once it holds the output folder (``context.dirs.own``:
+    where this worker writes)."""
+    config, strategy, output_dir = context.config, context.strategy, context.dirs.own
     check_options(options, config, strategy)
-    check_resume(options, config, strategy, dirs, worker)
+    check_resume(options, context)
     tokenizer = make_tokenizer(options, config)
     packed = options.batching == "packed"
     pack_args = dict(packed=packed, max_sequences_per_pack=options.max_sequences_per_pack,
@@ -133,8 +129,8 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
         run = start_fine_tuning(
             options,
             lambda: BertClassifierModel(config, glue_task.num_labels, packed=packed),
-            classifier_task.classification_task(glue_task.is_regression),
-            strategy=strategy, train_packs=train_packs, dirs=dirs, worker=worker)
+            classifier_task.classification_task(glue_task.is_regression), context,
+            train_packs)
         model = run.model
         if options.do_train:
             summary["train"] = train_on_rows(options, run, train_packs, output_dir)
@@ -150,7 +146,7 @@ def _run_in(dirs, strategy, worker, *, options, config, glue_task) -> dict:
                                          batch_size=options.predict_batch_size,
                                          jit_compile=options.jit_compile,
                                          output_dir=output_dir, **pack_args)
-    if options.export_dir and worker.is_chief:
+    if options.export_dir and context.worker.is_chief:
         summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary

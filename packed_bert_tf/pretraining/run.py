@@ -1,14 +1,16 @@
 """A whole pre-training run (what ``run_pretraining.py`` does), from options.
 
-Order of events: the model config is read, the batch sizes are checked
-against the workers and the strategy is made; the chief makes and locks the
-output folder (`packed_bert_tf.training.output_dirs.run_on_this_worker`); every
-input is checked (config, files, record sizes, the first records'
-token ids, batch sizes, packing statistics) before anything is built; then
-the model and optimizer are made under the strategy, restored from the
-output folder's latest checkpoint (or initialised from ``init_checkpoint``),
-trained to ``num_train_steps``, written as a Google-format checkpoint,
-evaluated, and summarised in ``train_summary.json`` / ``eval_results.json``.
+It starts as every run does (`packed_bert_tf.training.startup`): the model
+config is read, the batch sizes are checked against the workers, the
+strategy is made and the chief makes and locks the output folder. Then every
+input is checked (files, record sizes, the first records' token ids, batch
+sizes, packing statistics) before anything is built; the model
+(`BertPretrainingModel`) and LAMB, with the packing adjustment of its
+hyper-parameters, are made under the strategy (`startup.start_run`), restored
+from the output folder's latest checkpoint (or initialised from
+``init_checkpoint``), trained to ``num_train_steps``, written as a
+Google-format checkpoint, evaluated, and summarised in
+``train_summary.json`` / ``eval_results.json``.
 
 The input pipeline checks every token id as it reads; when it fails mid-run
 (a truncated file, a record missing a feature, an id beyond the vocabulary)
@@ -38,20 +40,17 @@ from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
-from packed_bert_tf.training import cluster, trajectory
-from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training import trajectory
 from packed_bert_tf.training.distribution import (check_global_batch_size,
                                                   check_static_shapes)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
 from packed_bert_tf.training.loop import train_and_export
-from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.options import BATCHING, TrainingOptions
-from packed_bert_tf.training.output_dirs import WorkerOutputDirs, run_on_this_worker
 from packed_bert_tf.training.progress import format_values
-from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.startup import (mixed_precision_policy, read_bert_config,
-                                             start_training)
+from packed_bert_tf.training.startup import (RunContext, RunSpec, StartedRun,
+                                             mixed_precision_policy, resume_trajectory,
+                                             run_task, start_run)
 from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer
 
@@ -232,18 +231,15 @@ def run_pretraining(options: PretrainingOptions,
         record met while training or evaluating (naming the file and record).
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
-    config = read_bert_config(options.bert_config_file)
-    return run_on_this_worker(
-        options, functools.partial(_run_in, options=options, config=config),
-        strategy=strategy, batch_flags={"train_batch_size": options.do_train,
-                                        "eval_batch_size": options.do_eval})
+    return run_task(options, functools.partial(_run_in, options),
+                    strategy=strategy, batch_flags={"train_batch_size": options.do_train,
+                                                    "eval_batch_size": options.do_eval})
 
 
-def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
-            worker: cluster.WorkerTask, *, options: PretrainingOptions, config) -> dict:
-    """`run_pretraining` once it holds the output folder (``dirs.own``: where
-    this worker writes)."""
-    output_dir = dirs.own
+def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
+    """`run_pretraining` once it holds the output folder (``context.dirs.own``:
+    where this worker writes)."""
+    config, strategy, output_dir = context.config, context.strategy, context.dirs.own
     inputs = check_inputs(options, config, strategy)
     summary = {"options": dataclasses.asdict(options),
                "replicas": strategy.num_replicas_in_sync}
@@ -270,43 +266,34 @@ def _run_in(dirs: WorkerOutputDirs, strategy: tf.distribute.Strategy,
 
     id_limits = IdLimits.of_config(config)
     if options.do_train:
-        segments = trajectory.resume(
-            dirs.shared, _trajectory_segment(options, config, inputs, steps, strategy),
-            step=TrainingCheckpoints.newest_step(dirs.shared),
-            allow_changes=options.resume_with_changed_flags,
-            allow_flag="--resume_with_changed_flags", write=worker.is_chief)
+        values, rows = _trajectory_values(options, inputs, steps, strategy)
+        segments = resume_trajectory(context, steps, values, rows_per_update=rows,
+                                     allow_flag="--resume_with_changed_flags",
+                                     allow_changes=options.resume_with_changed_flags)
     with mixed_precision_policy(options.mixed_precision):
-        if options.seed is not None:
-            tf.keras.utils.set_random_seed(options.seed)
         packed_model = inputs.pack_on_the_fly is not None or any(
             f is not None and f.is_packed for f in (inputs.train_format, inputs.eval_format))
-        schedule = PolynomialDecayWithWarmup(
-            options.learning_rate, options.num_train_steps, options.num_warmup_steps,
-            options.start_warmup_step)
-        with strategy.scope():
-            model = BertPretrainingModel(config, packed=packed_model)
-            model.build()
-            optimizer = create_optimizer(
-                options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
+        spec = RunSpec(
+            functools.partial(BertPretrainingModel, config, packed=packed_model),
+            task.PRETRAINING_TASK, steps, num_train_steps=options.num_train_steps,
+            num_warmup_steps=options.num_warmup_steps,
+            start_warmup_step=options.start_warmup_step,
+            optimizer_hyperparameters=dict(
                 beta_1=adjustment.beta_1, beta_2=adjustment.beta_2,
                 epsilon=options.lamb_epsilon,
-                weight_decay_rate=options.lamb_weight_decay_rate,
-                global_clipnorm=clip.optimizer_clipnorm,
-                loss_scaling=options.mixed_precision == "fp16")
-        trainer, checkpoints, start_step = start_training(
-            model, optimizer, task.PRETRAINING_TASK, options, strategy=strategy,
-            steps=steps, dirs=dirs, worker=worker)
+                weight_decay_rate=options.lamb_weight_decay_rate))
+        run = start_run(spec, options, context)
 
         if options.do_train:
-            skip_rows = trajectory.rows_read(segments, start_step)
+            skip_rows = trajectory.rows_read(segments, run.start_step)
             with _naming_the_bad_record(inputs.train_files, inputs.train_format,
                                         id_limits):
-                summary["train"] = _train(options, inputs, trainer, checkpoints, schedule,
-                                          output_dir, id_limits, skip_rows)
+                summary["train"] = _train(options, inputs, run, output_dir, id_limits,
+                                          skip_rows)
         if options.do_eval:
             with _naming_the_bad_record(inputs.eval_files, inputs.eval_format,
                                         id_limits):
-                summary["eval"] = evaluate(trainer, inputs.eval_files, inputs.eval_format,
+                summary["eval"] = evaluate(run.trainer, inputs.eval_files, inputs.eval_format,
                                            options.eval_batch_size, options.max_eval_steps,
                                            id_limits=id_limits)
             write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE),
@@ -350,9 +337,9 @@ def _naming_the_bad_record(files, record_format, id_limits: IdLimits):
         raise ValueError(problem) from None
 
 
-def _trajectory_segment(options, config, inputs, steps: StepCounting,
-                        strategy) -> trajectory.Segment:
-    """What fixes this run's trajectory (`trajectory`), from its step on."""
+def _trajectory_values(options, inputs, steps: StepCounting, strategy) -> tuple[dict, int]:
+    """What fixes this run's trajectory (`trajectory`), and the rows each replica
+    reads per update."""
     values = {f"--{name}": getattr(options, name) for name in (
         "train_batch_size", "steps_per_update", "step_unit", "max_seq_length",
         "max_predictions_per_seq", "batching", "seed", "shuffle_buffer_size")}
@@ -363,22 +350,19 @@ def _trajectory_segment(options, config, inputs, steps: StepCounting,
         values.update({"--bucket_boundaries": list(options.bucket_boundaries or []),
                        "--pool_size": options.pool_size,
                        "--token_budget": options.token_budget})
-    values.update({"--input_file": [path if "://" in path else os.path.abspath(path)
-                                    for path in inputs.train_files],
-                   "--bert_config_file": config.to_dict(),
-                   "replicas": strategy.num_replicas_in_sync})
+    values["--input_file"] = [path if "://" in path else os.path.abspath(path)
+                              for path in inputs.train_files]
     # Bucketed batches hold varying rows: their resume skips whole updates
     # (rows_per_update 1: an update).
     rows = (1 if options.batching == "bucketed" else
             options.train_batch_size // strategy.num_replicas_in_sync
             * steps.micro_batches_per_update)
-    return trajectory.Segment(0, steps.global_steps_per_update, rows, values)
+    return values, rows
 
 
-def _train(options, inputs, trainer, checkpoints, schedule, output_dir, id_limits,
-           skip_rows: int) -> dict:
+def _train(options, inputs, run: StartedRun, output_dir, id_limits, skip_rows: int) -> dict:
     """Trains from the restored step, each replica skipping ``skip_rows`` rows of its
-    data first (updates, with bucketed batches: see `_trajectory_segment`)."""
+    data first (updates, with bucketed batches: see `_trajectory_values`)."""
     if options.batching == "bucketed":
         dataset_fn = task.bucketed_train_dataset_fn(
             inputs.train_files, max_seq_length=options.max_seq_length,
@@ -390,13 +374,13 @@ def _train(options, inputs, trainer, checkpoints, schedule, output_dir, id_limit
     else:
         dataset_fn = task.train_dataset_fn(
             inputs.train_files, global_batch_size=options.train_batch_size,
-            steps_per_update=trainer.steps_per_update, record_format=inputs.train_format,
+            steps_per_update=run.trainer.steps_per_update, record_format=inputs.train_format,
             seed=options.seed, skip_rows=skip_rows,
             shuffle_buffer_size=options.shuffle_buffer_size, id_limits=id_limits,
             pack_on_the_fly=inputs.pack_on_the_fly)
-    return train_and_export(trainer, dataset_fn, options, output_dir=output_dir,
-                            num_train_steps=options.num_train_steps, schedule=schedule,
-                            checkpoints=checkpoints)
+    return train_and_export(run.trainer, dataset_fn, options, output_dir=output_dir,
+                            num_train_steps=options.num_train_steps, schedule=run.schedule,
+                            checkpoints=run.checkpoints)
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,

@@ -32,8 +32,7 @@ from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_featur
                                                  export,
                                                  make_tokenizer, start_fine_tuning,
                                                  train_on_rows)
-from packed_bert_tf.training.output_dirs import run_on_this_worker
-from packed_bert_tf.training.startup import mixed_precision_policy, read_bert_config
+from packed_bert_tf.training.startup import RunContext, mixed_precision_policy, run_task
 
 SUMMARY_FILE = "squad_summary.json"
 
@@ -79,19 +78,17 @@ def run_squad(options: SquadOptions, strategy: tf.distribute.Strategy | None = N
         anything is trained.
       NonFiniteLossError: the loss became NaN (the last good checkpoint is kept).
     """
-    config = read_bert_config(options.bert_config_file)
-    return run_on_this_worker(
-        options, functools.partial(_run_squad_in, options=options, config=config),
-        strategy=strategy, batch_flags={"train_batch_size": options.do_train,
-                                        "predict_batch_size": options.do_predict})
+    return run_task(options, functools.partial(_run_squad_in, options),
+                    strategy=strategy, batch_flags={"train_batch_size": options.do_train,
+                                                    "predict_batch_size": options.do_predict})
 
 
-def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
-    """`run_squad` once it holds the output folder (``dirs.own``: where this
-    worker writes, feature caches included)."""
-    output_dir = dirs.own
+def _run_squad_in(options: SquadOptions, context: RunContext) -> dict:
+    """`run_squad` once it holds the output folder (``context.dirs.own``: where
+    this worker writes, feature caches included)."""
+    config, strategy, output_dir = context.config, context.strategy, context.dirs.own
     check_options(options, config, strategy)
-    check_resume(options, config, strategy, dirs, worker)
+    check_resume(options, context)
     tokenizer = make_tokenizer(options, config)
     feature_args = dict(max_seq_length=options.max_seq_length,
                         doc_stride=options.doc_stride,
@@ -120,15 +117,14 @@ def _run_squad_in(dirs, strategy, worker, *, options, config) -> dict:
 
     with mixed_precision_policy(options.mixed_precision):
         run = start_fine_tuning(options, lambda: BertSquadModel(config, packed=packed),
-                                task.SQUAD_TASK, strategy=strategy, train_packs=train_packs,
-                                dirs=dirs, worker=worker)
+                                task.SQUAD_TASK, context, train_packs)
         model = run.model
         if options.do_train:
             summary["train"] = train_on_rows(options, run, train_packs, output_dir)
         if options.do_predict:
             summary["predict"] = predict(options, model, strategy, predict_data,
                                          output_dir, pack_args)
-    if options.export_dir and worker.is_chief:
+    if options.export_dir and context.worker.is_chief:
         summary["export_dir"] = export(options, model)
     write_json_atomically(os.path.join(output_dir, SUMMARY_FILE), summary)
     return summary

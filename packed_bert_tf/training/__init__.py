@@ -8,8 +8,10 @@ The modules, by concern:
 - ``output_dirs``, ``cluster``, ``distribution``: the output folder, the
   worker this process is (``TF_CONFIG``), the ``tf.distribute`` strategy and
   mixed precision.
-- ``startup``: the model config, the dtype policy, and a `trainer.Trainer` restored
-  from the run's checkpoints or initialised from an original BERT one.
+- ``startup``: how every run starts (`startup.run_task`, `startup.start_run`):
+  the model config, the dtype policy, the task's model and optimizer, and a
+  `trainer.Trainer` restored from the run's checkpoints or initialised from
+  an original BERT one.
 - ``trainer``, ``steps``: the compiled distributed step (gradient
   accumulation, clipping) and how steps are counted.
 - ``loop``, ``checkpoints``, ``progress``, ``interrupts``, ``trajectory``:

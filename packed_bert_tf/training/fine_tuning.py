@@ -24,16 +24,14 @@ from packed_bert_tf.data.rows_dataset import rows_dataset
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
-from packed_bert_tf.training import trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import (check_global_batch_size,
                                                   check_static_shapes)
 from packed_bert_tf.training.loop import train_and_export
-from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.options import BATCHING, TrainingOptions
-from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.startup import start_training
-from packed_bert_tf.training.steps import StepCounting, clipping
+from packed_bert_tf.training.startup import (RunContext, RunSpec, StartedRun,
+                                             resume_trajectory, start_run)
+from packed_bert_tf.training.steps import StepCounting
 
 
 @dataclasses.dataclass
@@ -195,70 +193,31 @@ def num_train_steps(num_rows: int, options) -> int:
     return updates * step_counting(options).global_steps_per_update
 
 
-@dataclasses.dataclass
-class FineTuning:
-    """What `start_fine_tuning` made: the model, and how far its training is.
-
-    Attributes:
-      model: built under the strategy, restored (or initialised).
-      trainer: the `packed_bert_tf.training.trainer.Trainer` of the model.
-      checkpoints: the run's `packed_bert_tf.training.checkpoints.TrainingCheckpoints`.
-      start_step: the global step restored (0 for a new run).
-      schedule: the learning-rate schedule, in global steps.
-      total_steps: the run's ``num_train_steps``.
-    """
-
-    model: object
-    trainer: object
-    checkpoints: object
-    start_step: int
-    schedule: object
-    total_steps: int
-
-
-def start_fine_tuning(options, make_model, task, *, strategy, train_packs, dirs,
-                      worker) -> FineTuning:
-    """The model, optimizer and trainer of a fine-tuning run, restored or initialised.
-
-    Call it under the run's mixed-precision policy
-    (`packed_bert_tf.training.startup.mixed_precision_policy`). The steps are
-    ``--num_train_epochs`` over the training rows (``train_packs``: anything
-    with ``num_packs`` and ``packing_factor``; None when not training), with
-    linear warm-up over ``--warmup_proportion`` of them and linear decay;
-    ``--seed`` seeds the weights and dropout.
+def start_fine_tuning(options, make_model, task, context: RunContext,
+                      train_packs=None) -> StartedRun:
+    """`packed_bert_tf.training.startup.start_run` for a fine-tuning run: the
+    steps are ``--num_train_epochs`` over the training rows (``train_packs``:
+    anything with ``num_packs`` and ``packing_factor``; None when not
+    training), with linear warm-up over ``--warmup_proportion`` of them and
+    linear decay, and the optimizer's defaults.
 
     Args:
       options: a `FineTuningOptions`.
       make_model: ``() -> model``, called under the strategy's scope.
       task: the `packed_bert_tf.training.trainer.TrainingTask` of the model.
-      strategy, dirs, worker: as
-        `packed_bert_tf.training.output_dirs.run_on_this_worker` gives them
-        (the checkpoints go under ``dirs.own``).
+      context: the run's `RunContext`.
+      train_packs: the training rows, if the run trains.
     """
     steps = step_counting(options)
-    clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
-                    micro_batches_per_update=steps.micro_batches_per_update)
     total_steps = (num_train_steps(train_packs.num_packs, options)
                    if train_packs is not None else steps.global_steps_per_update)
     if train_packs is not None:
         logging.info("steps: %s", steps.describe(
             num_train_steps=total_steps, train_batch_size=options.train_batch_size,
             sequences_per_row=train_packs.packing_factor))
-    if options.seed is not None:
-        tf.keras.utils.set_random_seed(options.seed)
-    schedule = PolynomialDecayWithWarmup(options.learning_rate, total_steps,
-                                         int(total_steps * options.warmup_proportion))
-    with strategy.scope():
-        model = make_model()
-        model.build()
-        optimizer = create_optimizer(
-            options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
-            global_clipnorm=clip.optimizer_clipnorm,
-            loss_scaling=options.mixed_precision == "fp16")
-    trainer, checkpoints, start_step = start_training(
-        model, optimizer, task, options, strategy=strategy, steps=steps, dirs=dirs,
-        worker=worker)
-    return FineTuning(model, trainer, checkpoints, start_step, schedule, total_steps)
+    spec = RunSpec(make_model, task, steps, num_train_steps=total_steps,
+                   num_warmup_steps=int(total_steps * options.warmup_proportion))
+    return start_run(spec, options, context)
 
 
 #: The options that fix a fine-tuning run's trajectory, where a task has them.
@@ -268,13 +227,12 @@ _TRAJECTORY_OPTIONS = ("train_batch_size", "steps_per_update", "step_unit",
                        "task_name", "data_dir", "vocab_file", "do_lower_case")
 
 
-def check_resume(options, config, strategy, dirs, worker) -> None:
+def check_resume(options, context: RunContext) -> None:
     """Refuses to resume ``--output_dir`` with other values of what fixes the run's
-    trajectory (`trajectory`: the options above, the model config, the
-    replicas) than it was started with; records them on a new run. Called
-    before the model is built, so that another config is one line, not a
-    failed restore. A fine-tuning run is short: instead of going on with
-    other flags, it starts from the weights in another folder."""
+    trajectory (the options above, the model config, the replicas:
+    `packed_bert_tf.training.startup.resume_trajectory`) than it was started
+    with; records them on a new run. A fine-tuning run is short: instead of
+    going on with other flags, it starts from the weights in another folder."""
     if not options.do_train:
         return
     steps = step_counting(options)
@@ -284,14 +242,9 @@ def check_resume(options, config, strategy, dirs, worker) -> None:
         path = values.get(name)
         if path and "://" not in path:
             values[name] = os.path.abspath(path)
-    values.update({"--bert_config_file": config.to_dict(),
-                   "replicas": strategy.num_replicas_in_sync})
-    rows = (options.train_batch_size // strategy.num_replicas_in_sync
+    rows = (options.train_batch_size // context.strategy.num_replicas_in_sync
             * steps.micro_batches_per_update)
-    trajectory.resume(dirs.shared,
-                      trajectory.Segment(0, steps.global_steps_per_update, rows, values),
-                      step=TrainingCheckpoints.newest_step(dirs.shared),
-                      allow_changes=False, allow_flag=None, write=worker.is_chief)
+    resume_trajectory(context, steps, values, rows_per_update=rows)
 
 
 def train_dataset_fn(packs: PackedRows, *, global_batch_size: int, steps_per_update: int,
@@ -326,7 +279,7 @@ def train_dataset_fn(packs: PackedRows, *, global_batch_size: int, steps_per_upd
     return dataset_fn
 
 
-def train_on_rows(options, run: FineTuning, packs: PackedRows, output_dir) -> dict:
+def train_on_rows(options, run: StartedRun, packs: PackedRows, output_dir) -> dict:
     """Trains ``run``'s model to ``total_steps`` on the rows of ``packs``
     (`train_dataset_fn`), resuming after the steps already done, and writes
     the final Google-format checkpoint; returns the training summary."""
@@ -370,6 +323,6 @@ def _packed_copy(model):
     return copy
 
 
-__all__ = ["FineTuning", "FineTuningOptions", "check_fine_tuning_options",
+__all__ = ["FineTuningOptions", "check_fine_tuning_options", "check_resume",
            "export", "make_tokenizer", "num_train_steps", "start_fine_tuning",
            "step_counting", "train_dataset_fn", "train_on_rows"]

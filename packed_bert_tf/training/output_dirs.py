@@ -1,10 +1,10 @@
 """A front end's output folder and the worker it runs on.
 
-`run_on_this_worker` is how run_pretraining.py, run_squad.py and
-run_classifier.py start: the batch sizes checked against the workers of
-``TF_CONFIG``, the strategy created, then the run in the `WorkerOutputDirs`
-of ``--output_dir`` (made and locked by the chief; a temporary folder of
-their own for the other workers of a cluster).
+`run_on_this_worker` checks the batch sizes against the workers of
+``TF_CONFIG``, creates the strategy, then runs in the `WorkerOutputDirs` of
+``--output_dir`` (made and locked by the chief; a temporary folder of their
+own for the other workers of a cluster). Every front end reaches it through
+`packed_bert_tf.training.startup.run_task`.
 """
 
 from __future__ import annotations

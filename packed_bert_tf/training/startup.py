@@ -1,11 +1,29 @@
-"""How a training run starts: its model config, its mixed-precision policy, and a
-`Trainer` restored from the run's latest checkpoint or initialised from an
-original BERT checkpoint."""
+"""How every training run starts, whatever its task (`run_task`, `start_run`).
+
+The three front ends (run_pretraining.py, run_squad.py, run_classifier.py)
+start the same way and differ only in what they hand over:
+
+1. `run_task`: the model config is read, the batch sizes are checked against
+   the workers, the strategy is made and the output folder held
+   (`packed_bert_tf.training.output_dirs.run_on_this_worker`); the task's
+   body gets all of it as one `RunContext`.
+2. `resume_trajectory`: what fixes the run's trajectory is checked against
+   the folder's record before anything is built (`trajectory`).
+3. `start_run`, under the run's `mixed_precision_policy`: the seed, the
+   learning-rate schedule, the task's model and the optimizer made under the
+   strategy, then a `Trainer` restored from the run's latest checkpoint or
+   initialised from an original BERT checkpoint. A task states what differs
+   in a `RunSpec`.
+4. `packed_bert_tf.training.loop.train_and_export`: training to the end and
+   the final weights in the original BERT format.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+from typing import Callable, Mapping
 
 import keras
 import tensorflow as tf
@@ -13,11 +31,13 @@ from absl import logging
 
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
-from packed_bert_tf.training import cluster
+from packed_bert_tf.training import cluster, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision
+from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.options import TrainingOptions
-from packed_bert_tf.training.output_dirs import WorkerOutputDirs
+from packed_bert_tf.training.output_dirs import WorkerOutputDirs, run_on_this_worker
+from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 
@@ -42,41 +62,168 @@ def mixed_precision_policy(mode: str):
         keras.mixed_precision.set_global_policy(previous)
 
 
-def start_training(model, optimizer, task: TrainingTask, options: TrainingOptions, *,
-                   strategy: tf.distribute.Strategy, steps: StepCounting,
-                   dirs: WorkerOutputDirs,
-                   worker: cluster.WorkerTask = cluster.SINGLE_WORKER
-                   ) -> tuple[Trainer, TrainingCheckpoints, int]:
-    """The `Trainer` of a run and its checkpoints under ``dirs.own``, resumed from the
-    latest checkpoint in ``dirs.shared``, else initialised from
-    ``options.init_checkpoint`` (original BERT format).
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """Where a run runs: what `run_task` hands a task's body.
 
-    ``model`` and ``optimizer`` were made under ``strategy``'s scope, the
-    optimizer with the ``optimizer_clipnorm`` of ``options``' clipping for
-    ``steps`` (`packed_bert_tf.training.steps.clipping`); the trainer clips
-    each micro-batch where that clipping says so. ``options`` also gives
-    ``jit_compile`` and ``keep_checkpoint_max``. Several workers must resume
-    from one step (`cluster.check_same_step`).
+    Attributes:
+      config: the model's `BertConfig` (``--bert_config_file``).
+      strategy: the ``tf.distribute`` strategy.
+      dirs: the output folders (`WorkerOutputDirs`: ``dirs.own`` is where this
+        worker writes).
+      worker: the worker this process is (`cluster.WorkerTask`).
+    """
+
+    config: BertConfig
+    strategy: tf.distribute.Strategy
+    dirs: WorkerOutputDirs
+    worker: cluster.WorkerTask
+
+
+def run_task(options: TrainingOptions, body: Callable[[RunContext], dict], *,
+             strategy: tf.distribute.Strategy | None = None,
+             batch_flags: Mapping[str, bool]) -> dict:
+    """Starts a run of any task: reads ``--bert_config_file``, checks the batch
+    sizes against the workers, makes the strategy and holds the output folder
+    (`run_on_this_worker`), then returns ``body(context)``.
+
+    Args:
+      options: the front end's options (a `TrainingOptions`).
+      body: the task's run, given the `RunContext`.
+      strategy: a strategy already made (tests), else the options'.
+      batch_flags: batch-size option name -> whether this run uses it.
+    """
+    config = read_bert_config(options.bert_config_file)
+
+    def run_in(dirs, made_strategy, worker):
+        return body(RunContext(config, made_strategy, dirs, worker))
+
+    return run_on_this_worker(options, run_in, strategy=strategy, batch_flags=batch_flags)
+
+
+def resume_trajectory(context: RunContext, steps: StepCounting, values: Mapping, *,
+                      rows_per_update: int, allow_flag: str | None = None,
+                      allow_changes: bool = False) -> list[trajectory.Segment]:
+    """Checks what fixes the run's trajectory against ``--output_dir``'s record and
+    records this run (the chief), before the model is built
+    (`trajectory.resume`: another config is one line, not a failed restore).
+
+    Args:
+      context: the run's `RunContext` (the model config and the replicas are
+        recorded beside ``values``).
+      steps: the run's `StepCounting`.
+      values: flag -> value, the options that fix the data's order.
+      rows_per_update: rows each replica reads per update (what a resumed run
+        skips per update done).
+      allow_flag, allow_changes: see `trajectory.resume`.
 
     Returns:
-      (trainer, checkpoints, the global step training starts from).
+      The run's segments, this one last.
     """
+    values = {**values, "--bert_config_file": context.config.to_dict(),
+              "replicas": context.strategy.num_replicas_in_sync}
+    return trajectory.resume(
+        context.dirs.shared,
+        trajectory.Segment(0, steps.global_steps_per_update, rows_per_update, values),
+        step=TrainingCheckpoints.newest_step(context.dirs.shared),
+        allow_changes=allow_changes, allow_flag=allow_flag,
+        write=context.worker.is_chief)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """What a task hands `start_run`: its model, its loss and metrics, and its
+    schedule's length.
+
+    Attributes:
+      make_model: ``() -> keras.Model``, called under the strategy's scope.
+      task: the model's `TrainingTask` (loss, metrics, statistics).
+      steps: how the run counts steps (`StepCounting`).
+      num_train_steps: the schedule's length, in global steps.
+      num_warmup_steps: its linear warm-up.
+      start_warmup_step: the step the warm-up starts at.
+      optimizer_hyperparameters: keyword arguments of
+        `packed_bert_tf.training.optimizers.create_optimizer` (``beta_1``,
+        ``beta_2``, ``epsilon``, ``weight_decay_rate``); missing ones take
+        its defaults.
+    """
+
+    make_model: Callable[[], keras.Model]
+    task: TrainingTask
+    steps: StepCounting
+    num_train_steps: int
+    num_warmup_steps: int
+    start_warmup_step: int = 0
+    optimizer_hyperparameters: Mapping = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class StartedRun:
+    """What `start_run` made: the model, and how far its training is.
+
+    Attributes:
+      model: built under the strategy, restored (or initialised).
+      trainer: the `Trainer` of the model.
+      checkpoints: the run's `TrainingCheckpoints`.
+      start_step: the global step restored (0 for a new run).
+      schedule: the learning-rate schedule, in global steps.
+      total_steps: the run's ``num_train_steps``.
+    """
+
+    model: keras.Model
+    trainer: Trainer
+    checkpoints: TrainingCheckpoints
+    start_step: int
+    schedule: PolynomialDecayWithWarmup
+    total_steps: int
+
+
+def start_run(spec: RunSpec, options: TrainingOptions, context: RunContext) -> StartedRun:
+    """The model, optimizer and `Trainer` of a run, restored or initialised.
+
+    Call it under the run's `mixed_precision_policy`. In order: ``--seed``
+    seeds the weights and dropout; the learning rate warms up linearly over
+    ``spec.num_warmup_steps`` and decays polynomially to 0 at
+    ``spec.num_train_steps`` (`PolynomialDecayWithWarmup`), counted in
+    updates (`AtUpdateSteps`); the model and ``--optimizer`` are made under
+    the strategy, the optimizer clipping as ``options``' clipping says
+    (`packed_bert_tf.training.steps.clipping`: per micro-batch in the
+    trainer, or once per update in the optimizer); then the model resumes
+    from the latest checkpoint in ``dirs.shared``, else starts from
+    ``--init_checkpoint`` (original BERT format), else from its random
+    weights. Checkpoints go under ``dirs.own``. Several workers must resume
+    from one step (`cluster.check_same_step`).
+    """
+    steps, strategy = spec.steps, context.strategy
     clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
                     micro_batches_per_update=steps.micro_batches_per_update)
-    trainer = Trainer(model, optimizer, task=task, strategy=strategy,
+    if options.seed is not None:
+        tf.keras.utils.set_random_seed(options.seed)
+    schedule = PolynomialDecayWithWarmup(options.learning_rate, spec.num_train_steps,
+                                         spec.num_warmup_steps, spec.start_warmup_step)
+    with strategy.scope():
+        model = spec.make_model()
+        model.build()
+        optimizer = create_optimizer(
+            options.optimizer, AtUpdateSteps(schedule, steps.global_steps_per_update),
+            global_clipnorm=clip.optimizer_clipnorm,
+            loss_scaling=options.mixed_precision == "fp16",
+            **spec.optimizer_hyperparameters)
+    trainer = Trainer(model, optimizer, task=spec.task, strategy=strategy,
                       steps_per_update=steps.micro_batches_per_update,
                       global_steps_per_update=steps.global_steps_per_update,
                       micro_batch_clipnorm=clip.micro_batch_clipnorm,
                       jit_compile=options.jit_compile)
-    checkpoints = TrainingCheckpoints(dirs.own, model=model, optimizer=optimizer,
+    checkpoints = TrainingCheckpoints(context.dirs.own, model=model, optimizer=optimizer,
                                       step=trainer.step,
                                       max_to_keep=options.keep_checkpoint_max,
-                                      resume_dir=dirs.shared)
+                                      resume_dir=context.dirs.shared)
     start_step = restore_or_initialize(
         checkpoints, functools.partial(load_google_checkpoint, model),
         options.init_checkpoint)
-    cluster.check_same_step(strategy, start_step, worker)
-    return trainer, checkpoints, start_step
+    cluster.check_same_step(strategy, start_step, context.worker)
+    return StartedRun(model, trainer, checkpoints, start_step, schedule,
+                      spec.num_train_steps)
 
 
 def restore_or_initialize(checkpoints: TrainingCheckpoints, init_fn=None,
@@ -104,5 +251,6 @@ def restore_or_initialize(checkpoints: TrainingCheckpoints, init_fn=None,
     return 0
 
 
-__all__ = ["mixed_precision_policy", "read_bert_config", "restore_or_initialize",
-           "start_training"]
+__all__ = ["RunContext", "RunSpec", "StartedRun", "mixed_precision_policy",
+           "read_bert_config", "restore_or_initialize", "resume_trajectory", "run_task",
+           "start_run"]
