@@ -89,11 +89,11 @@ class LAMB(ClipAfterCrossReplicaSum, keras.optimizers.Optimizer):
       exclude_from_layer_adaptation: regular expressions for the variables
         whose trust ratio is 1. None: the same as ``exclude_from_weight_decay``.
       bias_correction: divide the moments by ``1 - beta^t`` (MLPerf: True).
-      global_clipnorm: clip all gradients together to this global norm before
-        the update (MLPerf 1.0); None or 0 disables clipping.
-      name: the optimizer's name (default: a unique ``"lamb..."``).
-      **kwargs: other `keras.optimizers.Optimizer` arguments (``use_ema``,
-        ``loss_scale_factor``, ``gradient_accumulation_steps``...).
+      **kwargs: the `keras.optimizers.Optimizer` arguments: ``name``
+        (default: a unique ``"lamb..."``), ``global_clipnorm`` (clip all
+        gradients together to this global norm before the update; default
+        1.0, MLPerf's; None or 0 disables clipping), ``use_ema``,
+        ``loss_scale_factor``, ``gradient_accumulation_steps``...
         ``weight_decay``, ``clipnorm`` and ``clipvalue`` must be None: decay is
         ``weight_decay_rate`` and clipping is ``global_clipnorm``.
     """
@@ -102,8 +102,7 @@ class LAMB(ClipAfterCrossReplicaSum, keras.optimizers.Optimizer):
                  epsilon: float = 1e-6, weight_decay_rate: float = 0.01,
                  exclude_from_weight_decay: Sequence[str] | None = None,
                  exclude_from_layer_adaptation: Sequence[str] | None = None,
-                 bias_correction: bool = True, global_clipnorm: float | None = 1.0,
-                 name: str | None = None, **kwargs):
+                 bias_correction: bool = True, **kwargs):
         for argument, use in (("weight_decay", "weight_decay_rate"),
                               ("clipnorm", "global_clipnorm"),
                               ("clipvalue", "global_clipnorm")):
@@ -113,8 +112,8 @@ class LAMB(ClipAfterCrossReplicaSum, keras.optimizers.Optimizer):
             kwargs.pop(argument, None)
         if isinstance(learning_rate, int):
             learning_rate = float(learning_rate)
-        super().__init__(learning_rate=learning_rate, global_clipnorm=global_clipnorm,
-                         name=name, **kwargs)
+        kwargs.setdefault("global_clipnorm", 1.0)
+        super().__init__(learning_rate=learning_rate, **kwargs)
         if not 0.0 <= beta_1 < 1.0 or not 0.0 <= beta_2 < 1.0:
             raise ValueError(f"beta_1 and beta_2 must be in [0, 1), got "
                              f"beta_1={beta_1}, beta_2={beta_2}")

@@ -93,6 +93,29 @@ class TrainingSummary:
         return values
 
 
+@dataclasses.dataclass(frozen=True)
+class LoopIntervals:
+    """How often the host loop acts, in global steps (the flags of the same names).
+
+    Attributes:
+      iterations_per_loop: steps per call of the compiled loop (rounded up to
+        whole updates).
+      log_every_n_steps: steps between log points (one at the end too).
+      save_checkpoints_steps: steps between checkpoints (one at the end
+        too); 0: only at the end.
+    """
+
+    iterations_per_loop: int = 1
+    log_every_n_steps: int = 100
+    save_checkpoints_steps: int = 0
+
+    @classmethod
+    def of(cls, options: TrainingOptions) -> "LoopIntervals":
+        """The intervals a run's options give."""
+        return cls(options.iterations_per_loop, options.log_every_n_steps,
+                   options.save_checkpoints_steps)
+
+
 def _run_chunk(trainer: Trainer, iterator, step: int, num_train_steps: int,
                updates_per_loop: int, intervals: tuple):
     """One call of the compiled loop: as many updates as fit before the next log
@@ -110,8 +133,7 @@ def _run_chunk(trainer: Trainer, iterator, step: int, num_train_steps: int,
 
 
 def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
-                 iterations_per_loop: int = 1, log_every_n_steps: int = 100,
-                 save_checkpoints_steps: int = 0,
+                 intervals: LoopIntervals = LoopIntervals(),
                  checkpoints: TrainingCheckpoints | None = None,
                  logger: TrainingLogger | None = None,
                  learning_rate_at: Callable[[int], float] | None = None) -> TrainingSummary:
@@ -120,14 +142,15 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     Steps are the trainer's global steps: an update advances them by
     ``trainer.global_steps_per_update`` (K), so every count here is in those
     steps and every event happens at an update boundary. Each call of the
-    compiled loop runs `iterations_per_loop` steps' worth of updates (rounded
-    up to whole updates), fewer when the update that reaches the next log
-    point, checkpoint or the end comes sooner. A log point at the first update boundary
-    at or after each multiple of `log_every_n_steps` (and at the end) carries
+    compiled loop runs ``intervals.iterations_per_loop`` steps' worth of
+    updates (rounded up to whole updates), fewer when the update that
+    reaches the next log point, checkpoint or the end comes sooner. A log
+    point at the first update boundary at or after each multiple of
+    ``intervals.log_every_n_steps`` (and at the end) carries
     the task's metrics averaged over the updates since the last point, the
     learning rate of the last update, sequences and real tokens per second
     and the occupancy (real / padded tokens). A checkpoint likewise every
-    `save_checkpoints_steps` (0: none) and at the end.
+    ``intervals.save_checkpoints_steps`` (0: none) and at the end.
 
     Raises:
       ValueError: `num_train_steps` or the trainer's step is not a multiple of
@@ -154,14 +177,14 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         totals, history = dict.fromkeys(RunTotals.NAMES, 0.0), []
     interval = _Interval(trainer.metric_names)
     first_chunk = True
-    updates_per_loop = max(1, -(-iterations_per_loop // per_update))
+    updates_per_loop = max(1, -(-intervals.iterations_per_loop // per_update))
     # A stop signal while the loop runs is noted, not raised: the loop stops
     # after the chunk in flight, with a checkpoint (`interrupts`).
     with interrupts.at_step_boundaries():
         while step < num_train_steps:
             result, updates, elapsed, cpu_elapsed = _run_chunk(
                 trainer, iterator, step, num_train_steps, updates_per_loop,
-                (log_every_n_steps, save_checkpoints_steps))
+                (intervals.log_every_n_steps, intervals.save_checkpoints_steps))
             if result.first_nonfinite_step >= 0:
                 raise NonFiniteLossError(
                     step + (result.first_nonfinite_step + 1) * per_update,
@@ -177,7 +200,8 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                 totals["steady_tokens"] += result.statistics["tokens"]
             first_chunk = False
             interval.add(result, elapsed)
-            if crossed(previous_step, step, log_every_n_steps) or step == num_train_steps:
+            if (crossed(previous_step, step, intervals.log_every_n_steps)
+                    or step == num_train_steps):
                 values = interval.values()
                 if learning_rate_at is not None:
                     values["learning_rate"] = learning_rate_at(step - 1)
@@ -190,7 +214,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
             stop = interrupts.requested() if step < num_train_steps else None
             last = step == num_train_steps or stop is not None
             if checkpoints is not None and (
-                    crossed(previous_step, step, save_checkpoints_steps)
+                    crossed(previous_step, step, intervals.save_checkpoints_steps)
                     or (last and checkpoints.saved_step != step)):
                 checkpoints.totals.write(totals, history)
                 checkpoints.save()
@@ -217,7 +241,7 @@ def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
 
     ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
     the loop is `run_training`'s (in global steps), with ``options``'
-    ``iterations_per_loop``, ``log_every_n_steps`` and ``save_checkpoints_steps``,
+    `LoopIntervals`,
     and its `TrainingLogger` writes to ``output_dir`` (with ``options.progress_bar``);
     ``schedule`` gives the logged learning rate of a global step.
 
@@ -231,9 +255,7 @@ def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
     try:
         result = run_training(
             trainer, iterator, num_train_steps=num_train_steps,
-            iterations_per_loop=options.iterations_per_loop,
-            log_every_n_steps=options.log_every_n_steps,
-            save_checkpoints_steps=options.save_checkpoints_steps,
+            intervals=LoopIntervals.of(options),
             checkpoints=checkpoints, logger=logger,
             learning_rate_at=lambda step: float(schedule(step)))
     finally:

@@ -29,8 +29,9 @@ gradient with weight 1 / K; the optimizer then applies it without summing or
 clipping again. That costs one all-reduce per micro-batch, as in the
 reference.
 
-On a TPU (and with ``compile_whole_step``, its stand-in for one replica
-elsewhere) the whole step of a replica is one XLA computation instead.
+On a TPU (and with ``jit_compile="whole_step"``, its stand-in for one
+replica elsewhere) the whole step of a replica is one XLA computation
+instead.
 
 The global step (`Trainer.step`) advances by ``global_steps_per_update`` per
 update: K for the reference's micro-batch steps, 1 for update steps.
@@ -148,8 +149,13 @@ class Trainer:
       task: the `TrainingTask` (loss, normalisers, statistics, metric names).
       strategy: the ``tf.distribute`` strategy (default: the current one).
       steps_per_update: K, micro-batches per update per replica.
-      jit_compile: XLA-compile the per-replica forward/backward (ignored on
-        TPU, which compiles the whole step).
+      jit_compile: True: XLA-compile the per-replica forward/backward (and
+        the evaluation step); False: nothing; ``"whole_step"``: each
+        replica's whole step (normalisers, every micro-batch, the
+        optimizer's update) as one computation, as a TPU does. A TPU
+        strategy always compiles the whole step (TPUStrategy does);
+        elsewhere ``"whole_step"`` is the TPU path's stand-in, for one
+        replica: it fails where an op of the step could not run on a TPU.
       global_steps_per_update: how far `step` advances per update (default:
         `steps_per_update`, the MLPerf reference's global step, one per
         micro-batch; 1: one per update).
@@ -157,19 +163,16 @@ class Trainer:
         replicas, to this global norm before accumulating (the optimizer's
         ``global_clipnorm`` must then be None); None: the optimizer alone
         clips, once per update.
-      compile_whole_step: XLA-compile each replica's whole step (normalisers,
-        every micro-batch, the optimizer's update) as one computation, as a
-        TPU does (default: on a TPU strategy only, where TPUStrategy compiles
-        it). Elsewhere it is the TPU path's stand-in, for one replica: it
-        fails where an op of the step could not run on a TPU.
     """
 
     def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer, *,
                  task: TrainingTask, strategy: tf.distribute.Strategy | None = None,
-                 steps_per_update: int = 1, jit_compile: bool = True,
+                 steps_per_update: int = 1, jit_compile: bool | str = True,
                  global_steps_per_update: int | None = None,
-                 micro_batch_clipnorm: float | None = None,
-                 compile_whole_step: bool | None = None):
+                 micro_batch_clipnorm: float | None = None):
+        if jit_compile not in (True, False, "whole_step"):
+            raise ValueError(f"jit_compile must be True, False or 'whole_step', got "
+                             f"{jit_compile!r}")
         if steps_per_update < 1:
             raise ValueError(f"steps_per_update must be >= 1, got {steps_per_update}")
         if global_steps_per_update is None:
@@ -199,12 +202,12 @@ class Trainer:
         self.global_steps_per_update = global_steps_per_update
         self.micro_batch_clipnorm = micro_batch_clipnorm
         on_tpu = is_tpu_strategy(self.strategy)
-        self.compile_whole_step = on_tpu if compile_whole_step is None else compile_whole_step
+        self.compile_whole_step = on_tpu or jit_compile == "whole_step"
         if self.compile_whole_step and not on_tpu and self.strategy.num_replicas_in_sync > 1:
-            raise ValueError("compile_whole_step off a TPU is for one replica: XLA on CPU "
+            raise ValueError("jit_compile='whole_step' off a TPU is for one replica: XLA on CPU "
                              "and GPU compiles no cross-replica sums")
         # The whole step compiled (a TPU's own, or the stand-in's) compiles its parts.
-        self.jit_compile = jit_compile and not self.compile_whole_step
+        self.jit_compile = jit_compile is True and not self.compile_whole_step
         whole_step_xla = self.compile_whole_step and not on_tpu
         with self.strategy.scope():
             # Inside the scope, or the optimizer's slots are not mirrored.

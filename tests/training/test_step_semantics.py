@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.training.lamb import LAMB
-from packed_bert_tf.training.loop import run_training
+from packed_bert_tf.training.loop import LoopIntervals, run_training
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
 from packed_bert_tf.training.steps import (Clipping, StepCounting, clipping, crossed,
                                            updates_to_boundary)
@@ -210,7 +210,8 @@ def test_the_trainer_refuses_to_clip_twice():
 def test_the_loop_counts_micro_batches_and_acts_at_update_boundaries():
     trainer = make_trainer(micro_batch_clipnorm=1.0)
     summary = run_training(trainer, iterator(updates_data()), num_train_steps=K * UPDATES,
-                           iterations_per_loop=1, log_every_n_steps=4,
+                           intervals=LoopIntervals(iterations_per_loop=1,
+                                                   log_every_n_steps=4),
                            learning_rate_at=lambda step: float(schedule()(step)))
     # Updates end at steps 3, 6, 9: the log point of step 4 comes at 6, that of 8 at 9.
     assert [point["step"] for point in summary.history] == [6, 9]
@@ -223,7 +224,8 @@ def test_the_loop_counts_micro_batches_and_acts_at_update_boundaries():
 def test_one_step_per_update_is_still_available():
     trainer = make_trainer(micro_batch_clipnorm=None, global_steps_per_update=1)
     summary = run_training(trainer, iterator(updates_data()), num_train_steps=UPDATES,
-                           iterations_per_loop=2, log_every_n_steps=2)
+                           intervals=LoopIntervals(iterations_per_loop=2,
+                                                   log_every_n_steps=2))
     assert [point["step"] for point in summary.history] == [2, 3]
     assert int(trainer.step.numpy()) == UPDATES
 

@@ -25,7 +25,7 @@ def test_the_whole_step_compiled_at_once_takes_the_same_steps():
     whole = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
                          learning_rate=0.05)
     whole_trainer = type(whole)(whole.model, whole.optimizer, task=whole.task,
-                                steps_per_update=2, compile_whole_step=True,
+                                steps_per_update=2, jit_compile="whole_step",
                                 micro_batch_clipnorm=micro_batch_clipnorm)
     result = whole_trainer.train_steps(_iterator(elements), 3)
     assert result.first_nonfinite_step == -1
@@ -38,9 +38,9 @@ def test_the_whole_step_compiled_at_once_takes_the_same_steps():
 def test_the_whole_step_stand_in_is_for_one_replica():
     trainer = make_trainer()
     two_replicas = types.SimpleNamespace(num_replicas_in_sync=2)
-    with pytest.raises(ValueError, match="compile_whole_step off a TPU is for one replica"):
+    with pytest.raises(ValueError, match="jit_compile='whole_step' off a TPU is for one replica"):
         type(trainer)(trainer.model, trainer.optimizer, task=trainer.task,
-                      strategy=two_replicas, compile_whole_step=True)
+                      strategy=two_replicas, jit_compile="whole_step")
 
 
 def test_bucketed_batches_are_refused_on_a_tpu(monkeypatch):
