@@ -18,7 +18,7 @@ out files untouched for a minute (DAMON reclaim) and reads them back at 30 to
 
 ``--checkouts`` runs the tool from other checkouts of this repository too,
 alternating with this one round by round (an A/B in one run, e.g. against a
-worktree of the commit before a change); the fastest round of each is
+clone of the code before a change); the fastest round of each is
 reported, every round printed.
 
 ``--beam_args=portable`` runs the tool through Beam's portability framework,

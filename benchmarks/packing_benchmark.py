@@ -47,7 +47,7 @@ flags.DEFINE_string("long_context_case", None,
                     "as JSON (the script runs each case so, in a process of its own); "
                     "cg: column generation alone (certified_gap=None).")
 
-# (histogram, algorithm, cap, what the issues ask for, check on (packs, seconds)).
+# (histogram, algorithm, cap, the target, check on (packs, seconds)).
 # The targets: Wikipedia cap 3 in 0.5 s, SQuAD in 0.2 s; caps 2 and 4 no
 # worse than column generation without the shortcuts (10,099,081 and
 # 8,135,728 packs; 40,195 on SQuAD).
@@ -188,7 +188,7 @@ def run_long_context() -> list[dict]:
         for cap in FLAGS.long_context_caps:
             result = _run_case(length, cap)
             # Where a shortcut's plan was certified against a weaker bound,
-            # column generation alone gives the LP bound (the issue's
+            # column generation alone gives the LP bound (the
             # yardstick) and the plan the shortcut replaces.
             result["column_generation"] = (_run_case(length, cap, "cg")
                                            if result["shortcut"] else None)
@@ -213,7 +213,7 @@ def long_context_markdown(results) -> str:
              "exp(N(0, 0.25)), cut into sequences of at most S - 2 tokens plus [CLS] "
              "and [SEP]. Each case runs in a process of its own; peak memory is that "
              "process's peak resident set (Python, numpy and scipy included), the "
-             "issue's bound being 2 GiB.", "",
+             "target being at most 2 GiB.", "",
              "'Bound' is the LP optimum where column generation planned the whole "
              "histogram; where a shortcut's plan was certified (`certified_gap`, "
              "0.05 %), the bound it was certified against, never above the LP "

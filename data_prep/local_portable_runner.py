@@ -14,8 +14,8 @@ pure-Python ones (no Java, no Docker):
 
 It yields the Beam options that send a tool's pipeline there, and stops both
 services, with every worker process they started, on the way out. The tests
-and the data-prep benchmark use it; the README gives the same two commands to
-run by hand.
+and the data-prep benchmark use it; docs/pack_pretraining_data.md gives the same two
+commands to run by hand.
 
 Two properties of Beam's Python job service (2.77) matter when reading its
 figures: it runs one SDK worker at a time (it is a reference job server: its

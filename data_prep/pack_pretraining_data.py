@@ -59,7 +59,7 @@ def define_flags():
                          "Masked-LM slots per unpacked record. Must match data "
                          "generation (create_pretraining_data's "
                          "--max_predictions_per_seq).")
-    # The names of earlier versions.
+    # Aliases, as packing_report takes them.
     flags.DEFINE_alias("max_sequence_length", "max_seq_length")
     flags.DEFINE_alias("max_predictions_per_sequence", "max_predictions_per_seq")
     flags.DEFINE_integer("max_sequences_per_pack", 3,
@@ -145,8 +145,8 @@ def _check_job_endpoint(options) -> None:
     endpoint = options.job_endpoint
     if not endpoint:
         raise ValueError("--runner=PortableRunner needs --job_endpoint=HOST:PORT, a "
-                         "running Beam job service (see the README: running the "
-                         "Beam tools on a cluster)")
+                         "running Beam job service (see docs/pack_pretraining_data.md: "
+                         "running the Beam tools on a cluster)")
     if endpoint == "embed":  # Beam's Python job service, in this process
         return
     timeout = options.job_server_timeout

@@ -38,7 +38,7 @@ def define_flags():
         "max_seq_length", None,
         "Tokens per pack. Default: the histogram file's max_sequence_length (or its "
         "number of bins).")
-    flags.DEFINE_alias("max_sequence_length", "max_seq_length")  # the earlier name
+    flags.DEFINE_alias("max_sequence_length", "max_seq_length")
     flags.DEFINE_integer("max_sequences_per_pack", 3,
                          "Cap on sequences per pack (the paper's packing depth).")
     flags.DEFINE_list(
