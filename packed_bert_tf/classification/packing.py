@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from packed_bert_tf.data.packed_rows import (PackedRows, PackSpec, RowShape, pack_rows,
-                                             unpack_sequence_outputs)
-from packed_bert_tf.packing import PackAssignment, pack_assignment
+                                             plan_rows, unpack_sequence_outputs)
+from packed_bert_tf.packing import PackAssignment
 
 #: What a classification example carries into a row.
 CLASSIFIER_SPEC = PackSpec.classifier()
@@ -59,11 +59,10 @@ def pack_features(features, *, packed: bool = True,
       `packed_bert_tf.data.packed_rows.PackedRows`: int32 arrays but
       ``label_ids``, which keeps the labels' dtype (float32 for regression).
     """
-    assignment = pack_assignment(features.length, features.max_seq_length,
-                                 max_sequences_per_pack, packed=packed,
-                                 algorithm=algorithm, seed=seed)
-    return layout_packs(features, assignment, max_sequences_per_pack if packed else 1,
-                        packed=packed)
+    return plan_rows(CLASSIFIER_SPEC, _compact(features),
+                     RowShape(features.max_seq_length, max_sequences_per_pack, packed),
+                     algorithm=algorithm, seed=seed,
+                     dtypes={"label_ids": features.label_ids.dtype})
 
 
 def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: int,
@@ -81,11 +80,15 @@ def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: i
       ValueError: when a pack holds more than D examples or more than S
         tokens, or the assignment does not hold every example exactly once.
     """
-    arrays = {"lengths": features.length, "input_ids": features.input_ids,
-              "segment_ids": features.segment_ids, "label_ids": features.label_ids}
     shape = RowShape(features.max_seq_length, max_sequences_per_pack, packed)
-    return pack_rows(CLASSIFIER_SPEC, arrays, assignment, shape,
+    return pack_rows(CLASSIFIER_SPEC, _compact(features), assignment, shape,
                      dtypes={"label_ids": features.label_ids.dtype})
+
+
+def _compact(features) -> dict:
+    """The features as `CLASSIFIER_SPEC`'s compact arrays (they are compact already)."""
+    return {"lengths": features.length, "input_ids": features.input_ids,
+            "segment_ids": features.segment_ids, "label_ids": features.label_ids}
 
 
 def pack_examples(examples, task, tokenizer, *, max_seq_length: int = 128,

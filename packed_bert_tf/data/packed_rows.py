@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.packing import PackAssignment, ragged, rows_of_packs
+from packed_bert_tf.packing import PackAssignment, pack_assignment, ragged, rows_of_packs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,6 +476,26 @@ def pack_rows(spec: PackSpec, arrays: dict, assignment: PackAssignment,
                    shape.max_sequences_per_pack, dtypes)
     return PackedRows(rows, sequence_pack, sequence_slot, sequence_offset, lengths, spec,
                       shape.packed)
+
+
+def plan_rows(spec: PackSpec, arrays: dict, shape: RowShape, *, algorithm: str = "optimal",
+              seed: int = 0, dtypes: dict | None = None) -> PackedRows:
+    """Packs compact sequences by length (`packed_bert_tf.packing.pack_assignment`)
+    and lays them into rows (`pack_rows`); ``shape.packed`` False: one
+    sequence per row, in sequence order, D = 1.
+
+    Args:
+      spec, arrays, dtypes: as `pack_rows` takes them.
+      shape: the room in a row.
+      algorithm: a `packed_bert_tf.packing.ALGORITHMS` name.
+      seed: which sequences of a length share a pack, and the packs' order.
+    """
+    assignment = pack_assignment(arrays["lengths"], shape.max_sequence_length,
+                                 shape.max_sequences_per_pack, packed=shape.packed,
+                                 algorithm=algorithm, seed=seed)
+    if not shape.packed:
+        shape = dataclasses.replace(shape, max_sequences_per_pack=1)
+    return pack_rows(spec, arrays, assignment, shape, dtypes or {})
 
 
 def unpack_sequence_outputs(rows: PackedRows, pack_index, outputs) -> np.ndarray:

@@ -29,8 +29,8 @@ import dataclasses
 import numpy as np
 
 from packed_bert_tf.data.packed_rows import (PackedRows, PackSpec, RowShape, compact_padded,
-                                             pack_rows, unpack_token_outputs)
-from packed_bert_tf.packing import PackAssignment, pack_assignment
+                                             pack_rows, plan_rows, unpack_token_outputs)
+from packed_bert_tf.packing import PackAssignment
 
 #: What a SQuAD feature carries into a row.
 SQUAD_SPEC = PackSpec.squad()
@@ -52,11 +52,9 @@ def pack_features(features, *, packed: bool = True, max_sequences_per_pack: int 
       `packed_bert_tf.data.packed_rows.PackedRows`, all arrays int32: the
       module docstring's features, ``sequence_weights`` (1 real, 0 empty).
     """
-    assignment = pack_assignment(features.length, features.max_seq_length,
-                                 max_sequences_per_pack, packed=packed,
-                                 algorithm=algorithm, seed=seed)
-    return layout_packs(features, assignment, max_sequences_per_pack if packed else 1,
-                        packed=packed)
+    return plan_rows(SQUAD_SPEC, _compact(features),
+                     RowShape(features.max_seq_length, max_sequences_per_pack, packed),
+                     algorithm=algorithm, seed=seed)
 
 
 def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: int,
@@ -74,12 +72,16 @@ def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: i
       ValueError: when a pack holds more than D features or more than S
         tokens, or the assignment does not hold every feature exactly once.
     """
-    arrays = compact_padded(SQUAD_SPEC, {
+    shape = RowShape(features.input_ids.shape[1], max_sequences_per_pack, packed)
+    return pack_rows(SQUAD_SPEC, _compact(features), assignment, shape, dtypes={})
+
+
+def _compact(features) -> dict:
+    """The features as `SQUAD_SPEC`'s compact arrays."""
+    return compact_padded(SQUAD_SPEC, {
         "input_ids": features.input_ids, "segment_ids": features.segment_ids,
         "start_positions": features.start_position,
         "end_positions": features.end_position}, features.length)
-    shape = RowShape(features.input_ids.shape[1], max_sequences_per_pack, packed)
-    return pack_rows(SQUAD_SPEC, arrays, assignment, shape, dtypes={})
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
