@@ -16,9 +16,11 @@ $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-# The tests take the keras-hub extra too, so that its tests (weights in and out,
-# the peer benchmark) run here instead of being skipped; the Makefile is a
-# prerequisite so that a venv stamped before this line gets the extra.
+# The tests take the keras-hub extra (weights in and out, the peer benchmark)
+# and the reference extra (google-research/bert's tool from bert-tensorflow,
+# Grain's packers) too, so that the tests comparing with them run here instead
+# of being skipped; the Makefile is a prerequisite so that a venv stamped
+# before a change of these lines gets the extras.
 $(VENV)/.installed-test: setup.py Makefile $(EXTENSION) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[test,keras-hub,reference]'
 	touch $@
