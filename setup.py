@@ -35,6 +35,8 @@ setup(
         "tokenizers",
         "apache-beam[tfrecord]",
         "matplotlib",
+        # MLPerf's log (mlperf_logging.mllog) and its compliance checker.
+        "mlperf-logging==4.1.68",
     ],
     extras_require={"test": ["pytest", "pytest-xdist", "hypothesis"],
                     # benchmarks/peer_benchmark.py: keras-hub's BERT beside ours.
