@@ -118,6 +118,7 @@ def make_trainer(files, packed):
     import tensorflow as tf
 
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
+    from packed_bert_tf.data.pipeline import Shuffling
     from packed_bert_tf.pretraining import task
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer
@@ -132,7 +133,8 @@ def make_trainer(files, packed):
         files, max_seq_length=S, max_predictions_per_seq=P, max_sequences_per_pack=D)
     dataset = task.train_dataset_fn(
         files, global_batch_size=FLAGS.batch_size, steps_per_update=1,
-        record_format=record_format, seed=0, shuffle_buffer_size=1000)(
+        record_format=record_format,
+        shuffling=Shuffling(seed=0, shuffle_buffer_size=1000))(
         tf.distribute.InputContext())
     return trainer, iter(dataset)
 

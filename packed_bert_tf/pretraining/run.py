@@ -33,8 +33,10 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf.batching.bucketing import Bucketing
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import IdLimits
+from packed_bert_tf.data.pipeline import Shuffling
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
@@ -363,20 +365,20 @@ def _trajectory_values(options, inputs, steps: StepCounting, strategy) -> tuple[
 def _train(options, inputs, run: StartedRun, output_dir, id_limits, skip_rows: int) -> dict:
     """Trains from the restored step, each replica skipping ``skip_rows`` rows of its
     data first (updates, with bucketed batches: see `_trajectory_values`)."""
+    shuffling = Shuffling(seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size)
     if options.batching == "bucketed":
+        bucketing = Bucketing(
+            batch_size=None if options.token_budget else options.train_batch_size,
+            token_budget=options.token_budget, pool_size=options.pool_size,
+            bucket_boundaries=options.bucket_boundaries, pad_to_bucket_boundary=True)
         dataset_fn = task.bucketed_train_dataset_fn(
-            inputs.train_files, max_seq_length=options.max_seq_length,
-            max_predictions_per_seq=options.max_predictions_per_seq,
-            global_batch_size=options.train_batch_size, token_budget=options.token_budget,
-            bucket_boundaries=options.bucket_boundaries, pool_size=options.pool_size,
-            seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size,
-            skip_steps=skip_rows, id_limits=id_limits)
+            inputs.train_files, record_format=inputs.train_format, bucketing=bucketing,
+            shuffling=shuffling, skip_steps=skip_rows, id_limits=id_limits)
     else:
         dataset_fn = task.train_dataset_fn(
             inputs.train_files, global_batch_size=options.train_batch_size,
             steps_per_update=run.trainer.steps_per_update, record_format=inputs.train_format,
-            seed=options.seed, skip_rows=skip_rows,
-            shuffle_buffer_size=options.shuffle_buffer_size, id_limits=id_limits,
+            shuffling=shuffling, skip_rows=skip_rows, id_limits=id_limits,
             pack_on_the_fly=inputs.pack_on_the_fly)
     return train_and_export(run.trainer, dataset_fn, options, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=run.schedule,

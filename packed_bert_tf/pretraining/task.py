@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from packed_bert_tf.batching.bucketing import Bucketing
 from packed_bert_tf.data import pipeline, record_files
 from packed_bert_tf.data.features import IdLimits, RecordFormat, default_max_masked_tokens
 from packed_bert_tf.data.streaming import PackOnTheFly
@@ -153,28 +154,27 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat,
 
 def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                      steps_per_update: int, record_format: RecordFormat,
-                     seed: int | None, skip_rows: int = 0,
-                     shuffle_buffer_size: int = 10_000, id_limits: IdLimits | None = None,
+                     shuffling: pipeline.Shuffling, skip_rows: int = 0,
+                     id_limits: IdLimits | None = None,
                      pack_on_the_fly: PackOnTheFly | None = None):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
 
-    Each pipeline yields per-replica elements [K, b, ...]; each replica first
-    skips ``skip_rows`` rows (a resumed run: those it had read,
-    `trajectory.rows_read`). ``id_limits``: every
-    id is checked against them (`pipeline.parse_records`).
-    ``pack_on_the_fly``: unpacked records are packed as they are read.
+    Each pipeline yields per-replica elements [K, b, ...] (K =
+    ``steps_per_update``), its records in the order of ``shuffling``; each
+    replica first skips ``skip_rows`` rows (a resumed run: those it had read,
+    `trajectory.rows_read`). ``id_limits``: every id is checked against them
+    (`pipeline.parse_records`). ``pack_on_the_fly``: unpacked records are
+    packed as they are read.
     """
+    batches = pipeline.ReplicaBatches(skip_rows=skip_rows, micro_batches=steps_per_update,
+                                      pack_on_the_fly=pack_on_the_fly)
 
     def dataset_fn(input_context: tf.distribute.InputContext):
         # Each replica's batches are stacked before the pipeline hands them
         # out in turn (`pipeline.pretraining_dataset`).
         return pipeline.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
-            input_context=input_context,
-            shuffling=pipeline.Shuffling(seed=seed, shuffle_buffer_size=shuffle_buffer_size),
-            batches=pipeline.ReplicaBatches(skip_rows=skip_rows,
-                                            micro_batches=steps_per_update,
-                                            pack_on_the_fly=pack_on_the_fly),
+            input_context=input_context, shuffling=shuffling, batches=batches,
             id_limits=id_limits)
 
     return dataset_fn
@@ -202,32 +202,25 @@ def streaming_packing_factor(files: Sequence[str], record_format: RecordFormat,
     return lengths.size / result.num_packs
 
 
-def bucketed_train_dataset_fn(files: Sequence[str], *, max_seq_length: int,
-                              max_predictions_per_seq: int, global_batch_size: int,
-                              token_budget: int | None, bucket_boundaries, pool_size: int,
-                              seed: int, shuffle_buffer_size: int, skip_steps: int = 0,
-                              id_limits: IdLimits | None = None):
+def bucketed_train_dataset_fn(files: Sequence[str], *, record_format: RecordFormat,
+                              bucketing: Bucketing, shuffling: pipeline.Shuffling,
+                              skip_steps: int = 0, id_limits: IdLimits | None = None):
     """``dataset_fn`` of length-bucketed batches (`packed_bert_tf.batching`).
 
-    Batches have their bucket's shape; each step's batches (one per replica
-    of a pipeline) share a shape and have comparable cost. Elements are
-    [1, rows, length] (one micro-batch per update). ``token_budget``, when
-    given, replaces ``global_batch_size`` (rows x length per step).
+    ``bucketing`` holds the global sizes (a batch size, or a token budget:
+    rows x length per step), split between the replicas. Batches have their
+    bucket's shape (padded to its boundary, with ``pad_to_bucket_boundary``);
+    each step's batches (one per replica of a pipeline) share a shape and
+    have comparable cost. Elements are [1, rows, length] (one micro-batch
+    per update); a resumed run skips ``skip_steps`` steps first.
     """
-    from packed_bert_tf.batching import Bucketing
     from packed_bert_tf.batching.dataset import bucketed_pretraining_dataset
-
-    bucketing = Bucketing(batch_size=None if token_budget else global_batch_size,
-                          token_budget=token_budget, pool_size=pool_size,
-                          bucket_boundaries=bucket_boundaries, pad_to_bucket_boundary=True)
 
     def dataset_fn(input_context: tf.distribute.InputContext):
         replicas_per_pipeline = (input_context.num_replicas_in_sync
                                  // input_context.num_input_pipelines)
         dataset = bucketed_pretraining_dataset(
-            files, record_format=RecordFormat.unpacked(max_seq_length, max_predictions_per_seq),
-            bucketing=bucketing,
-            shuffling=pipeline.Shuffling(seed=seed, shuffle_buffer_size=shuffle_buffer_size),
+            files, record_format=record_format, bucketing=bucketing, shuffling=shuffling,
             input_context=input_context, id_limits=id_limits)
         if skip_steps:
             dataset = dataset.skip(skip_steps * replicas_per_pipeline)
