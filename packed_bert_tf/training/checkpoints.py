@@ -27,6 +27,7 @@ class RunTotals(tf.Module):
     Attributes:
       counts: `NAMES` -> float64 variable (`TrainingSummary`'s fields).
       history: every logged point so far, as JSON.
+      evaluations: every evaluation during training so far, as JSON.
     """
 
     NAMES = ("sequences", "tokens", "padded_tokens", "seconds", "steady_seconds",
@@ -37,16 +38,20 @@ class RunTotals(tf.Module):
         self.counts = {name: tf.Variable(0.0, dtype=tf.float64, trainable=False, name=name)
                        for name in self.NAMES}
         self.history = tf.Variable("[]", dtype=tf.string, trainable=False, name="history")
+        self.evaluations = tf.Variable("[]", dtype=tf.string, trainable=False,
+                                       name="evaluations")
 
-    def read(self) -> tuple[dict, list]:
-        """(name -> float, list of logged points)."""
+    def read(self) -> tuple[dict, list, list]:
+        """(name -> float, list of logged points, list of evaluations)."""
         return ({name: float(value.numpy()) for name, value in self.counts.items()},
-                json.loads(self.history.numpy().decode()))
+                json.loads(self.history.numpy().decode()),
+                json.loads(self.evaluations.numpy().decode()))
 
-    def write(self, counts: dict, history: list) -> None:
+    def write(self, counts: dict, history: list, evaluations: list) -> None:
         for name, value in self.counts.items():
             value.assign(counts[name])
         self.history.assign(json.dumps(history))
+        self.evaluations.assign(json.dumps(evaluations))
 
 
 class TrainingCheckpoints:

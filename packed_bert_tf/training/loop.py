@@ -1,11 +1,13 @@
-"""The host side of training: chunks of steps, logging, checkpoints, the stop on a
-non-finite loss or a signal, the run's summary (`run_training`), and a run
+"""The host side of training: chunks of steps, logging, checkpoints, evaluation
+during training and the stop at a target (`PeriodicEvaluation`), the stop on
+a non-finite loss or a signal, the run's summary (`run_training`), and a run
 trained to its end with its final weights in the original BERT format
 (`train_and_export`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Callable
 
@@ -53,6 +55,10 @@ class TrainingSummary:
         pipeline included) over the same steps: less sensitive than wall time
         to other processes on a shared machine.
       history: every logged point of the run.
+      evaluations: every evaluation during training (`PeriodicEvaluation`):
+        its ``step``, ``samples_count`` and results.
+      stopped_at_target: the run stopped at an evaluation that reached
+        `PeriodicEvaluation.stop_threshold`.
     """
 
     start_step: int
@@ -67,6 +73,8 @@ class TrainingSummary:
     steady_tokens: float
     steady_cpu_seconds: float
     history: list
+    evaluations: list = dataclasses.field(default_factory=list)
+    stopped_at_target: bool = False
 
     @property
     def sequences_per_second(self) -> float:
@@ -116,11 +124,51 @@ class LoopIntervals:
                    options.save_checkpoints_steps)
 
 
+@dataclasses.dataclass(frozen=True)
+class PeriodicEvaluation:
+    """Evaluation during training, counted in training samples, and the stop at a
+    target (MLPerf's way: an evaluation every ``interval_samples`` sequences,
+    the run ends at the first that reaches the target accuracy).
+
+    Attributes:
+      evaluate: ``(step, samples_count) -> results``: one evaluation of the
+        model as it is (it must not change the training state), its results
+        a dict holding `metric`.
+      interval_samples: training sequences between evaluations: one at the
+        first update boundary at or after each multiple, and one at the end;
+        0: only at the end.
+      metric: the result that `stop_threshold` is compared with.
+      stop_threshold: stop at the first evaluation whose `metric` is at
+        least this; None: train to the end.
+      samples_per_update: the training sequences an update holds, about
+        (packs: the packing factor times the packs): how many updates a
+        chunk can run without passing the next evaluation's boundary.
+    """
+
+    evaluate: Callable[[int, float], dict]
+    interval_samples: int
+    metric: str
+    stop_threshold: float | None = None
+    samples_per_update: float = 1.0
+
+    def updates_before_boundary(self, samples: float) -> int:
+        """Updates a chunk may run from ``samples`` without passing the next
+        multiple of `interval_samples` by more than one update: 1 near it."""
+        if not self.interval_samples:
+            return 2 ** 62
+        remaining = (samples // self.interval_samples + 1) * self.interval_samples - samples
+        # 10 % slack: packed updates hold about, not exactly, samples_per_update.
+        return max(1, math.floor(remaining / (1.1 * self.samples_per_update)))
+
+    def reached(self, results: dict) -> bool:
+        return self.stop_threshold is not None and results[self.metric] >= self.stop_threshold
+
+
 def _run_chunk(trainer: Trainer, iterator, step: int, num_train_steps: int,
                updates_per_loop: int, intervals: tuple):
-    """One call of the compiled loop: as many updates as fit before the next log
-    point, checkpoint (``intervals``, 0: none) or the end. Returns (result,
-    updates, wall seconds, CPU seconds)."""
+    """One call of the compiled loop: at most ``updates_per_loop`` updates, as many
+    as fit before the next log point, checkpoint (``intervals``, 0: none) or
+    the end. Returns (result, updates, wall seconds, CPU seconds)."""
     per_update = trainer.global_steps_per_update
     updates = min(updates_per_loop, (num_train_steps - step) // per_update)
     for every in intervals:
@@ -136,7 +184,8 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                  intervals: LoopIntervals = LoopIntervals(),
                  checkpoints: TrainingCheckpoints | None = None,
                  logger: TrainingLogger | None = None,
-                 learning_rate_at: Callable[[int], float] | None = None) -> TrainingSummary:
+                 learning_rate_at: Callable[[int], float] | None = None,
+                 evaluation: PeriodicEvaluation | None = None) -> TrainingSummary:
     """Trains from the trainer's current step to `num_train_steps`.
 
     Steps are the trainer's global steps: an update advances them by
@@ -151,6 +200,13 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     learning rate of the last update, sequences and real tokens per second
     and the occupancy (real / padded tokens). A checkpoint likewise every
     ``intervals.save_checkpoints_steps`` (0: none) and at the end.
+
+    With an ``evaluation``, the model is evaluated at the first update
+    boundary at or after each multiple of its ``interval_samples`` training
+    sequences and at the end, each evaluation followed by a checkpoint (so
+    that a resumed run neither repeats nor skips one: the sequences counted
+    are the run's, kept in the checkpoints); the loop stops at the first
+    evaluation that reaches its ``stop_threshold``.
 
     Raises:
       ValueError: `num_train_steps` or the trainer's step is not a multiple of
@@ -172,18 +228,23 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     step = start_step
     # The run's totals so far: those of the checkpoint resumed, else zeros.
     if checkpoints is not None:
-        totals, history = checkpoints.totals.read()
+        totals, history, evaluations = checkpoints.totals.read()
     else:
-        totals, history = dict.fromkeys(RunTotals.NAMES, 0.0), []
+        totals, history, evaluations = dict.fromkeys(RunTotals.NAMES, 0.0), [], []
+    stopped_at_target = bool(evaluations) and evaluation is not None and \
+        evaluation.reached(evaluations[-1])
     interval = _Interval(trainer.metric_names)
     first_chunk = True
     updates_per_loop = max(1, -(-intervals.iterations_per_loop // per_update))
     # A stop signal while the loop runs is noted, not raised: the loop stops
     # after the chunk in flight, with a checkpoint (`interrupts`).
     with interrupts.at_step_boundaries():
-        while step < num_train_steps:
+        while step < num_train_steps and not stopped_at_target:
+            chunk_updates = updates_per_loop if evaluation is None else min(
+                updates_per_loop, evaluation.updates_before_boundary(totals["sequences"]))
+            samples_before = totals["sequences"]
             result, updates, elapsed, cpu_elapsed = _run_chunk(
-                trainer, iterator, step, num_train_steps, updates_per_loop,
+                trainer, iterator, step, num_train_steps, chunk_updates,
                 (intervals.log_every_n_steps, intervals.save_checkpoints_steps))
             if result.first_nonfinite_step >= 0:
                 raise NonFiniteLossError(
@@ -200,8 +261,17 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                 totals["steady_tokens"] += result.statistics["tokens"]
             first_chunk = False
             interval.add(result, elapsed)
-            if (crossed(previous_step, step, intervals.log_every_n_steps)
+            evaluated = False
+            if evaluation is not None and (
+                    crossed(samples_before, totals["sequences"], evaluation.interval_samples)
                     or step == num_train_steps):
+                results = evaluation.evaluate(step, totals["sequences"])
+                evaluations.append({"step": step, "samples_count": totals["sequences"],
+                                    **results})
+                evaluated = True
+                stopped_at_target = evaluation.reached(results)
+            if (crossed(previous_step, step, intervals.log_every_n_steps)
+                    or step == num_train_steps or stopped_at_target):
                 values = interval.values()
                 if learning_rate_at is not None:
                     values["learning_rate"] = learning_rate_at(step - 1)
@@ -212,16 +282,20 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                     logger.log(step, values)
                 interval = _Interval(trainer.metric_names)
             stop = interrupts.requested() if step < num_train_steps else None
-            last = step == num_train_steps or stop is not None
+            last = step == num_train_steps or stop is not None or stopped_at_target
             if checkpoints is not None and (
                     crossed(previous_step, step, intervals.save_checkpoints_steps)
-                    or (last and checkpoints.saved_step != step)):
-                checkpoints.totals.write(totals, history)
+                    or evaluated or (last and checkpoints.saved_step != step)):
+                checkpoints.totals.write(totals, history, evaluations)
                 checkpoints.save()
             if stop is not None:
                 raise interrupts.TrainingInterrupted(
                     stop, step, num_train_steps, checkpoints.latest if checkpoints else None)
-    if step == start_step:
+    if stopped_at_target:
+        logging.info("stopped at step %d: the evaluation after %d training sequences "
+                     "reached %s >= %s", step, evaluations[-1]["samples_count"],
+                     evaluation.metric, evaluation.stop_threshold)
+    elif step == start_step:
         logging.info("nothing to train: already at step %d of %d", step, num_train_steps)
     final_metrics = {name: history[-1][name] for name in trainer.metric_names
                      if history and name in history[-1]}
@@ -231,19 +305,22 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         padded_tokens=totals["padded_tokens"], seconds=totals["seconds"],
         steady_seconds=totals["steady_seconds"], steady_sequences=totals["steady_sequences"],
         steady_tokens=totals["steady_tokens"],
-        steady_cpu_seconds=totals["steady_cpu_seconds"], history=history)
+        steady_cpu_seconds=totals["steady_cpu_seconds"], history=history,
+        evaluations=evaluations, stopped_at_target=stopped_at_target)
 
 
 def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
                      output_dir: str, num_train_steps: int, schedule,
-                     checkpoints: TrainingCheckpoints) -> dict:
+                     checkpoints: TrainingCheckpoints,
+                     evaluation: PeriodicEvaluation | None = None) -> dict:
     """Trains to ``num_train_steps`` and writes the final weights in the BERT format.
 
     ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
     the loop is `run_training`'s (in global steps), with ``options``'
-    `LoopIntervals`,
-    and its `TrainingLogger` writes to ``output_dir`` (with ``options.progress_bar``);
-    ``schedule`` gives the logged learning rate of a global step.
+    `LoopIntervals`, and its `TrainingLogger` writes to ``output_dir`` (with
+    ``options.progress_bar``);
+    ``schedule`` gives the logged learning rate of a global step; ``evaluation``:
+    evaluation during training and the stop at a target (`PeriodicEvaluation`).
 
     Returns:
       The `TrainingSummary` as a dict, plus ``google_checkpoint`` (the path
@@ -257,7 +334,7 @@ def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
             trainer, iterator, num_train_steps=num_train_steps,
             intervals=LoopIntervals.of(options),
             checkpoints=checkpoints, logger=logger,
-            learning_rate_at=lambda step: float(schedule(step)))
+            learning_rate_at=lambda step: float(schedule(step)), evaluation=evaluation)
     finally:
         logger.close()
     path = save_google_checkpoint(trainer.model,
