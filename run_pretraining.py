@@ -104,6 +104,9 @@ def define_flags():
                        "Weight decay rate.")
     flags.DEFINE_float("lamb_epsilon", defaults.lamb_epsilon,
                        "Epsilon (MLPerf's log_epsilon -6 means 1e-6).")
+    flags.DEFINE_float("poly_power", defaults.poly_power,
+                       "Power of the polynomial decay of the learning rate after "
+                       "warm-up (1.0: linear).")
     flags.DEFINE_enum("packing_hyperparameter_adjustment",
                       defaults.packing_hyperparameter_adjustment, list(PACKING_MODES),
                       "For packed input (the paper's section 3.3): lamb_betas: beta_i := "
@@ -115,6 +118,32 @@ def define_flags():
     flags.DEFINE_bool("do_eval", defaults.do_eval, "Evaluate on --eval_input_file.")
     flags.DEFINE_integer("max_eval_steps", defaults.max_eval_steps,
                          "Cap on evaluation steps (0: every evaluation record once).")
+    flags.DEFINE_integer(
+        "eval_interval_samples", defaults.eval_interval_samples,
+        "With --do_train and --do_eval: training samples (sequences, not packs) "
+        "between evaluations on all of --eval_input_file, each at the first update "
+        "at or after a multiple, and one at the end. Default: MLPerf's "
+        "FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25,000), GBS the sequences per "
+        "update; 0: only at the end.")
+    flags.DEFINE_float("stop_threshold", defaults.stop_threshold,
+                       "Stop training at the first evaluation whose masked-LM accuracy "
+                       "reaches this (MLPerf's target: 0.720); needs --do_eval. Default: "
+                       "train to --num_train_steps.")
+
+    # MLPerf's log.
+    flags.DEFINE_string("mlperf_log_file", defaults.mlperf_log_file,
+                        "Write MLPerf's :::MLLOG lines of the run to this file (made "
+                        "afresh; a resumed run appends), for mlperf_logging's compliance "
+                        "checker. Default: none.")
+    flags.DEFINE_string("submission_org", defaults.submission_org,
+                        "MLPerf log: the submitting organisation.")
+    flags.DEFINE_enum("submission_division", defaults.submission_division,
+                      ["open", "closed"], "MLPerf log: the division.")
+    flags.DEFINE_enum("submission_status", defaults.submission_status,
+                      ["onprem", "cloud", "research"], "MLPerf log: the system's status.")
+    flags.DEFINE_string("submission_platform", defaults.submission_platform,
+                        "MLPerf log: the system. Default: the replicas and their device "
+                        "kind (e.g. 2xCPU).")
     define_loop_flags(defaults)
     flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, dropout and data order.")
 

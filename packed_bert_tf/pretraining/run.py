@@ -42,12 +42,15 @@ from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
-from packed_bert_tf.training import trajectory
+from packed_bert_tf.pretraining.mlperf import (MlperfRun, check_mlperf_options,
+                                               default_eval_interval_samples)
+from packed_bert_tf.training import interrupts, trajectory
+from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import (check_global_batch_size,
                                                   check_static_shapes)
 from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
                                                      read_packing_factor)
-from packed_bert_tf.training.loop import train_and_export
+from packed_bert_tf.training.loop import PeriodicEvaluation, train_and_export
 from packed_bert_tf.training.options import BATCHING, TrainingOptions
 from packed_bert_tf.training.progress import format_values
 from packed_bert_tf.training.startup import (RunContext, RunSpec, StartedRun,
@@ -86,6 +89,14 @@ class PretrainingOptions(TrainingOptions):
     packing_buffer_size: int = 10_000
     token_budget: int | None = None
     resume_with_changed_flags: bool = False
+    poly_power: float = 1.0
+    eval_interval_samples: int | None = None
+    stop_threshold: float | None = None
+    mlperf_log_file: str | None = None
+    submission_org: str = "packed_bert_tf"
+    submission_division: str = "open"
+    submission_status: str = "research"
+    submission_platform: str | None = None
 
 
 @dataclasses.dataclass
@@ -125,6 +136,7 @@ def _check_positive(options: PretrainingOptions) -> None:
 def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
     """Every check that can fail before training starts; one clear error each."""
     _check_positive(options)
+    check_mlperf_options(options)
     if not (options.do_train or options.do_eval):
         raise ValueError("nothing to do: give --do_train and/or --do_eval")
     if config.max_position_embeddings < options.max_seq_length:
@@ -267,6 +279,10 @@ def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
                    steps={**dataclasses.asdict(steps), **dataclasses.asdict(clip)})
 
     id_limits = IdLimits.of_config(config)
+    mlperf = MlperfRun(options, is_chief=context.worker.is_chief and options.do_train,
+                       resumed=bool(TrainingCheckpoints.newest_step(context.dirs.shared)))
+    mlperf.init_start(platform=_platform(strategy))
+    segments = None
     if options.do_train:
         values, rows = _trajectory_values(options, inputs, steps, strategy)
         segments = resume_trajectory(context, steps, values, rows_per_update=rows,
@@ -279,33 +295,83 @@ def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
             functools.partial(BertPretrainingModel, config, packed=packed_model),
             task.PRETRAINING_TASK, steps, num_train_steps=options.num_train_steps,
             num_warmup_steps=options.num_warmup_steps,
-            start_warmup_step=options.start_warmup_step,
+            start_warmup_step=options.start_warmup_step, decay_power=options.poly_power,
             optimizer_hyperparameters=dict(
                 beta_1=adjustment.beta_1, beta_2=adjustment.beta_2,
                 epsilon=options.lamb_epsilon,
                 weight_decay_rate=options.lamb_weight_decay_rate))
         run = start_run(spec, options, context)
-
-        if options.do_train:
-            skip_rows = trajectory.rows_read(segments, run.start_step)
-            with _naming_the_bad_record(inputs.train_files, inputs.train_format,
-                                        id_limits):
-                summary["train"] = _train(options, inputs, run, output_dir, id_limits,
-                                          skip_rows)
-        if options.do_eval:
-            with _naming_the_bad_record(inputs.eval_files, inputs.eval_format,
-                                        id_limits):
-                summary["eval"] = evaluate(run.trainer, inputs.eval_files, inputs.eval_format,
-                                           options.eval_batch_size, options.max_eval_steps,
-                                           id_limits=id_limits)
-            write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE),
-                                  summary["eval"])
+        try:
+            _train_and_evaluate(options, inputs, run, mlperf, summary,
+                                dict(segments=segments, steps=steps,
+                                     output_dir=output_dir, id_limits=id_limits))
+        except interrupts.TrainingInterrupted:
+            raise  # the run goes on when resumed: no run_stop
+        except BaseException:
+            mlperf.run_stop(success=False)
+            raise
+        finally:
+            mlperf.close()
     summary_path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
     if "train" not in summary:
         # An evaluation of a trained run keeps the training figures.
         summary.update(_earlier_training(summary_path))
     write_json_atomically(summary_path, summary, sort_keys=True)
     return summary
+
+
+def _train_and_evaluate(options, inputs, run: StartedRun, mlperf: MlperfRun,
+                        summary: dict, where: dict) -> None:
+    """Trains (evaluating during training with --do_eval) and/or evaluates, into
+    ``summary``; ``where``: the run's ``segments``, ``steps``, ``output_dir``
+    and ``id_limits``."""
+    id_limits, output_dir, steps = where["id_limits"], where["output_dir"], where["steps"]
+
+    def evaluate_now(step: int) -> dict:
+        with _naming_the_bad_record(inputs.eval_files, inputs.eval_format, id_limits):
+            return evaluate(run.trainer, inputs.eval_files, inputs.eval_format,
+                            options.eval_batch_size, options.max_eval_steps,
+                            id_limits=id_limits)
+
+    if options.do_train:
+        # Sequences per update, as MLPerf counts them (packs times the packing factor).
+        global_batch_size = (options.train_batch_size * steps.micro_batches_per_update
+                             * (inputs.packing_factor or 1.0))
+        interval = (options.eval_interval_samples if options.eval_interval_samples is not None
+                    else default_eval_interval_samples(global_batch_size))
+        mlperf.run_start(global_batch_size=global_batch_size,
+                         micro_batches_per_update=steps.micro_batches_per_update,
+                         packing_factor=inputs.packing_factor, interval_samples=interval,
+                         updates=steps.updates(options.num_train_steps))
+        evaluation = None
+        if options.do_eval:
+            evaluation = mlperf.periodic_evaluation(
+                evaluate_now, interval_samples=interval,
+                samples_per_update=global_batch_size,
+                earlier=run.checkpoints.totals.read()[2])
+            summary["eval_interval_samples"] = interval
+        skip_rows = trajectory.rows_read(where["segments"], run.start_step)
+        with _naming_the_bad_record(inputs.train_files, inputs.train_format, id_limits):
+            summary["train"] = _train(options, inputs, run, output_dir, id_limits,
+                                      skip_rows, evaluation)
+        train = summary["train"]
+        mlperf.run_stop(success=train["stopped_at_target"], samples=train["sequences"])
+        if options.do_eval and train["evaluations"]:
+            summary["eval"] = {name: value for name, value in train["evaluations"][-1].items()
+                               if name != "samples_count"}
+    if options.do_eval:
+        if "eval" not in summary:
+            summary["eval"] = evaluate_now(int(run.trainer.step.numpy()))
+        write_json_atomically(os.path.join(output_dir, EVAL_RESULTS_FILE), summary["eval"])
+
+
+def _platform(strategy) -> str:
+    """``<replicas>x<device kind>``, e.g. ``2xCPU``: the MLPerf log's default platform."""
+    try:
+        kind = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).device_type
+    except RuntimeError:  # the default strategy has no worker devices
+        kind = "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+    return f"{strategy.num_replicas_in_sync}x{kind}"
 
 
 def _earlier_training(summary_path: str) -> dict:
@@ -362,9 +428,11 @@ def _trajectory_values(options, inputs, steps: StepCounting, strategy) -> tuple[
     return values, rows
 
 
-def _train(options, inputs, run: StartedRun, output_dir, id_limits, skip_rows: int) -> dict:
+def _train(options, inputs, run: StartedRun, output_dir, id_limits, skip_rows: int,
+           evaluation: PeriodicEvaluation | None) -> dict:
     """Trains from the restored step, each replica skipping ``skip_rows`` rows of its
-    data first (updates, with bucketed batches: see `_trajectory_values`)."""
+    data first (updates, with bucketed batches: see `_trajectory_values`),
+    evaluating as ``evaluation`` says."""
     shuffling = Shuffling(seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size)
     if options.batching == "bucketed":
         bucketing = Bucketing(
@@ -382,7 +450,7 @@ def _train(options, inputs, run: StartedRun, output_dir, id_limits, skip_rows: i
             pack_on_the_fly=inputs.pack_on_the_fly)
     return train_and_export(run.trainer, dataset_fn, options, output_dir=output_dir,
                             num_train_steps=options.num_train_steps, schedule=run.schedule,
-                            checkpoints=run.checkpoints)
+                            checkpoints=run.checkpoints, evaluation=evaluation)
 
 
 def evaluate(trainer: Trainer, files, record_format, eval_batch_size: int,

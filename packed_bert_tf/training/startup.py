@@ -142,6 +142,7 @@ class RunSpec:
       num_train_steps: the schedule's length, in global steps.
       num_warmup_steps: its linear warm-up.
       start_warmup_step: the step the warm-up starts at.
+      decay_power: the power of the polynomial decay after warm-up (1: linear).
       optimizer_hyperparameters: keyword arguments of
         `packed_bert_tf.training.optimizers.create_optimizer` (``beta_1``,
         ``beta_2``, ``epsilon``, ``weight_decay_rate``); missing ones take
@@ -154,6 +155,7 @@ class RunSpec:
     num_train_steps: int
     num_warmup_steps: int
     start_warmup_step: int = 0
+    decay_power: float = 1.0
     optimizer_hyperparameters: Mapping = dataclasses.field(default_factory=dict)
 
 
@@ -183,7 +185,7 @@ def start_run(spec: RunSpec, options: TrainingOptions, context: RunContext) -> S
 
     Call it under the run's `mixed_precision_policy`. In order: ``--seed``
     seeds the weights and dropout; the learning rate warms up linearly over
-    ``spec.num_warmup_steps`` and decays polynomially to 0 at
+    ``spec.num_warmup_steps`` and decays polynomially (``spec.decay_power``) to 0 at
     ``spec.num_train_steps`` (`PolynomialDecayWithWarmup`), counted in
     updates (`AtUpdateSteps`); the model and ``--optimizer`` are made under
     the strategy, the optimizer clipping as ``options``' clipping says
@@ -200,7 +202,8 @@ def start_run(spec: RunSpec, options: TrainingOptions, context: RunContext) -> S
     if options.seed is not None:
         tf.keras.utils.set_random_seed(options.seed)
     schedule = PolynomialDecayWithWarmup(options.learning_rate, spec.num_train_steps,
-                                         spec.num_warmup_steps, spec.start_warmup_step)
+                                         spec.num_warmup_steps, spec.start_warmup_step,
+                                         power=spec.decay_power)
     with strategy.scope():
         model = spec.make_model()
         model.build()
