@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from packed_bert_tf.pretraining.mlperf import default_eval_interval_samples
 from packed_bert_tf.pretraining.run import run_pretraining
+from packed_bert_tf.training.trainer import Trainer
+from tests.conftest import write_unpacked_dataset
 from tests.pretraining.tiny_runs import options
 
 pytest.importorskip("mlperf_logging")
@@ -151,4 +153,44 @@ def test_a_log_file_in_a_missing_folder_is_refused(config_file, packed_files, tm
     with pytest.raises(ValueError, match=f"--mlperf_log_file={log} cannot be written"):
         run_pretraining(options(config_file, tmp_path / "run", input_file=packed_files[0],
                                 mlperf_log_file=str(log), **RUN))
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_a_killed_run_resumes_with_the_same_evaluations_and_one_log(
+        runs, config_file, packed_files, unpacked_files, tmp_path, monkeypatch):
+    """Killed after its second evaluation's checkpoint, resumed: the evaluations
+    and the log are those of a run never stopped (the log appended to)."""
+    want = runs["evaluated"]["train"]["evaluations"]
+    original = Trainer.train_steps
+
+    def dies_after_the_second_evaluation(self, iterator, num_steps):
+        if int(self.step.numpy()) >= want[1]["step"]:
+            raise KeyboardInterrupt("killed")
+        return original(self, iterator, num_steps)
+
+    log = tmp_path / "mlperf.log"
+    args = dict(input_file=packed_files[0], do_eval=True, eval_input_file=unpacked_files[0],
+                eval_interval_samples=24, mlperf_log_file=str(log), **RUN)
+    monkeypatch.setattr(Trainer, "train_steps", dies_after_the_second_evaluation)
+    with pytest.raises(KeyboardInterrupt):
+        run_pretraining(options(config_file, tmp_path / "run", **args))
+    monkeypatch.setattr(Trainer, "train_steps", original)
+    resumed = run_pretraining(options(config_file, tmp_path / "run", **args))
+    assert resumed["train"]["start_step"] == want[1]["step"]
+    assert [(e["step"], e["samples_count"], e["masked_lm_accuracy"])
+            for e in resumed["train"]["evaluations"]] == \
+        [(e["step"], e["samples_count"], e["masked_lm_accuracy"]) for e in want]
+    keys = [line["key"] for line in mllog_lines(log)]
+    assert keys.count("run_start") == 1 and keys.count("init_stop") == 1
+    assert keys.count("eval_accuracy") == len(want) and keys.count("eval_samples") == 1
+    assert keys[-1] == "run_stop"
+
+
+def test_evaluation_records_of_another_length_are_refused(config_file, packed_files,
+                                                          tmp_path):
+    other = write_unpacked_dataset(tmp_path / "eval", num_files=1, per_file=20,
+                                   max_seq_length=32, max_predictions_per_seq=5)
+    with pytest.raises(ValueError, match=f"{other[0]}"):
+        run_pretraining(options(config_file, tmp_path / "run", input_file=packed_files[0],
+                                do_eval=True, eval_input_file=other[0], **RUN))
     assert not (tmp_path / "run" / "checkpoints").exists()
