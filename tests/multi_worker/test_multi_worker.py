@@ -51,8 +51,11 @@ def pretraining(tmp_path_factory, config_file, packed_files):
     """Two workers and one process of 2 replicas, the same run."""
     root = tmp_path_factory.mktemp("multi_worker")
     started = time.perf_counter()
+    # Evaluations during training every 40 sequences (about 4 updates), and
+    # MLPerf's log, written by the chief alone.
     results = run_both_ways("run_pretraining.py", lambda name: pretraining_flags(
-        config_file, packed_files, str(root / name)))
+        config_file, packed_files, str(root / name), eval_interval_samples=40,
+        mlperf_log_file=str(root / f"{name}.mlperf.log")))
     return {"root": root, **results, "seconds": time.perf_counter() - started}
 
 
@@ -65,6 +68,19 @@ def test_two_workers_end_with_the_weights_of_one_process_with_two_replicas(pretr
                  for name in ("two_workers", "one_process")]
     assert [s["replicas"] for s in summaries] == [2, 2]
     assert summaries[0]["train"]["sequences"] == summaries[1]["train"]["sequences"]
+
+
+def test_evaluations_during_training_agree_and_the_chief_alone_logs(pretraining):
+    root = pretraining["root"]
+    two, one = (json.loads((root / name / "train_summary.json").read_text())["train"]
+                ["evaluations"] for name in ("two_workers", "one_process"))
+    assert len(two) >= 2 and [e["step"] for e in two] == [e["step"] for e in one]
+    assert [e["samples_count"] for e in two] == [e["samples_count"] for e in one]
+    for a, b in zip(two, one):
+        assert abs(a["masked_lm_accuracy"] - b["masked_lm_accuracy"]) <= 1e-6
+    lines = (root / "two_workers.mlperf.log").read_text().splitlines()
+    keys = [json.loads(line.split(":::MLLOG ", 1)[1])["key"] for line in lines]
+    assert keys.count("run_start") == 1 and keys.count("eval_accuracy") == len(two)
 
 
 def test_every_evaluation_record_is_read_once_across_the_workers(pretraining, packed_files):
