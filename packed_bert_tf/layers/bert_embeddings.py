@@ -5,7 +5,7 @@ H hidden.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from packed_bert_tf.layers.position_embedding import PositionEmbedding
 
@@ -74,9 +74,9 @@ class BertEmbeddings(keras.layers.Layer):
         word = self.word_embeddings(input_ids)  # [B, S, H]
         position = self.position_embedding(word, positions=positions)  # [B, S, H]
         token_type = self.token_type_embeddings(segment_ids)  # [B, S, H]
-        summed = (tf.cast(word, tf.float32) + tf.cast(position, tf.float32)
-                  + tf.cast(token_type, tf.float32))  # [B, S, H] float32
-        normalized = tf.cast(self.layer_norm(summed), self.compute_dtype)
+        summed = (ops.cast(word, "float32") + ops.cast(position, "float32")
+                  + ops.cast(token_type, "float32"))  # [B, S, H] float32
+        normalized = ops.cast(self.layer_norm(summed), self.compute_dtype)
         return self.dropout(normalized, training=training)  # [B, S, H]
 
     def get_config(self):

@@ -22,7 +22,7 @@ Padding attends to nothing and nothing attends to padding. An unpacked row
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 def block_diagonal_attention_mask(sequence_index):
@@ -36,11 +36,11 @@ def block_diagonal_attention_mask(sequence_index):
       [B, S, S] bool: ``mask[b, i, j]`` is True when query ``i`` may attend to
       key ``j``, that is ``sequence_index[b, i] == sequence_index[b, j] > 0``.
     """
-    sequence_index = tf.convert_to_tensor(sequence_index)
-    same_sequence = tf.equal(sequence_index[:, :, None],
-                             sequence_index[:, None, :])  # [B, S, S]
-    is_real = tf.greater(sequence_index, 0)  # [B, S]
-    return tf.logical_and(same_sequence, is_real[:, :, None])  # [B, S, S]
+    sequence_index = ops.convert_to_tensor(sequence_index)
+    same_sequence = ops.equal(ops.expand_dims(sequence_index, 2),
+                              ops.expand_dims(sequence_index, 1))  # [B, S, S]
+    is_real = ops.greater(sequence_index, 0)  # [B, S]
+    return ops.logical_and(same_sequence, ops.expand_dims(is_real, 2))  # [B, S, S]
 
 
 def padding_attention_mask(input_mask):
@@ -52,7 +52,7 @@ def padding_attention_mask(input_mask):
     Returns:
       [B, 1, S] bool, broadcast over the queries.
     """
-    return tf.greater(tf.convert_to_tensor(input_mask), 0)[:, None, :]  # [B, 1, S]
+    return ops.expand_dims(ops.greater(input_mask, 0), 1)  # [B, 1, S]
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")

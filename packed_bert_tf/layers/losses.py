@@ -2,12 +2,17 @@
 
 Letters: B batch, M masked-LM slots, D max sequences per pack, V vocab.
 
-Every function returns a `WeightedSum` (``total``, ``count``) instead of a
-mean, so that the caller chooses the normaliser; `weighted_mean` divides with
-``divide_no_nan`` and, inside a ``tf.distribute`` replica context, by the
-count summed over all replicas. The gradient then does not depend on how the
-sequences landed on the replicas: each replica contributes
-``local total / global count`` and the replicas' gradients are summed.
+Every function returns a `WeightedSum` (``total``, ``count``) of this
+replica's batch instead of a mean, so that the caller chooses the
+normaliser; `weighted_mean` divides with ``divide_no_nan`` by the count
+summed over all replicas (`packed_bert_tf.replicas.cross_replica_sum`: the
+``tf.distribute`` replicas on TensorFlow; on JAX and PyTorch Keras'
+data parallelism sees the global batch, whose count is global already). The
+gradient then does not depend on how the sequences landed on the replicas:
+each replica contributes ``local total / global count`` and the replicas'
+gradients are summed.
+
+Everything here is `keras.ops`, so it runs on every Keras backend.
 
 Default normalisation is the unpacked MLPerf reference's:
 
@@ -27,27 +32,17 @@ of each masked token, 0 for an empty slot; ``next_sentence_weights`` is 1
 for a real sequence, 0 for an empty slot. Unpacked batches (D = 1) use 0/1.
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-import tensorflow as tf
+from keras import ops
+
+from packed_bert_tf.replicas import cross_replica_sum
 
 
 class WeightedSum(NamedTuple):
-    """A weighted sum and its normaliser, both float32 scalars."""
-    total: tf.Tensor
-    count: tf.Tensor
-
-
-def cross_replica_sum(value):
-    """``value`` summed over the replicas of the current replica context.
-
-    Outside ``strategy.run`` (the default context, or a cross-replica
-    context) the value is returned unchanged.
-    """
-    context = tf.distribute.get_replica_context()
-    if context is None or context.num_replicas_in_sync == 1:
-        return value
-    return context.all_reduce(tf.distribute.ReduceOp.SUM, value)
+    """A weighted sum and its normaliser, both float32 scalars (this replica's)."""
+    total: Any
+    count: Any
 
 
 def weighted_mean(weighted_sum: WeightedSum, *, global_normaliser: bool = True):
@@ -55,8 +50,8 @@ def weighted_mean(weighted_sum: WeightedSum, *, global_normaliser: bool = True):
 
     Args:
       weighted_sum: the (total, count) of one of the functions below.
-      global_normaliser: divide by the count of the global batch when
-        inside a ``tf.distribute`` replica context (the default); False
+      global_normaliser: divide by the count of the global batch (summed
+        over the replicas with `cross_replica_sum`, the default); False
         divides by this replica's count.
 
     Returns:
@@ -66,12 +61,13 @@ def weighted_mean(weighted_sum: WeightedSum, *, global_normaliser: bool = True):
     count = weighted_sum.count
     if global_normaliser:
         count = cross_replica_sum(count)
-    return tf.math.divide_no_nan(weighted_sum.total, count)
+    return ops.divide_no_nan(weighted_sum.total, count)
 
 
 def _token_cross_entropy(logits, labels):
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+    """[B, X] softmax cross entropy in float32 of [B, X, C] logits, int labels."""
+    return ops.sparse_categorical_crossentropy(
+        ops.cast(labels, "int32"), ops.cast(logits, "float32"), from_logits=True)
 
 
 def masked_lm_loss(mlm_logits, masked_lm_ids, masked_lm_weights, *,
@@ -93,28 +89,27 @@ def masked_lm_loss(mlm_logits, masked_lm_ids, masked_lm_weights, *,
       `WeightedSum` of float32 scalars.
     """
     token_loss = _token_cross_entropy(mlm_logits, masked_lm_ids)  # [B, M]
-    sequence_index = tf.cast(masked_lm_weights, tf.int32)  # [B, M]
+    sequence_index = ops.cast(masked_lm_weights, "int32")  # [B, M]
     if not per_sequence:
-        is_real = tf.cast(sequence_index > 0, tf.float32)  # [B, M]
-        return WeightedSum(tf.reduce_sum(token_loss * is_real), tf.reduce_sum(is_real))
+        is_real = ops.cast(sequence_index > 0, "float32")  # [B, M]
+        return WeightedSum(ops.sum(token_loss * is_real), ops.sum(is_real))
     if max_sequences_per_pack is None:
         raise ValueError("per_sequence=True needs max_sequences_per_pack (D)")
     # One-hot over the sequence index; column 0 (empty slots) is dropped.
-    membership = tf.one_hot(sequence_index, max_sequences_per_pack + 1,
-                            dtype=tf.float32)[:, :, 1:]  # [B, M, D]
-    sequence_total = tf.einsum("bm,bmd->bd", token_loss, membership)  # [B, D]
-    sequence_count = tf.reduce_sum(membership, axis=1)  # [B, D]
-    sequence_mean = tf.math.divide_no_nan(sequence_total, sequence_count)  # [B, D]
-    has_tokens = tf.cast(sequence_count > 0, tf.float32)  # [B, D]
-    return WeightedSum(tf.reduce_sum(sequence_mean * has_tokens),
-                       tf.reduce_sum(has_tokens))
+    membership = ops.one_hot(sequence_index, max_sequences_per_pack + 1,
+                             dtype="float32")[:, :, 1:]  # [B, M, D]
+    sequence_total = ops.einsum("bm,bmd->bd", token_loss, membership)  # [B, D]
+    sequence_count = ops.sum(membership, axis=1)  # [B, D]
+    sequence_mean = ops.divide_no_nan(sequence_total, sequence_count)  # [B, D]
+    has_tokens = ops.cast(sequence_count > 0, "float32")  # [B, D]
+    return WeightedSum(ops.sum(sequence_mean * has_tokens), ops.sum(has_tokens))
 
 
 def _weighted_accuracy(logits, labels, weights):
     """(weighted count of argmax == label, sum of weights); weights float32 [B, X]."""
-    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, X]
-    correct = tf.cast(tf.equal(predictions, tf.cast(labels, tf.int32)), tf.float32)
-    return WeightedSum(tf.reduce_sum(correct * weights), tf.reduce_sum(weights))
+    predictions = ops.cast(ops.argmax(logits, axis=-1), "int32")  # [B, X]
+    correct = ops.cast(ops.equal(predictions, ops.cast(labels, "int32")), "float32")
+    return WeightedSum(ops.sum(correct * weights), ops.sum(weights))
 
 
 def masked_lm_accuracy(mlm_logits, masked_lm_ids, masked_lm_weights):
@@ -125,7 +120,7 @@ def masked_lm_accuracy(mlm_logits, masked_lm_ids, masked_lm_weights):
     Returns:
       `WeightedSum` of float32 scalars.
     """
-    is_real = tf.cast(tf.cast(masked_lm_weights, tf.int32) > 0, tf.float32)  # [B, M]
+    is_real = ops.cast(ops.cast(masked_lm_weights, "int32") > 0, "float32")  # [B, M]
     return _weighted_accuracy(mlm_logits, masked_lm_ids, is_real)
 
 
@@ -141,8 +136,8 @@ def next_sentence_loss(nsp_logits, next_sentence_labels, next_sentence_weights):
       `WeightedSum` of float32 scalars.
     """
     sequence_loss = _token_cross_entropy(nsp_logits, next_sentence_labels)  # [B, D]
-    weights = tf.cast(next_sentence_weights, tf.float32)  # [B, D]
-    return WeightedSum(tf.reduce_sum(sequence_loss * weights), tf.reduce_sum(weights))
+    weights = ops.cast(next_sentence_weights, "float32")  # [B, D]
+    return WeightedSum(ops.sum(sequence_loss * weights), ops.sum(weights))
 
 
 def next_sentence_accuracy(nsp_logits, next_sentence_labels, next_sentence_weights):
@@ -154,7 +149,7 @@ def next_sentence_accuracy(nsp_logits, next_sentence_labels, next_sentence_weigh
       `WeightedSum` of float32 scalars.
     """
     return _weighted_accuracy(nsp_logits, next_sentence_labels,
-                              tf.cast(next_sentence_weights, tf.float32))
+                              ops.cast(next_sentence_weights, "float32"))
 
 
 def loss_normalisers(features, *, global_normaliser: bool = True):
@@ -176,15 +171,15 @@ def loss_normalisers(features, *, global_normaliser: bool = True):
       ``masked_lm_sequences`` (sequences with at least one masked token),
       ``sequences`` (real sequences).
     """
-    sequence_index = tf.cast(features["masked_lm_weights"], tf.int32)  # [B, M]
-    next_sentence_weights = tf.cast(features["next_sentence_weights"], tf.float32)
+    sequence_index = ops.cast(features["masked_lm_weights"], "int32")  # [B, M]
+    next_sentence_weights = ops.cast(features["next_sentence_weights"], "float32")
     max_sequences_per_pack = next_sentence_weights.shape[1]
-    membership = tf.one_hot(sequence_index, max_sequences_per_pack + 1,
-                            dtype=tf.float32)[:, :, 1:]  # [B, M, D]
+    membership = ops.one_hot(sequence_index, max_sequences_per_pack + 1,
+                             dtype="float32")[:, :, 1:]  # [B, M, D]
     counts = {
-        "masked_lm_tokens": tf.reduce_sum(tf.cast(sequence_index > 0, tf.float32)),
-        "masked_lm_sequences": tf.reduce_sum(tf.reduce_max(membership, axis=1)),
-        "sequences": tf.reduce_sum(next_sentence_weights),
+        "masked_lm_tokens": ops.sum(ops.cast(sequence_index > 0, "float32")),
+        "masked_lm_sequences": ops.sum(ops.max(membership, axis=1)),
+        "sequences": ops.sum(next_sentence_weights),
     }
     if global_normaliser:
         counts = {name: cross_replica_sum(count) for name, count in counts.items()}
@@ -234,7 +229,7 @@ def pretraining_losses(features, outputs, *, per_sequence: bool = False,
             "masked_lm_accuracy": "masked_lm_tokens",
             "next_sentence_accuracy": "sequences",
         }
-        means = {name: tf.math.divide_no_nan(part.total, normalisers[count_of[name]])
+        means = {name: ops.divide_no_nan(part.total, normalisers[count_of[name]])
                  for name, part in parts.items()}
     means["loss"] = means["masked_lm_loss"] + means["next_sentence_loss"]
     return means

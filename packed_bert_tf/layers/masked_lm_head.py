@@ -4,7 +4,7 @@ Letters: B batch, S sequence length, M masked-LM slots, H hidden, V vocab.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from packed_bert_tf.layers.ops import gather_positions, get_activation
 
@@ -62,10 +62,14 @@ class MaskedLMHead(keras.layers.Layer):
     def call(self, sequence_output, masked_lm_positions, word_embeddings):
         masked = gather_positions(sequence_output, masked_lm_positions)  # [B, M, H]
         transformed = self.transform_dense(masked)  # [B, M, H]
-        transformed = tf.cast(self.layer_norm(transformed), self.compute_dtype)
-        logits = tf.einsum("bmh,vh->bmv", transformed,
-                           tf.cast(word_embeddings, self.compute_dtype))  # [B, M, V]
-        logits = tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
+        transformed = ops.cast(self.layer_norm(transformed), self.compute_dtype)
+        batch_size, slots, hidden_size = ops.shape(transformed)
+        # One [B * M, H] x [H, V] product: a batched one would compute the
+        # table's gradient once per row, [B, V, H], before summing.
+        logits = ops.einsum("nh,vh->nv", ops.reshape(transformed, (-1, hidden_size)),
+                            ops.cast(word_embeddings, self.compute_dtype))  # [B * M, V]
+        logits = ops.reshape(logits, (batch_size, slots, -1))  # [B, M, V]
+        logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
         return logits  # [B, M, V] float32
 
     def get_config(self):

@@ -4,7 +4,7 @@ Letters: B batch, D max sequences per pack, H hidden.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
@@ -43,7 +43,7 @@ class NextSentenceHead(keras.layers.Layer):
         self.built = True
 
     def call(self, pooled_output):
-        return tf.cast(self.classifier(pooled_output), tf.float32)  # [B, D, 2]
+        return ops.cast(self.classifier(pooled_output), "float32")  # [B, D, 2]
 
     def get_config(self):
         config = super().get_config()

@@ -1,4 +1,4 @@
-"""Pure tensor functions shared by the layers.
+"""Pure tensor functions shared by the layers, in `keras.ops` (every backend).
 
 Letters: B batch, S sequence length, K gathered positions (M masked-LM slots or
 D sequences per pack), H hidden.
@@ -6,7 +6,7 @@ D sequences per pack), H hidden.
 
 import math
 
-import tensorflow as tf
+from keras import ops
 
 
 def gelu(x):
@@ -14,17 +14,17 @@ def gelu(x):
 
     ``0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))``, in ``x``'s dtype.
     """
-    x = tf.convert_to_tensor(x)
-    coefficient = tf.cast(math.sqrt(2.0 / math.pi), x.dtype)
-    cubic = tf.cast(0.044715, x.dtype)
-    return 0.5 * x * (1.0 + tf.tanh(coefficient * (x + cubic * x * x * x)))
+    x = ops.convert_to_tensor(x)
+    coefficient = ops.cast(math.sqrt(2.0 / math.pi), x.dtype)
+    cubic = ops.cast(0.044715, x.dtype)
+    return 0.5 * x * (1.0 + ops.tanh(coefficient * (x + cubic * x * x * x)))
 
 
 def _linear(x):
     return x
 
 
-_ACTIVATIONS = {"gelu": gelu, "relu": tf.nn.relu, "tanh": tf.tanh, "linear": _linear}
+_ACTIVATIONS = {"gelu": gelu, "relu": ops.relu, "tanh": ops.tanh, "linear": _linear}
 ACTIVATION_NAMES = tuple(sorted(_ACTIVATIONS))
 
 
@@ -40,6 +40,9 @@ def get_activation(name: str):
 def gather_positions(sequence, positions):
     """Rows of ``sequence`` at per-example ``positions``.
 
+    One gather from the flattened [B * S, H] rows, at ``b * S + position``
+    (google-research/bert's ``gather_indexes``).
+
     Args:
       sequence: [B, S, H] hidden states.
       positions: [B, K] int token offsets into each row.
@@ -47,4 +50,11 @@ def gather_positions(sequence, positions):
     Returns:
       [B, K, H]: ``out[b, k] = sequence[b, positions[b, k]]``.
     """
-    return tf.gather(sequence, positions, batch_dims=1)  # [B, K, H]
+    sequence = ops.convert_to_tensor(sequence)
+    positions = ops.cast(positions, "int32")  # [B, K]
+    batch_size, sequence_length, hidden_size = ops.shape(sequence)
+    row_starts = ops.arange(batch_size, dtype="int32") * sequence_length  # [B]
+    flat_positions = ops.reshape(positions + row_starts[:, None], (-1,))  # [B * K]
+    rows = ops.reshape(sequence, (-1, hidden_size))  # [B * S, H]
+    gathered = ops.take(rows, flat_positions, axis=0)  # [B * K, H]
+    return ops.reshape(gathered, (batch_size, -1, hidden_size))  # [B, K, H]

@@ -12,7 +12,7 @@ than a slice of the table (S = 6, D = 2)::
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
@@ -47,11 +47,11 @@ class PositionEmbedding(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, positions=None):
-        table = tf.cast(self.embeddings, self.compute_dtype)  # [P, H]
+        table = ops.cast(self.embeddings, self.compute_dtype)  # [P, H]
         if positions is None:
-            shape = tf.shape(inputs)
-            return tf.broadcast_to(table[None, :shape[1]], shape)  # [B, S, H]
-        return tf.gather(table, positions)  # [B, S, H]
+            shape = ops.shape(inputs)
+            return ops.broadcast_to(table[None, :shape[1]], shape)  # [B, S, H]
+        return ops.take(table, positions, axis=0)  # [B, S, H]
 
     def get_config(self):
         config = super().get_config()

@@ -9,7 +9,7 @@ so the original BERT checkpoint variables map onto them by a copy.
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 # Added to the scores of masked keys (in float32): exp() of it underflows to
 # exactly 0, so masked keys contribute nothing, bit for bit.
@@ -31,11 +31,11 @@ def masked_softmax(scores, attention_mask):
     Returns:
       [B, N, S, S] float32 probabilities.
     """
-    mask = tf.convert_to_tensor(attention_mask)[:, None, :, :]  # [B, 1, S|1, S]
-    scores = tf.where(mask, tf.cast(scores, tf.float32), MASKED_SCORE)  # [B, N, S, S]
-    probabilities = tf.nn.softmax(scores, axis=-1)  # [B, N, S, S]
-    query_sees_a_key = tf.reduce_any(mask, axis=-1, keepdims=True)  # [B, 1, S|1, 1]
-    return tf.where(query_sees_a_key, probabilities, 0.0)  # [B, N, S, S]
+    mask = ops.expand_dims(attention_mask, 1)  # [B, 1, S|1, S]
+    scores = ops.where(mask, ops.cast(scores, "float32"), MASKED_SCORE)  # [B, N, S, S]
+    probabilities = ops.softmax(scores, axis=-1)  # [B, N, S, S]
+    query_sees_a_key = ops.any(mask, axis=-1, keepdims=True)  # [B, 1, S|1, 1]
+    return ops.where(query_sees_a_key, probabilities, 0.0)  # [B, N, S, S]
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")
@@ -87,24 +87,26 @@ class MultiHeadSelfAttention(keras.layers.Layer):
         self.built = True
 
     def call(self, hidden_states, attention_mask, training=None):
-        shape = tf.shape(hidden_states)
-        hidden_size = hidden_states.shape[-1]
-        head_size = hidden_size // self.num_heads
-        split_heads = tf.stack([shape[0], shape[1], self.num_heads, head_size])
+        shape = ops.shape(hidden_states)  # (B, S, H)
+        head_size = shape[2] // self.num_heads
+        split_heads = (shape[0], shape[1], self.num_heads, head_size)
 
         # Scaling the queries is cheaper than scaling [B, N, S, S] scores.
-        query = self.query(hidden_states) * tf.cast(1.0 / math.sqrt(head_size),
-                                                    self.compute_dtype)
-        query = tf.reshape(query, split_heads)  # [B, S, N, E]
-        key = tf.reshape(self.key(hidden_states), split_heads)  # [B, S, N, E]
-        value = tf.reshape(self.value(hidden_states), split_heads)  # [B, S, N, E]
+        query = self.query(hidden_states) * ops.cast(1.0 / math.sqrt(head_size),
+                                                     self.compute_dtype)
+        query = ops.reshape(query, split_heads)  # [B, S, N, E]
+        key = ops.reshape(self.key(hidden_states), split_heads)  # [B, S, N, E]
+        value = ops.reshape(self.value(hidden_states), split_heads)  # [B, S, N, E]
 
-        scores = tf.einsum("bqne,bkne->bnqk", query, key)  # [B, N, S, S]
+        scores = ops.einsum("bqne,bkne->bnqk", query, key)  # [B, N, S, S]
         probabilities = masked_softmax(scores, attention_mask)  # [B, N, S, S] f32
-        probabilities = self.dropout(tf.cast(probabilities, self.compute_dtype),
+        probabilities = self.dropout(ops.cast(probabilities, self.compute_dtype),
                                      training=training)
-        context = tf.einsum("bnqk,bkne->bqne", probabilities, value)  # [B, S, N, E]
-        context = tf.reshape(context, shape)  # [B, S, H]
+        # The values first: Keras on TensorFlow runs this order as one einsum;
+        # the other becomes transposes around a batched matmul, whose XLA
+        # gradient is slower on CPUs.
+        context = ops.einsum("bkne,bnqk->bqne", value, probabilities)  # [B, S, N, E]
+        context = ops.reshape(context, shape)  # [B, S, H]
         return self.output_dense(context)  # [B, S, H]
 
     def get_config(self):

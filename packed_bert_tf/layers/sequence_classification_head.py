@@ -19,9 +19,10 @@ averaged over the real sequences of the (global) batch in float32.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from packed_bert_tf.layers.losses import WeightedSum, cross_replica_sum, weighted_mean
+from packed_bert_tf.layers.losses import WeightedSum, weighted_mean
+from packed_bert_tf.replicas import cross_replica_sum
 
 
 def classification_losses(logits, label_ids, sequence_weights, *, is_regression: bool):
@@ -39,19 +40,19 @@ def classification_losses(logits, label_ids, sequence_weights, *, is_regression:
       dict of `WeightedSum` (float32): ``loss``, and ``accuracy`` unless
       ``is_regression``; each count is the number of real sequences.
     """
-    logits = tf.cast(logits, tf.float32)  # [B, D, L]
-    weights = tf.cast(sequence_weights, tf.float32)  # [B, D]
-    count = tf.reduce_sum(weights)
+    logits = ops.cast(logits, "float32")  # [B, D, L]
+    weights = ops.cast(sequence_weights, "float32")  # [B, D]
+    count = ops.sum(weights)
     if is_regression:
-        error = logits[..., 0] - tf.cast(label_ids, tf.float32)  # [B, D]
-        return {"loss": WeightedSum(tf.reduce_sum(tf.square(error) * weights), count)}
-    labels = tf.cast(label_ids, tf.int32)  # [B, D]
-    loss = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
-                                                          logits=logits)  # [B, D]
-    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)  # [B, D]
-    correct = tf.cast(tf.equal(predictions, labels), tf.float32)  # [B, D]
-    return {"loss": WeightedSum(tf.reduce_sum(loss * weights), count),
-            "accuracy": WeightedSum(tf.reduce_sum(correct * weights), count)}
+        error = logits[..., 0] - ops.cast(label_ids, "float32")  # [B, D]
+        return {"loss": WeightedSum(ops.sum(ops.square(error) * weights), count)}
+    labels = ops.cast(label_ids, "int32")  # [B, D]
+    loss = ops.sparse_categorical_crossentropy(labels, logits,
+                                               from_logits=True)  # [B, D]
+    predictions = ops.cast(ops.argmax(logits, axis=-1), "int32")  # [B, D]
+    correct = ops.cast(ops.equal(predictions, labels), "float32")  # [B, D]
+    return {"loss": WeightedSum(ops.sum(loss * weights), count),
+            "accuracy": WeightedSum(ops.sum(correct * weights), count)}
 
 
 def classification_loss_normalisers(features, *, global_normaliser: bool = True):
@@ -63,7 +64,7 @@ def classification_loss_normalisers(features, *, global_normaliser: bool = True)
     Returns:
       dict: ``sequences``, a float32 scalar.
     """
-    count = tf.reduce_sum(tf.cast(features["sequence_weights"], tf.float32))
+    count = ops.sum(ops.cast(features["sequence_weights"], "float32"))
     return {"sequences": cross_replica_sum(count) if global_normaliser else count}
 
 
@@ -92,7 +93,7 @@ def sequence_classification_loss(features, outputs, *, is_regression: bool,
     if normalisers is None:
         return {name: weighted_mean(part, global_normaliser=global_normaliser)
                 for name, part in parts.items()}
-    return {name: tf.math.divide_no_nan(part.total, normalisers["sequences"])
+    return {name: ops.divide_no_nan(part.total, normalisers["sequences"])
             for name, part in parts.items()}
 
 
@@ -140,7 +141,7 @@ class SequenceClassificationHead(keras.layers.Layer):
 
     def call(self, pooled_output, training=False):
         pooled_output = self.dropout(pooled_output, training=training)
-        return tf.cast(self.classifier(pooled_output), tf.float32)  # [B, D, L]
+        return ops.cast(self.classifier(pooled_output), "float32")  # [B, D, L]
 
     def get_config(self):
         config = super().get_config()

@@ -19,9 +19,15 @@ cross entropy, per sequence, averaged over the real sequences of the
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
-from packed_bert_tf.layers.losses import WeightedSum, cross_replica_sum, weighted_mean
+from packed_bert_tf.layers.losses import WeightedSum, weighted_mean
+from packed_bert_tf.replicas import cross_replica_sum
+
+# Off-sequence logits in the loss: finite, so that a cross entropy written
+# as one-hot x log-probabilities (JAX's) has no 0 x -inf, and low enough
+# that exp() of it underflows to exactly 0, as exp(-inf) does.
+OFF_SEQUENCE_LOGIT = -1e9
 
 
 def per_sequence_logits(logits, input_mask, max_sequences_per_pack: int):
@@ -38,30 +44,36 @@ def per_sequence_logits(logits, input_mask, max_sequences_per_pack: int):
       empty slot of a pack) gets the row's logits unmasked instead, so that
       its softmax stays finite; give it weight 0.
     """
-    logits = tf.cast(logits, tf.float32)  # [B, S]
-    sequence_index = tf.cast(input_mask, tf.int32)  # [B, S]
-    slots = tf.range(1, max_sequences_per_pack + 1, dtype=tf.int32)  # [D]
-    member = tf.equal(sequence_index[:, None, :], slots[None, :, None])  # [B, D, S]
-    empty = tf.logical_not(tf.reduce_any(member, axis=-1, keepdims=True))  # [B, D, 1]
-    spread = tf.broadcast_to(logits[:, None, :], tf.shape(member))  # [B, D, S]
-    negative_infinity = tf.fill(tf.shape(member), float("-inf"))
-    return tf.where(tf.logical_or(member, empty), spread, negative_infinity)
+    return _spread_per_sequence(logits, input_mask, max_sequences_per_pack,
+                                float("-inf"))
+
+
+def _spread_per_sequence(logits, input_mask, max_sequences_per_pack: int, off_sequence):
+    """`per_sequence_logits` with ``off_sequence`` in place of -inf."""
+    logits = ops.cast(logits, "float32")  # [B, S]
+    sequence_index = ops.cast(input_mask, "int32")  # [B, S]
+    slots = ops.arange(1, max_sequences_per_pack + 1, dtype="int32")  # [D]
+    member = ops.equal(ops.expand_dims(sequence_index, 1),
+                       slots[None, :, None])  # [B, D, S]
+    empty = ops.logical_not(ops.any(member, axis=-1, keepdims=True))  # [B, D, 1]
+    keep = ops.logical_or(member, empty)  # [B, D, S]
+    return ops.where(keep, ops.expand_dims(logits, 1), off_sequence)  # [B, D, S]
 
 
 def _span_cross_entropy(logits, input_mask, positions):
     """[B, D] cross entropy of each sequence's softmax over its own tokens."""
-    sequence_logits = per_sequence_logits(logits, input_mask,
-                                          positions.shape[1])  # [B, D, S]
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(positions, tf.int32), logits=sequence_logits)  # [B, D]
+    sequence_logits = _spread_per_sequence(logits, input_mask, positions.shape[1],
+                                           OFF_SEQUENCE_LOGIT)  # [B, D, S]
+    return ops.sparse_categorical_crossentropy(
+        ops.cast(positions, "int32"), sequence_logits, from_logits=True)  # [B, D]
 
 
 def _span_accuracy(logits, input_mask, positions, weights):
-    sequence_logits = per_sequence_logits(logits, input_mask,
-                                          positions.shape[1])  # [B, D, S]
-    predictions = tf.argmax(sequence_logits, axis=-1, output_type=tf.int32)  # [B, D]
-    correct = tf.cast(tf.equal(predictions, tf.cast(positions, tf.int32)), tf.float32)
-    return WeightedSum(tf.reduce_sum(correct * weights), tf.reduce_sum(weights))
+    sequence_logits = _spread_per_sequence(logits, input_mask, positions.shape[1],
+                                           OFF_SEQUENCE_LOGIT)  # [B, D, S]
+    predictions = ops.cast(ops.argmax(sequence_logits, axis=-1), "int32")  # [B, D]
+    correct = ops.cast(ops.equal(predictions, ops.cast(positions, "int32")), "float32")
+    return WeightedSum(ops.sum(correct * weights), ops.sum(weights))
 
 
 def span_losses(start_logits, end_logits, input_mask, start_positions, end_positions,
@@ -81,15 +93,15 @@ def span_losses(start_logits, end_logits, input_mask, start_positions, end_posit
       ``start_accuracy``, ``end_accuracy``; each count is the number of real
       sequences.
     """
-    weights = tf.cast(sequence_weights, tf.float32)  # [B, D]
-    count = tf.reduce_sum(weights)
+    weights = ops.cast(sequence_weights, "float32")  # [B, D]
+    count = ops.sum(weights)
     parts = {}
     for name, logits, positions in (("start", start_logits, start_positions),
                                     ("end", end_logits, end_positions)):
         loss = _span_cross_entropy(logits, input_mask, positions)  # [B, D]
-        # where, not a product: an empty slot's label may make its loss inf.
+        # where, not a product: an empty slot's label may lie off its tokens.
         parts[f"{name}_loss"] = WeightedSum(
-            tf.reduce_sum(tf.where(weights > 0, loss * weights, 0.0)), count)
+            ops.sum(ops.where(weights > 0, loss * weights, 0.0)), count)
         parts[f"{name}_accuracy"] = _span_accuracy(logits, input_mask, positions, weights)
     return parts
 
@@ -103,7 +115,7 @@ def squad_loss_normalisers(features, *, global_normaliser: bool = True):
     Returns:
       dict: ``sequences``, a float32 scalar.
     """
-    count = tf.reduce_sum(tf.cast(features["sequence_weights"], tf.float32))
+    count = ops.sum(ops.cast(features["sequence_weights"], "float32"))
     return {"sequences": cross_replica_sum(count) if global_normaliser else count}
 
 
@@ -133,7 +145,7 @@ def squad_span_loss(features, outputs, *, global_normaliser: bool = True,
         means = {name: weighted_mean(part, global_normaliser=global_normaliser)
                  for name, part in parts.items()}
     else:
-        means = {name: tf.math.divide_no_nan(part.total, normalisers["sequences"])
+        means = {name: ops.divide_no_nan(part.total, normalisers["sequences"])
                  for name, part in parts.items()}
     means["loss"] = (means["start_loss"] + means["end_loss"]) / 2.0
     return means
@@ -171,7 +183,7 @@ class SquadSpanHead(keras.layers.Layer):
         self.built = True
 
     def call(self, sequence_output):
-        logits = self.dense(tf.cast(sequence_output, tf.float32))  # [B, S, 2]
+        logits = self.dense(ops.cast(sequence_output, "float32"))  # [B, S, 2]
         return logits[..., 0], logits[..., 1]  # [B, S] each
 
     def get_config(self):

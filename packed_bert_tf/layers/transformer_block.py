@@ -4,7 +4,7 @@ Letters: B batch, S sequence length, H hidden, I intermediate size.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from packed_bert_tf.layers.ops import get_activation
 from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention
@@ -88,17 +88,17 @@ class BertTransformerBlock(keras.layers.Layer):
                                           training=training)  # [B, S, H]
         attention_output = self.attention_dropout(attention_output, training=training)
         hidden_states = self.attention_layer_norm(
-            tf.cast(hidden_states, tf.float32)
-            + tf.cast(attention_output, tf.float32))  # [B, S, H] float32
-        hidden_states = tf.cast(hidden_states, self.compute_dtype)
+            ops.cast(hidden_states, "float32")
+            + ops.cast(attention_output, "float32"))  # [B, S, H] float32
+        hidden_states = ops.cast(hidden_states, self.compute_dtype)
 
         intermediate = self.intermediate_dense(hidden_states)  # [B, S, I]
         feed_forward = self.output_dropout(self.output_dense(intermediate),
                                            training=training)  # [B, S, H]
         hidden_states = self.output_layer_norm(
-            tf.cast(hidden_states, tf.float32)
-            + tf.cast(feed_forward, tf.float32))  # [B, S, H] float32
-        return tf.cast(hidden_states, self.compute_dtype)
+            ops.cast(hidden_states, "float32")
+            + ops.cast(feed_forward, "float32"))  # [B, S, H] float32
+        return ops.cast(hidden_states, self.compute_dtype)
 
     def get_config(self):
         config = super().get_config()

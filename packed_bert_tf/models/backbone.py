@@ -4,7 +4,7 @@ Letters: B batch, S sequence length, D max sequences per pack, H hidden.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
 from packed_bert_tf.layers.block_diagonal_attention_mask import (
@@ -112,7 +112,7 @@ class BertBackbone(keras.Model):
         outputs = {"sequence_output": sequence_output}
         if self.pooler_dense is not None:
             if cls_positions is None:
-                cls_positions = tf.zeros_like(input_mask[:, :1])  # [B, 1]
+                cls_positions = ops.zeros_like(input_mask[:, :1])  # [B, 1]
             outputs["pooled_output"] = pool(self.pooler_dense, sequence_output,
                                             cls_positions)  # [B, D, H]
         return outputs
