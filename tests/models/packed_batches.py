@@ -3,7 +3,7 @@
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from packed_bert_tf.models import BertConfig
 
@@ -57,7 +57,8 @@ def random_packs(rng, sequences_per_pack, *, num_packs, sequence_length, **kwarg
 def layout(packs, *, sequence_length, max_sequences_per_pack, max_masked):
     """The feature dict of ``packs`` (a list of rows, each a list of Sequence).
 
-    Returns (features as tf tensors, list of Placement in input order).
+    Returns (features as tensors of the Keras backend, list of Placement in
+    input order).
     """
     B, S, D, M = len(packs), sequence_length, max_sequences_per_pack, max_masked
     arrays = {name: np.zeros(shape, np.int32) for name, shape in [
@@ -89,7 +90,7 @@ def layout(packs, *, sequence_length, max_sequences_per_pack, max_masked):
             offset += length
             slot_start += num_masked
         assert offset <= S and slot_start <= M
-    features = {name: tf.constant(value) for name, value in arrays.items()}
+    features = {name: ops.convert_to_tensor(value) for name, value in arrays.items()}
     return features, placements
 
 
@@ -109,7 +110,7 @@ def per_sequence_outputs(outputs, placements):
     for p in placements:
         result.append((
             np.asarray(outputs["sequence_output"][p.row, p.offset:p.offset + p.length]),
-            np.asarray(tf.gather(outputs["mlm_logits"][p.row], p.mlm_slots)),
+            ops.convert_to_numpy(outputs["mlm_logits"][p.row])[p.mlm_slots],
             np.asarray(outputs["nsp_logits"][p.row, p.slot])))
     return result
 
@@ -127,8 +128,8 @@ def gradient_errors(got, want):
     variables: the attention key bias has a zero gradient in exact arithmetic
     (softmax ignores a per-query constant), so its float32 values are noise.
     """
-    got = [np.asarray(tf.convert_to_tensor(g), np.float64) for g in got]
-    want = [np.asarray(tf.convert_to_tensor(w), np.float64) for w in want]
+    got = [ops.convert_to_numpy(g).astype(np.float64) for g in got]
+    want = [ops.convert_to_numpy(w).astype(np.float64) for w in want]
     floor = 1e-3 * max(np.abs(w).max() for w in want)
     return [float(np.abs(g - w).max() / max(np.abs(w).max(), floor))
             for g, w in zip(got, want)]

@@ -1,0 +1,74 @@
+"""The packed models under ``KERAS_BACKEND=jax``: packed equals unpacked per
+sequence, and one sequence never moves another, as under TensorFlow.
+
+The backend is chosen when Keras is imported, so the checks run in one
+subprocess for the whole module (tests/backends/jax_equivalence_check.py);
+the tests below read its results.
+"""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPOSITORY, tool_environment
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("jax") is None,
+    reason="JAX is not installed (pip install 'jax[cpu]', part of the test extra)")
+
+MODELS = pytest.mark.parametrize("name", ["pretraining", "squad", "classifier"])
+#: The gradient tolerances of the TensorFlow tests (test_packed_equivalence.py,
+#: test_bert_squad.py, test_bert_classifier.py).
+GRADIENT_TOLERANCE = {"pretraining": 1e-5, "squad": 1e-4, "classifier": 1e-4}
+
+
+@pytest.fixture(scope="module")
+def results():
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.backends.jax_equivalence_check"],
+        capture_output=True, text=True, timeout=600, cwd=str(REPOSITORY),
+        env=tool_environment(KERAS_BACKEND="jax"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_models_run_on_jax_without_tensorflow(results):
+    assert results["backend"] == "jax"
+    assert results["tensorflow_imported"] is False
+
+
+@MODELS
+def test_packed_outputs_equal_unpacked_bert_per_sequence(results, name):
+    assert results[name]["outputs"] <= 1e-5, results[name]
+    assert results[name]["largest_output"] > 0.1  # not a comparison of zeros
+
+
+@MODELS
+def test_packed_losses_and_gradients_equal_unpacked(results, name):
+    losses = results[name]["losses"]
+    assert losses and max(losses.values()) <= 1e-5, losses
+    assert results[name]["gradients"] < GRADIENT_TOLERANCE[name]
+
+
+def test_pretraining_losses_of_both_normalisations_and_accuracies(results):
+    losses, accuracies = results["pretraining"]["losses"], results["pretraining"]["accuracies"]
+    assert len(losses) == 7 and len(accuracies) == 4  # compute_loss, 3 losses x 2
+    assert max(accuracies.values()) <= 1e-6, accuracies
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_changing_one_sequence_leaves_the_others_bit_for_bit_unchanged(results, mode):
+    bits = results["pretraining"]["bits"][mode]
+    assert bits["sequences"] == 6
+    assert bits["changed_others"] == 0 and bits["unchanged_targets"] == 0, bits
+
+
+def test_both_ablations_differ(results):
+    # Each far beyond the 1e-5 the packed model keeps: the checks above could fail.
+    ablations = results["pretraining"]["ablations"]
+    assert ablations["none"] <= 1e-5
+    assert ablations["no_block_diagonal_mask"] > 1e-3
+    assert ablations["positions_along_the_row"] > 1e-2
