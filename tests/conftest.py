@@ -165,6 +165,32 @@ def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
                                   python_options=python_options, env=env), timeout)
 
 
+def forked_run(tool: str, *args, cwd=None, tmp_path=None, env=None,
+               max_file_bytes=None) -> dict:
+    """One command line for `run_tools_forked` (the arguments of `start_tool`)."""
+    return {"tool": tool, "args": [str(arg) for arg in args],
+            "cwd": str(cwd or REPOSITORY),
+            "env": tool_environment(tmp_path, **(env or {})),
+            "max_file_bytes": max_file_bytes}
+
+
+def run_tools_forked(runs, *, preload=(), timeout: float = 600) -> list:
+    """Runs each of `runs` (`forked_run`'s) as `run_tool` would, one after the
+    other, each in a child forked from one process that imported ``preload``
+    (TensorFlow, ...) once: `tests.forked_tools`. Returns their ToolResults."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        spec = pathlib.Path(folder) / "runs.json"
+        spec.write_text(json.dumps({"preload": list(preload), "runs": list(runs)}))
+        result = subprocess.run([sys.executable, "-m", "tests.forked_tools", str(spec)],
+                                capture_output=True, text=True, timeout=timeout,
+                                cwd=str(REPOSITORY), env=tool_environment())
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [ToolResult(**fields)
+            for fields in json.loads(result.stdout.strip().splitlines()[-1])]
+
+
 def one_line_error_problems(result: ToolResult, program: str, expected: str, *,
                             max_lines: int = 10) -> list:
     """What is wrong with a tool's run on bad input (empty: nothing): it must exit

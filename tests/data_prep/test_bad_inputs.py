@@ -2,9 +2,11 @@
 TF_CPP_MIN_LOG_LEVEL unset): one line naming the file, flag or record, a
 non-zero exit, no traceback, no Beam or TensorFlow output, no output file.
 
-The cases run as subprocesses, a few at a time."""
+The cases run one after the other, each in a process of its own forked from one
+that imported TensorFlow and Beam once (`tests.forked_tools`: each run is the
+tool's ``__main__`` with its own argv, flags, output and exit status); one
+case runs as a plain subprocess too."""
 
-import concurrent.futures
 import json
 import os
 import signal
@@ -12,9 +14,9 @@ import socket
 
 import pytest
 
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool,
-                            one_line_error_problems, run_tool, start_tool,
-                            wait_for_signal_handlers, write_unpacked_dataset)
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool, forked_run,
+                            one_line_error_problems, run_tool, run_tools_forked,
+                            start_tool, wait_for_signal_handlers, write_unpacked_dataset)
 
 #: At most this many lines of stdout and stderr together for a bad input.
 MAX_LINES = 10
@@ -148,15 +150,17 @@ def _output_folder(root, index):
     return root / f"out{index}"
 
 
+#: What the tools import that takes seconds: imported once for all the cases.
+PRELOAD = ("tensorflow", "apache_beam")
+
+
 def _run_all(root, cases):
-    def run(index):
-        tool, arguments, _, _ = cases[index]
+    runs = []
+    for index, (tool, arguments, _, _) in enumerate(cases):
         arguments = [a.replace("{out}", str(_output_folder(root, index)))
                      for a in arguments]
-        return run_tool(f"data_prep.{tool}", *arguments, cwd=root, tmp_path=root)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
-        return list(pool.map(run, range(len(cases))))
+        runs.append(forked_run(f"data_prep.{tool}", *arguments, cwd=root, tmp_path=root))
+    return run_tools_forked(runs, preload=PRELOAD)
 
 
 @pytest.fixture(scope="module")
@@ -200,10 +204,11 @@ def test_no_tool_changed_an_input_or_another_runs_files(bad_runs):
 
 
 def test_packing_report_checks_its_outputs_before_packing(tmp_path):
+    # A plain subprocess, as a user starts the tool.
     histogram = _histogram(tmp_path)
-    (result,) = _run_all(tmp_path, [("packing_report", [
-        f"--histogram={histogram}", f"--plot={tmp_path}/report.pgn", "--verbosity=0"],
-        None, None)])
+    result = run_tool("data_prep.packing_report", f"--histogram={histogram}",
+                      f"--plot={tmp_path}/report.pgn", "--verbosity=0", cwd=tmp_path,
+                      tmp_path=tmp_path)
     assert result.returncode != 0
     assert "unknown image format 'pgn'" in result.last_line
     assert "Packing small with" not in result.stderr

@@ -1,8 +1,10 @@
 """run_pretraining.py on bad input: one clear last line, exit status 1, no traceback,
 nothing written that looks like a finished run.
 
-The runs are started at once (each imports TensorFlow: seconds of CPU) and
-read from one module-scoped fixture.
+The runs are made by one module-scoped fixture, one after the other, each in a
+process of its own forked from one that imported TensorFlow once
+(`tests.forked_tools`: each run is the script's ``__main__`` with its own argv,
+flags, output and exit status).
 """
 
 import json
@@ -18,7 +20,7 @@ import tensorflow as tf
 from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.pretraining.run import run_pretraining
-from tests.conftest import ToolResult, finish_tool, start_tool, write_unpacked_dataset
+from tests.conftest import ToolResult, forked_run, run_tools_forked, write_unpacked_dataset
 from tests.pretraining.tiny_runs import CONFIG, P, S, options
 
 UNPACKED = RecordFormat.unpacked(S, P)
@@ -70,8 +72,12 @@ def _resumed(config_file, output_dir, packed_file):
             "--nojit_compile"]
 
 
-def _start(*args):
-    return start_tool("run_pretraining.py", *args)
+def _run(*args, **kwargs):
+    return forked_run("run_pretraining.py", *args, **kwargs)
+
+
+#: What run_pretraining.py imports that takes seconds: imported once for all runs.
+PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run")
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +109,12 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     (locked / ".lock").write_text(
         '{"host": "%s", "pid": %d, "started": "today"}' % (lock["host"], lock["pid"]))
     good = unpacked_files[0]
-    processes = {
-        name: _start(*_flags(config_file, root / f"out_{name}", files[name]))
-        for name in files}
-    processes["one_type"] = _start(*_flags(one_type, root / "out_one_type", good))
-    processes["output_is_a_file"] = _start(*_flags(config_file, a_file, good))
-    processes["output_under_a_file"] = _start(*_flags(config_file, a_file / "sub", good))
-    processes["output_in_use"] = _start(*_flags(config_file, locked, good))
+    runs = {name: _run(*_flags(config_file, root / f"out_{name}", files[name]))
+            for name in files}
+    runs["one_type"] = _run(*_flags(one_type, root / "out_one_type", good))
+    runs["output_is_a_file"] = _run(*_flags(config_file, a_file, good))
+    runs["output_under_a_file"] = _run(*_flags(config_file, a_file / "sub", good))
+    runs["output_in_use"] = _run(*_flags(config_file, locked, good))
 
     # A run with two checkpoints, the last one truncated, resumed by the tool.
     damaged = root / "damaged"
@@ -117,8 +122,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     data_file = next((damaged / "checkpoints").glob("ckpt-2.data-*"))
     with open(data_file, "r+b") as handle:
         handle.truncate(os.path.getsize(data_file) // 2)
-    processes["damaged_checkpoint"] = _start(*_resumed(config_file, damaged,
-                                                       packed_files[0]))
+    runs["damaged_checkpoint"] = _run(*_resumed(config_file, damaged, packed_files[0]))
     # The same, with the state file (`checkpoint`) damaged: resumed from ckpt-2.
     damaged_state = root / "damaged_state"
     run_pretraining(_trained_twice(config_file, packed_files[0], damaged_state))
@@ -126,15 +130,13 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     state_file.write_text(state_file.read_text()[:40])
     written = {path.name: path.read_bytes()
                for path in (damaged_state / "checkpoints").glob("ckpt-*")}
-    processes["damaged_state"] = _start(*_resumed(config_file, damaged_state,
-                                                  packed_files[0]))
+    runs["damaged_state"] = _run(*_resumed(config_file, damaged_state, packed_files[0]))
     # A disk that fills up at the second checkpoint (about 2 MB each here).
     full_disk = root / "full_disk"
     run_pretraining(_trained_twice(config_file, packed_files[0], full_disk))
-    processes["full_disk"] = start_tool(
-        "run_pretraining.py", *_resumed(config_file, full_disk, packed_files[0]),
-        max_file_bytes=1_000_000)
-    results = {name: finish_tool(process) for name, process in processes.items()}
+    runs["full_disk"] = _run(*_resumed(config_file, full_disk, packed_files[0]),
+                             max_file_bytes=1_000_000)
+    results = dict(zip(runs, run_tools_forked(runs.values(), preload=PRELOAD)))
     results["damaged_state_files"] = written
     return root, files, lock, results
 
