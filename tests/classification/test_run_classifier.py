@@ -8,7 +8,8 @@ import pytest
 from packed_bert_tf.classification.run import ClassifierOptions, run_classifier
 from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
-from tests.conftest import finish_tool, one_line_error_problems, start_tool
+from tests.conftest import (finish_tool, forked_run, one_line_error_problems,
+                            run_tools_forked, start_tool)
 
 # About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
 # to compile each; the compiled steps are tested in distributed_classifier_check).
@@ -233,7 +234,8 @@ def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
     bad_label = tmp_path / "bad_label"
     write_tsv(str(bad_label / "train.tsv"),
               [["sentence", "label"], ["a good film", "1"], ["a dull film", "2"]])
-    # Three processes (each imports TensorFlow, seconds of CPU); the other
+    # Three runs of the script, each forked from one process that imported
+    # TensorFlow once (seconds of CPU a process): `tests.forked_tools`. The other
     # errors are ValueErrors too (test_bad_options_are_rejected_...), which
     # run_or_exit turns into the same one line.
     cases = {
@@ -244,12 +246,13 @@ def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
         "task": (["--task_name=GLUE", "--do_train"],
                  "unknown --task_name=GLUE; known tasks: cola, mnli, mrpc"),
     }
-    processes = {name: start_tool("run_classifier.py", *_arguments(
-        files, tmp_path / f"out_{name}", *arguments), tmp_path=tmp_path)
-        for name, (arguments, _) in cases.items()}
-    for name, process in processes.items():
-        result = finish_tool(process, timeout=240)
-        assert not one_line_error_problems(result, "run_classifier", cases[name][1]), \
+    results = run_tools_forked(
+        [forked_run("run_classifier.py", *_arguments(files, tmp_path / f"out_{name}",
+                                                     *arguments), tmp_path=tmp_path)
+         for name, (arguments, _) in cases.items()],
+        preload=("tensorflow", "packed_bert_tf.classification.run"))
+    for (name, (_, message)), result in zip(cases.items(), results):
+        assert not one_line_error_problems(result, "run_classifier", message), \
             (name, result.stderr[-2000:])
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from packed_bert_tf.squad.run import SquadOptions, run_squad
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from tests.conftest import finish_tool, one_line_error_problems, start_tool
+from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
 from tests.squad import squad_data
 
 
@@ -172,12 +172,14 @@ def _bad_inputs(files, folder):
 
 def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
     cases = _bad_inputs(files, tmp_path)
-    # Concurrent: each process imports TensorFlow (seconds of CPU).
-    processes = {name: start_tool("run_squad.py", *arguments, tmp_path=tmp_path)
-                 for name, (arguments, _) in cases.items()}
-    for name, process in processes.items():
-        result = finish_tool(process, timeout=240)
-        assert not one_line_error_problems(result, "run_squad", cases[name][1]), \
+    # Each forked from one process that imported TensorFlow once (seconds of CPU
+    # a process), as `python run_squad.py ARGS` runs: `tests.forked_tools`.
+    results = run_tools_forked(
+        [forked_run("run_squad.py", *arguments, tmp_path=tmp_path)
+         for arguments, _ in cases.values()],
+        preload=("tensorflow", "packed_bert_tf.squad.run"))
+    for (name, (_, message)), result in zip(cases.items(), results):
+        assert not one_line_error_problems(result, "run_squad", message), \
             (name, result.stderr[-2000:])
     assert not (tmp_path / "out_3").exists() or not any(
         (tmp_path / "out_3").glob("*.json"))
