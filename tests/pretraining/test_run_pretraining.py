@@ -14,6 +14,13 @@ from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import run_tool
 from tests.pretraining.tiny_runs import CONFIG, options
 
+#: The runs whose claims are about data, batching, steps and stopping, not about
+#: XLA, run their steps uncompiled (XLA compiles each run again: seconds of CPU,
+#: once per batch shape when bucketing). The default, compiled, is the first
+#: test's (a killed run resumes exactly) and the evaluations'; the trainer's
+#: tests compare the compiled steps with these (tests/training).
+NOT_COMPILED = dict(jit_compile=False)
+
 
 def google_weights(path):
     reader = tf.train.load_checkpoint(path)
@@ -123,7 +130,7 @@ def test_a_nan_loss_stops_the_run_keeping_the_last_good_checkpoint(
                                 input_file=unpacked_files[0], batching="padded",
                                 learning_rate=1e30,
                                 num_warmup_steps=0, iterations_per_loop=1,
-                                save_checkpoints_steps=1))
+                                save_checkpoints_steps=1, **NOT_COMPILED))
     assert error.value.checkpoint.endswith("ckpt-1")
     assert tf.train.latest_checkpoint(str(tmp_path / "checkpoints")).endswith("ckpt-1")
 
@@ -178,7 +185,7 @@ def test_length_aware_batching_trains_on_unpacked_records(config_file, unpacked_
     summary = run_pretraining(options(
         config_file, tmp_path, do_train=True, input_file=",".join(unpacked_files),
         batching=batching, bucket_boundaries=(16, 32, 64), pool_size=64,
-        num_train_steps=6))
+        num_train_steps=6, **NOT_COMPILED))
     train = summary["train"]
     assert train["final_step"] == 6 and train["train_steps_function_traces"] == 1
     # Bucketing pads less: occupancy above the padded batches' (about 0.6 here).
@@ -197,7 +204,8 @@ def test_length_aware_batching_needs_unpacked_records(config_file, packed_files,
 def test_packed_batching_packs_unpacked_records_on_the_fly_and_resumes_exactly(
         config_file, unpacked_files, tmp_path, monkeypatch):
     train = dict(do_train=True, input_file=",".join(unpacked_files), batching="packed",
-                 packing_buffer_size=60, packing_hyperparameter_adjustment="lamb_betas")
+                 packing_buffer_size=60, packing_hyperparameter_adjustment="lamb_betas",
+                 **NOT_COMPILED)
     straight = run_pretraining(options(config_file, tmp_path / "straight", **train))
     factor = straight["packing_factor"]
     assert 1.2 < factor < 3  # estimated by packing the first records' lengths
@@ -230,7 +238,7 @@ def test_steps_count_micro_batches_as_in_the_mlperf_reference(config_file, unpac
     # 6 steps of 2 micro-batches of 4 rows: 3 updates, 24 sequences; log points
     # and checkpoints every 3 steps fall at the ends of updates (steps 4 and 6).
     flags = dict(do_train=True, input_file=",".join(unpacked_files), batching="padded",
-                 steps_per_update=2)
+                 steps_per_update=2, **NOT_COMPILED)
     summary = run_pretraining(options(config_file, tmp_path / "micro", **flags))
     train = summary["train"]
     assert (train["final_step"], train["sequences"]) == (6, 24)
