@@ -16,8 +16,9 @@ from apache_beam.testing.util import assert_that
 from packed_bert_tf.data import filesystem, pack_pipeline, record_files, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
 from data_prep.process_tree import descendants
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, run_tool,
-                            tool_command, tool_environment, write_unpacked_dataset)
+from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, forked_run,
+                            run_tool, run_tools_forked, tool_command, tool_environment,
+                            write_unpacked_dataset)
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
@@ -114,10 +115,8 @@ def test_pack_writes_shards_and_stats(packed_dir, unpacked_files):
     assert record_format.max_sequences_per_pack == 3
 
 
-def test_verify_accepts_the_packed_set(packed_dir, unpacked_files, tmp_path):
-    output_dir, _ = packed_dir
-    result = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
-                  f"--packed={output_dir}/part-*", tmp_path=tmp_path)
+def test_verify_accepts_the_packed_set(verify_runs):
+    result = verify_runs["shards"]
     assert result.returncode == 0, result.stderr[-2000:]
     assert "OK: 900 sequences" in result.stdout
 
@@ -143,7 +142,8 @@ def _tampered_copy(packed_dir, tmp_path, edit):
     return target
 
 
-@pytest.mark.parametrize("edit, message", [
+#: Edits of a packed shard, and what verify_packing says of the edited set.
+MISMATCHES = [
     (lambda a: a["input_ids"].__setitem__((4, 1), a["input_ids"][4, 1] + 1),
      "is not in the packed set"),
     (lambda a: [a.__setitem__(k, v[1:]) for k, v in list(a.items())],
@@ -151,12 +151,33 @@ def _tampered_copy(packed_dir, tmp_path, edit):
     (lambda a: [a.__setitem__(k, np.concatenate([v, v[:1]])) for k, v in list(a.items())],
      "once too often"),
     (lambda a: a["positions"].__setitem__((0, 0), 1), "positions do not restart"),
-])
-def test_verify_finds_the_first_mismatch(packed_dir, unpacked_files, tmp_path, edit,
-                                         message):
-    target = _tampered_copy(packed_dir, tmp_path, edit)
-    result = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
-                  f"--packed={target}/*", tmp_path=tmp_path)
+]
+
+
+@pytest.fixture(scope="module")
+def verify_runs(packed_dir, unpacked_files, tmp_path_factory):
+    """verify_packing on the packed set (its shards; every file of its folder) and
+    on a tampered copy per edit of MISMATCHES (keyed by the edit's index), each
+    run forked from one process that imported TensorFlow once (seconds of CPU a
+    process): `tests.forked_tools`."""
+    root = tmp_path_factory.mktemp("verify")
+    output_dir, _ = packed_dir
+    unpacked = f"--unpacked={','.join(unpacked_files)}"
+    runs = {"shards": [unpacked, f"--packed={output_dir}/part-*"],
+            "every_file": [unpacked, f"--packed={output_dir}/*"]}
+    for index, (edit, _) in enumerate(MISMATCHES):
+        (root / str(index)).mkdir()
+        target = _tampered_copy(packed_dir, root / str(index), edit)
+        runs[index] = [unpacked, f"--packed={target}/*"]
+    results = run_tools_forked(
+        [forked_run("data_prep.verify_packing", *arguments, tmp_path=root)
+         for arguments in runs.values()], preload=("tensorflow",))
+    return dict(zip(runs, results))
+
+
+@pytest.mark.parametrize("edit, message", MISMATCHES)
+def test_verify_finds_the_first_mismatch(verify_runs, edit, message):
+    result = verify_runs[[e for e, _ in MISMATCHES].index(edit)]
     assert result.returncode != 0
     assert message in result.stderr.strip().splitlines()[-1]
     assert "Traceback" not in result.stderr
@@ -318,10 +339,8 @@ def test_sequences_replanned_for_masked_overflow_are_counted(tmp_path, unpacked_
     assert counter.committed == stats["replanned_for_masked_overflow"]
 
 
-def test_verify_skips_the_stats_beside_the_shards(packed_dir, unpacked_files, tmp_path):
-    output_dir, _ = packed_dir
-    result = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
-                  f"--packed={output_dir}/*", tmp_path=tmp_path)
+def test_verify_skips_the_stats_beside_the_shards(verify_runs):
+    result = verify_runs["every_file"]
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines()[0] == "skipped packing_stats.json (not records)"
     assert "OK: 900 sequences" in result.stdout and "(2 files)" in result.stdout
