@@ -14,9 +14,18 @@ from packed_bert_tf.pretraining.mlperf import default_eval_interval_samples
 from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import write_unpacked_dataset
-from tests.pretraining.tiny_runs import options
+from tests.pretraining.tiny_runs import TWO_LAYERS, options
 
 pytest.importorskip("mlperf_logging")
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory):
+    """The conftest's, with two layers: evaluations whose accuracy rises over
+    the 12 steps (the stop threshold is the second one's)."""
+    path = tmp_path_factory.mktemp("config") / "bert_config.json"
+    TWO_LAYERS.to_json_file(str(path))
+    return str(path)
 
 # 12 steps of 4 packs (about 2 sequences each): evaluations every 24 sequences.
 RUN = dict(do_train=True, num_train_steps=12, save_checkpoints_steps=0,
