@@ -163,7 +163,11 @@ class MlperfRun:
                 self.log.event(mllog_keys.EVAL_SAMPLES, int(results["sequences"]))
                 self.eval_samples_logged = True
             reached = threshold is not None and results[TARGET_METRIC] >= threshold
-            if not reached and step < num_train_steps:
+            if reached or step >= num_train_steps:
+                # The run stops here: the final checkpoint, export and clean-up
+                # that follow are not part of its time to train.
+                self.run_stop(success=reached, samples=samples)
+            else:
                 self._block_start(samples, interval_samples)
             return results
 
@@ -172,7 +176,10 @@ class MlperfRun:
                                   samples_per_update=samples_per_update)
 
     def run_stop(self, *, success: bool, samples: float | None = None) -> None:
-        """``run_stop``: ``success`` when the target was reached, else ``aborted``."""
+        """``run_stop``: ``success`` when the target was reached, else ``aborted``.
+
+        Logged once: at the evaluation that ends the run when there is one,
+        later calls do nothing."""
         if self.stopped:
             return
         self.stopped = True

@@ -106,6 +106,11 @@ def test_the_mlperf_log_holds_the_run(runs):
     assert keys.index("init_stop") < keys.index("run_start") < keys.index("block_start")
     assert keys[-1] == "run_stop"
     assert lines[-1]["metadata"]["status"] == "success"
+    # run_stop comes at the evaluation that reached the target, before the
+    # checkpoint written after it: saving is not part of the time to train.
+    final_step = runs["stopped"]["train"]["final_step"]
+    checkpoint = runs["root"] / "stopped" / f"model.ckpt-{final_step}.index"
+    assert lines[-1]["time_ms"] / 1000 <= checkpoint.stat().st_mtime
     values = {line["key"]: line["value"] for line in lines}
     assert values["submission_benchmark"] == "bert"
     assert values["submission_division"] == "open"
