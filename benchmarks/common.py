@@ -21,7 +21,9 @@ import os
 import platform
 import re
 import shlex
+import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from absl import flags, logging
@@ -43,6 +45,19 @@ _MODEL_SIZE_HELP = {"num_layers": "transformer blocks (L).", "hidden_size": "hid
                     "num_heads": "attention heads (N).",
                     "intermediate_size": "feed-forward width (I).",
                     "vocab_size": "vocabulary (V)."}
+
+
+def run_tool(command: Sequence[str], log_path: str) -> float:
+    """Runs one of the repository's tools (``ENVIRONMENT``, from the repository),
+    its output to ``log_path``; its wall time. Fails with the log's tail."""
+    start = time.perf_counter()
+    with open(log_path, "w") as log:
+        result = subprocess.run(list(command), cwd=REPOSITORY, env=ENVIRONMENT, stdout=log,
+                                stderr=subprocess.STDOUT)
+    if result.returncode:
+        tail = open(log_path).read()[-3000:]
+        raise RuntimeError(f"{' '.join(command)} failed:\n{tail}")
+    return time.perf_counter() - start
 
 
 # ------------------------------------------------------------------ flags

@@ -21,13 +21,12 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 from absl import app, flags
 
-from common import (ENVIRONMENT, REPOSITORY, define_model_size_flags, define_write_markdown,
+from common import (REPOSITORY, define_model_size_flags, define_write_markdown, run_tool,
                     model_size, publish_section, section_header)  # benchmarks/, beside this script
 from throughput import throughput_figures, time_alternately
 
@@ -54,16 +53,6 @@ flags.DEFINE_string("plot", "benchmarks/pretraining_loss_curves.png",
                     "PNG of the convergence loss curves.")
 
 S, P, D = 512, 76, 3
-
-
-def run(command, log_path):
-    """Runs a command, its output to a log; fails with the log's tail."""
-    with open(log_path, "w") as log:
-        result = subprocess.run(command, cwd=REPOSITORY, env=ENVIRONMENT, stdout=log,
-                                stderr=subprocess.STDOUT)
-    if result.returncode:
-        tail = open(log_path).read()[-3000:]
-        raise RuntimeError(f"{' '.join(command)} failed:\n{tail}")
 
 
 def generate_speed_data(folder):
@@ -106,7 +95,7 @@ def generate_speed_data(folder):
 def train(output_dir, input_file, extra, log_name):
     shutil.rmtree(output_dir, ignore_errors=True)
     os.makedirs(output_dir)
-    run([sys.executable, "run_pretraining.py", f"--output_dir={output_dir}",
+    run_tool([sys.executable, "run_pretraining.py", f"--output_dir={output_dir}",
          f"--input_file={input_file}", "--do_train", f"--max_seq_length={S}",
          f"--max_predictions_per_seq={P}", "--save_checkpoints_steps=0"] + extra,
         os.path.join(output_dir, log_name))
@@ -195,13 +184,13 @@ def convergence_part():
     if not os.path.exists(os.path.join(data, "packed", "packing_stats.json")):
         shutil.rmtree(data, ignore_errors=True)
         os.makedirs(data)
-        run([sys.executable, "-m", "data_prep.builtin_corpus",
+        run_tool([sys.executable, "-m", "data_prep.builtin_corpus",
              f"--output_file={data}/corpus.txt"], f"{data}/corpus.log")
-        run([sys.executable, "-m", "data_prep.create_pretraining_data",
+        run_tool([sys.executable, "-m", "data_prep.create_pretraining_data",
              f"--input_file={data}/corpus.txt", f"--output_file={data}/unpacked/train.tfrecord",
              "--vocab_size=8000", f"--max_seq_length={S}", f"--max_predictions_per_seq={P}",
              "--dupe_factor=4", "--random_seed=12345"], f"{data}/create.log")
-        run([sys.executable, "-m", "data_prep.pack_pretraining_data",
+        run_tool([sys.executable, "-m", "data_prep.pack_pretraining_data",
              f"--input_file={data}/unpacked/train.tfrecord", f"--output_dir={data}/packed",
              f"--max_seq_length={S}", f"--max_predictions_per_seq={P}",
              "--num_output_shards=2"], f"{data}/pack.log")

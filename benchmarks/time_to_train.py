@@ -44,13 +44,11 @@ time; ``report.json`` in ``--work_dir`` holds the figures.
 import json
 import os
 import shutil
-import subprocess
 import sys
-import time
 
 from absl import app, flags, logging
 
-from common import (ENVIRONMENT, REPOSITORY, define_write_markdown, publish_section,
+from common import (REPOSITORY, define_write_markdown, publish_section, run_tool,
                     section_header)  # benchmarks/, beside this script
 
 FLAGS = flags.FLAGS
@@ -120,18 +118,6 @@ def repository_path(path: str) -> str:
     return os.path.join(REPOSITORY, path)
 
 
-def run(command: list, log_path: str) -> float:
-    """Runs a command, its output to a log; its wall time. Fails with the log's tail."""
-    start = time.perf_counter()
-    with open(log_path, "w") as log:
-        result = subprocess.run(command, cwd=REPOSITORY, env=ENVIRONMENT, stdout=log,
-                                stderr=subprocess.STDOUT)
-    if result.returncode:
-        tail = open(log_path).read()[-3000:]
-        raise RuntimeError(f"{' '.join(command)} failed:\n{tail}")
-    return time.perf_counter() - start
-
-
 # ------------------------------------------------------------------ data
 def split_documents(text: str, every: int) -> tuple[str, str]:
     """The documents-format text (one sentence a line, blank lines between
@@ -176,7 +162,7 @@ def build_data(folder: str) -> dict:
     corpus = os.path.join(folder, "corpus.txt")
     logging.info("data: the builtin corpus, records at S = %d, the evaluation set, packing, "
                  "in %s", FLAGS.max_seq_length, folder)
-    run([python, "-m", "data_prep.builtin_corpus", f"--output_file={corpus}"]
+    run_tool([python, "-m", "data_prep.builtin_corpus", f"--output_file={corpus}"]
         + ([f"--max_documents={FLAGS.max_documents}"] if FLAGS.max_documents else []),
         os.path.join(folder, "corpus.log"))
     kept, heldout = split_documents(open(corpus, encoding="utf-8").read(),
@@ -184,24 +170,24 @@ def build_data(folder: str) -> dict:
     for name, text in (("train.txt", kept), ("heldout.txt", heldout)):
         with open(os.path.join(folder, name), "w", encoding="utf-8") as file:
             file.write(text)
-    run([python, "-m", "data_prep.create_pretraining_data",
+    run_tool([python, "-m", "data_prep.create_pretraining_data",
          f"--input_file={folder}/train.txt", f"--output_file={folder}/unpacked/train.tfrecord",
          f"--vocab_size={spec['vocab_size']}", f"--dupe_factor={FLAGS.dupe_factor}",
          f"--random_seed={FLAGS.data_seed}", *sizes], os.path.join(folder, "create.log"))
-    run([python, "-m", "data_prep.create_pretraining_data",
+    run_tool([python, "-m", "data_prep.create_pretraining_data",
          f"--input_file={folder}/heldout.txt", f"--output_file={folder}/pool/pool.tfrecord",
          f"--vocab_file={folder}/unpacked/vocab.txt",
          f"--dupe_factor={FLAGS.eval_dupe_factor}",
          f"--random_seed={FLAGS.data_seed + 1}", *sizes],
         os.path.join(folder, "create_pool.log"))
-    run([python, "-m", "data_prep.pick_eval_samples",
+    run_tool([python, "-m", "data_prep.pick_eval_samples",
          f"--input_tfrecord={folder}/pool/pool.tfrecord",
          f"--output_tfrecord={folder}/eval/eval.tfrecord",
          f"--num_examples_to_pick={FLAGS.num_eval_samples}", *sizes],
         os.path.join(folder, "pick.log"))
     for source, target in (("unpacked/train.tfrecord", "packed"),
                            ("eval/eval.tfrecord", "eval_packed")):
-        run([python, "-m", "data_prep.pack_pretraining_data",
+        run_tool([python, "-m", "data_prep.pack_pretraining_data",
              f"--input_file={folder}/{source}", f"--output_dir={folder}/{target}", *sizes],
             os.path.join(folder, f"pack_{target}.log"))
     json.dump(spec, open(marker, "w"))
@@ -224,7 +210,7 @@ def train(kind: str, data: str, folder: str) -> dict:
                   "--packing_hyperparameter_adjustment=accumulation",
                   f"--eval_input_file={data}/{evaluation}"]
     logging.info("%s run: %s", kind, output_dir)
-    seconds = run([sys.executable, "run_pretraining.py",
+    seconds = run_tool([sys.executable, "run_pretraining.py",
                    f"--bert_config_file={repository_path(FLAGS.bert_config_file)}",
                    f"--output_dir={output_dir}", "--do_train", "--do_eval", *inputs,
                    f"--max_seq_length={FLAGS.max_seq_length}",
