@@ -38,7 +38,7 @@ setup(
         # MLPerf's log (mlperf_logging.mllog) and its compliance checker.
         "mlperf-logging==4.1.68",
     ],
-    extras_require={"test": ["pytest", "pytest-xdist", "hypothesis",
+    extras_require={"test": ["pytest", "pytest-xdist>=3.8", "hypothesis",
                              # tests/backends: the models under KERAS_BACKEND=jax.
                              "jax[cpu]"],
                     # benchmarks/peer_benchmark.py: keras-hub's BERT beside ours.
