@@ -9,6 +9,7 @@ S sequence length, M masked-LM slots, D max sequences per pack.
     masked_lm_positions, masked_lm_ids, masked_lm_weights  [B, M]
     next_sentence_positions, next_sentence_labels,
     next_sentence_weights                                  [B, D]
+    sequence_offsets (ReplicaBatches(sequence_offsets=True))  [B, D + 1]
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ from absl import logging
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
+from packed_bert_tf.sequence_offsets import sequence_offsets
 
 #: The start of the error an id out of range raises in the input pipeline
 #: (``id_limits`` of `parse_records`); the host then finds the record by
 #: `packed_bert_tf.pretraining.task.find_bad_record`.
 ID_ERROR = "id out of range"
+
+#: The feature `with_sequence_offsets` adds.
+SEQUENCE_OFFSETS = "sequence_offsets"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +77,9 @@ class ReplicaBatches:
         as it reads them (`packed_bert_tf.data.streaming.pack_dataset`,
         seeded with the shuffling's seed); batches are then packs, and
         `skip_rows` counts packs (the packs are the same on a resumed run).
+      sequence_offsets: add the ``sequence_offsets`` feature [b, D + 1]
+        (`with_sequence_offsets`; D: the packed records', the packer's when
+        packing on the fly, 1 for unpacked records).
     """
 
     skip_rows: int = 0
@@ -79,6 +87,7 @@ class ReplicaBatches:
     pad_with_empty_batches: bool = False
     micro_batches: int | None = None
     pack_on_the_fly: PackOnTheFly | None = None
+    sequence_offsets: bool = False
 
 
 def detect_record_format(files: Sequence[str]) -> RecordFormat:
@@ -111,6 +120,54 @@ def to_packed_layout(features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         "next_sentence_labels": features["next_sentence_labels"],
         "next_sentence_weights": tf.ones([batch_size, 1], input_mask.dtype),
     }
+
+
+def with_sequence_offsets(dataset: tf.data.Dataset, max_sequences_per_pack: int, *,
+                          num_parallel_calls: int | None = tf.data.AUTOTUNE
+                          ) -> tf.data.Dataset:
+    """Adds the ``sequence_offsets`` feature, computed from ``input_mask``.
+
+    `packed_bert_tf.sequence_offsets.sequence_offsets` under
+    ``tf.experimental.numpy`` (tf.data runs TensorFlow graphs whatever the
+    Keras backend): ``input_mask`` [..., S] -> ``sequence_offsets``
+    [..., D + 1] int32, the ``cu_seqlens`` of each pack (docs/formats.md),
+    for elements of any batching: one pack [S], a batch [B, S],
+    micro-batches [K, B, S]. O(S D) per pack, in a parallel map.
+
+    Args:
+      dataset: elements are dicts holding ``input_mask``, the sequence index
+        (1..D, 0 for padding), as every packed pipeline of the package yields:
+        `pretraining_dataset` (or its ``ReplicaBatches(sequence_offsets=
+        True)``), `pack_dataset`, `packed_bert_tf.data.rows_dataset.rows_dataset`
+        and `packed_bert_tf.batching.dataset.bucketed_rows_dataset`.
+      max_sequences_per_pack: D, the pipeline's (``PackedRows.
+        max_sequences_per_pack`` for rows held in memory, 1 for unpacked rows);
+        sequence indices above D are not counted.
+      num_parallel_calls: of the map.
+
+    Raises:
+      ValueError: elements that are not dicts with an ``input_mask``, or that
+        already hold ``sequence_offsets``; D < 1.
+    """
+    spec = dataset.element_spec
+    if not isinstance(spec, dict) or "input_mask" not in spec:
+        raise ValueError(f"with_sequence_offsets needs elements that are dicts with an "
+                         f"'input_mask' feature, got {spec}")
+    if SEQUENCE_OFFSETS in spec:
+        raise ValueError(f"the elements already hold {SEQUENCE_OFFSETS!r}")
+    if spec["input_mask"].shape.rank == 0:
+        raise ValueError(f"'input_mask' has shape {spec['input_mask'].shape}, expected "
+                         f"[..., S]")
+    if max_sequences_per_pack < 1:
+        raise ValueError(f"max_sequences_per_pack must be >= 1, got "
+                         f"{max_sequences_per_pack}")
+
+    def add(features):
+        offsets = sequence_offsets(features["input_mask"], max_sequences_per_pack,
+                                   xp=tf.experimental.numpy)
+        return {**features, SEQUENCE_OFFSETS: offsets}
+
+    return dataset.map(add, num_parallel_calls=num_parallel_calls, deterministic=True)
 
 
 def shard_files(files: Sequence[str],
@@ -330,10 +387,25 @@ def _replica_batches(records: tf.data.Dataset, *, batch_size: int,
                      deterministic: bool) -> tf.data.Dataset:
     """One replica's serialized records -> its batches (see `pretraining_dataset`)."""
     if batches.pack_on_the_fly is not None:
-        return _packed_on_the_fly(records, batches.pack_on_the_fly, batch_size=batch_size,
-                                  record_format=record_format, seed=seed,
-                                  skip_rows=batches.skip_rows, id_limits=id_limits,
-                                  deterministic=deterministic)
+        dataset = _packed_on_the_fly(records, batches.pack_on_the_fly,
+                                     batch_size=batch_size, record_format=record_format,
+                                     seed=seed, skip_rows=batches.skip_rows,
+                                     id_limits=id_limits, deterministic=deterministic)
+        max_sequences_per_pack = batches.pack_on_the_fly.max_sequences_per_pack
+    else:
+        dataset = _read_batches(records, batch_size=batch_size,
+                                record_format=record_format, batches=batches,
+                                id_limits=id_limits, deterministic=deterministic)
+        max_sequences_per_pack = record_format.max_sequences_per_pack
+    if batches.sequence_offsets:
+        dataset = with_sequence_offsets(dataset, max_sequences_per_pack)
+    return dataset
+
+
+def _read_batches(records: tf.data.Dataset, *, batch_size: int,
+                  record_format: RecordFormat, batches: ReplicaBatches,
+                  id_limits: IdLimits | None, deterministic: bool) -> tf.data.Dataset:
+    """Serialized records -> batches in the packed layout, as written (no packing)."""
     if batches.skip_rows:
         records = records.skip(batches.skip_rows)
     dataset = records.batch(batch_size, drop_remainder=not batches.pad_with_empty_batches)

@@ -78,7 +78,9 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
 
     Returns
     -------
-    tf.data.Dataset of dicts (see the module docstring).
+    tf.data.Dataset of dicts (see the module docstring);
+    ``packed_bert_tf.data.pipeline.with_sequence_offsets(dataset,
+    packs.max_sequences_per_pack)`` adds the sequence offsets.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -106,6 +106,8 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
       slots) are int32, the others keep the examples' dtypes. Every example
       is in exactly one pack, whole; a finite dataset's last examples are
       flushed into packs at its end.
+      ``packed_bert_tf.data.pipeline.with_sequence_offsets(packs,
+      packing.max_sequences_per_pack)`` adds the sequence offsets.
 
     Raises:
       ValueError: the elements do not match the spec (every difference listed).

@@ -19,6 +19,14 @@ non-zero index, which makes the mask block-diagonal (S = 6, D = 2)::
 
 Padding attends to nothing and nothing attends to padding. An unpacked row
 (D = 1, ``input_mask`` 0/1) gives the usual padding mask on its real rows.
+
+This dense mask is the form the package's `MultiHeadSelfAttention`, Keras'
+``MultiHeadAttention`` and ``dot_product_attention`` (Keras', JAX's) take.
+Fused kernels that skip the work between sequences take the other two forms:
+per-token segment ids, which ``input_mask`` is (TPU splash attention's
+``SegmentIds``), or per-sequence offsets [B, D + 1] (flash-attention's
+varlen ``cu_seqlens``, cuDNN's packed layout), from
+`packed_bert_tf.sequence_offsets.sequence_offsets`; see that module.
 """
 
 import keras
