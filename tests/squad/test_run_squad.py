@@ -27,14 +27,17 @@ def options(files, output_dir, **overrides):
     return SquadOptions(**values)
 
 
-@pytest.mark.parametrize("batching, batch_size, epochs", [
-    ("packed", 8, 30), ("padded", 16, 12), ("bucketed", 16, 12)])
+# The packed run trains and predicts compiled (the default), the others without
+# XLA: compiling each bucket's steps costs more than training.
+@pytest.mark.parametrize("batching, batch_size, epochs, jit_compile", [
+    ("packed", 8, 30, True), ("padded", 16, 12, False), ("bucketed", 16, 12, False)])
 def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch_size,
-                                                epochs):
+                                                epochs, jit_compile):
     # About the same number of sequences either way (packing factor about 2.7).
     summary = run_squad(options(files, tmp_path, do_train=True, do_predict=True,
                                 batching=batching, train_batch_size=batch_size,
-                                num_train_epochs=epochs, bucket_boundaries=(8, 16, 32)))
+                                num_train_epochs=epochs, bucket_boundaries=(8, 16, 32),
+                                jit_compile=jit_compile))
     packing = batching == "packed"
     features = summary["train_features"]
     assert features["features"] == 96
@@ -53,7 +56,8 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch
     assert json.loads((tmp_path / "eval_results.json").read_text())["exact_match"] == \
         summary["predict"]["exact_match"]
     # Features were cached next to the output, and are read back on a second run.
-    again = run_squad(options(files, tmp_path, do_predict=True, batching=batching))
+    again = run_squad(options(files, tmp_path, do_predict=True, batching=batching,
+                              jit_compile=jit_compile))
     assert again["predict"]["from_cache"]
     assert again["predict"]["exact_match"] == summary["predict"]["exact_match"]
 
@@ -120,18 +124,29 @@ def test_a_pre_training_output_dir_is_refused_naming_its_weights(files, tmp_path
     assert sorted(tmp_path.rglob("*")) == before  # no feature cache written there
 
 
-def test_a_resume_with_another_batch_size_is_refused(files, tmp_path):
-    train = dict(do_train=True, num_train_epochs=1.0, train_batch_size=8,
-                 jit_compile=False)
-    run_squad(options(files, tmp_path, **train))
-    assert (tmp_path / "trajectory.json").exists()
-    with pytest.raises(ValueError, match=rf"^--output_dir={tmp_path} was trained to step "
+#: One epoch of training, without XLA, shared by the resume and export tests.
+ONE_EPOCH = dict(do_train=True, num_train_epochs=1.0, train_batch_size=8, jit_compile=False)
+
+
+@pytest.fixture(scope="module")
+def one_epoch(files, tmp_path_factory):
+    """A run of ONE_EPOCH that also exports: (its output folder, its summary)."""
+    root = tmp_path_factory.mktemp("one_epoch")
+    summary = run_squad(options(files, root / "run", **ONE_EPOCH,
+                                export_dir=str(root / "serving")))
+    return root / "run", summary
+
+
+def test_a_resume_with_another_batch_size_is_refused(files, one_epoch):
+    output_dir, _ = one_epoch
+    assert (output_dir / "trajectory.json").exists()
+    with pytest.raises(ValueError, match=rf"^--output_dir={output_dir} was trained to step "
                                          rf"\d+ with other values: --train_batch_size 8 "
                                          rf"\(now 16\)\. Resume with the same flags, or "
                                          rf"start from its weights \(--init_checkpoint\) in "
                                          rf"another --output_dir$"):
-        run_squad(options(files, tmp_path, **{**train, "train_batch_size": 16,
-                                              "num_train_epochs": 2.0}))
+        run_squad(options(files, output_dir, **{**ONE_EPOCH, "train_batch_size": 16,
+                                                "num_train_epochs": 2.0}))
 
 
 def _bad_inputs(files, folder):
@@ -222,19 +237,17 @@ def _served_and_model_logits(files, export_dir, google_checkpoint):
             {name: value.numpy() for name, value in model(inputs).items()})
 
 
-def test_export_dir_serves_the_fine_tuned_model(files, tmp_path):
+def test_export_dir_serves_the_fine_tuned_model(files, one_epoch, tmp_path):
     import numpy as np
 
-    summary = run_squad(options(files, tmp_path / "run", do_train=True, jit_compile=False,
-                                train_batch_size=8, num_train_epochs=1,
-                                export_dir=str(tmp_path / "serving")))
-    assert summary["export_dir"] == str(tmp_path / "serving")
+    output_dir, summary = one_epoch
+    assert summary["export_dir"] == str(output_dir.parent / "serving")
     served, want = _served_and_model_logits(files, summary["export_dir"],
                                             summary["train"]["google_checkpoint"])
     for name, value in served.items():
         np.testing.assert_allclose(value, want[name], rtol=0, atol=1e-6, err_msg=name)
     # --export_dir alone exports the run's last checkpoint: the same model.
-    again = run_squad(options(files, tmp_path / "run", jit_compile=False,
+    again = run_squad(options(files, output_dir, jit_compile=False,
                               export_dir=str(tmp_path / "again")))
     assert "train" not in again and "predict" not in again
     served_again, _ = _served_and_model_logits(files, again["export_dir"],
