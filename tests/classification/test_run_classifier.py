@@ -8,8 +8,7 @@ import pytest
 from packed_bert_tf.classification.run import ClassifierOptions, run_classifier
 from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
-from tests.conftest import (finish_tool, forked_run, one_line_error_problems,
-                            run_tools_forked, start_tool)
+from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
 
 # About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
 # to compile each; the compiled steps are tested in distributed_classifier_check).
@@ -28,16 +27,56 @@ def files(tmp_path_factory):
     return write_files(tmp_path_factory.mktemp("sst2"))
 
 
+def _bad_inputs(files, folder):
+    """run_classifier.py command lines on bad inputs, with what their one error
+    line must say. The other errors are ValueErrors too
+    (test_bad_options_are_rejected_...), which run_or_exit turns into the same
+    one line."""
+    bad_columns = folder / "bad_columns"
+    write_tsv(str(bad_columns / "train.tsv"),
+              [["sentence", "label"], ["a good film", "1"], ["too", "many", "columns"]])
+    bad_label = folder / "bad_label"
+    write_tsv(str(bad_label / "train.tsv"),
+              [["sentence", "label"], ["a good film", "1"], ["a dull film", "2"]])
+    cases = {
+        "columns": ([f"--data_dir={bad_columns}", "--do_train"],
+                    f"{bad_columns / 'train.tsv'}:3:"),
+        "label": ([f"--data_dir={bad_label}", "--do_train"],
+                  f"{bad_label / 'train.tsv'}:3:"),
+        "task": (["--task_name=GLUE", "--do_train"],
+                 "unknown --task_name=GLUE; known tasks: cola, mnli, mrpc"),
+    }
+    return {name: (_arguments(files, folder / f"out_{name}", *arguments), message)
+            for name, (arguments, message) in cases.items()}
+
+
 @pytest.fixture(scope="module")
-def trained(files, tmp_path_factory):
-    """Both batchings trained, evaluated and predicted by the script, concurrently."""
+def script_runs(files, tmp_path_factory):
+    """The script's runs: both batchings trained, evaluated and predicted, then
+    the bad inputs; each forked from one process that imported TensorFlow once
+    (seconds of CPU a process), as `python run_classifier.py ARGS` runs:
+    `tests.forked_tools`. (the runs' folder, their ToolResults by name, the bad
+    inputs' expected messages by name)"""
     root = tmp_path_factory.mktemp("runs")
-    processes = {batching: start_tool("run_classifier.py", *_arguments(
-        files, root / batching, "--do_train", "--do_eval", "--do_predict",
-        f"--batching={batching}", *arguments), tmp_path=root)
-        for batching, arguments in RUNS.items()}
-    results = {batching: finish_tool(process, timeout=300)
-               for batching, process in processes.items()}
+    bad = _bad_inputs(files, root)
+    command_lines = {
+        **{batching: _arguments(files, root / batching, "--do_train", "--do_eval",
+                                "--do_predict", f"--batching={batching}", *arguments)
+           for batching, arguments in RUNS.items()},
+        **{name: arguments for name, (arguments, _) in bad.items()}}
+    results = run_tools_forked(
+        [forked_run("run_classifier.py", *arguments, tmp_path=root)
+         for arguments in command_lines.values()],
+        preload=("tensorflow", "packed_bert_tf.classification.run"))
+    return root, dict(zip(command_lines, results)), {
+        name: message for name, (_, message) in bad.items()}
+
+
+@pytest.fixture(scope="module")
+def trained(script_runs):
+    """Both batchings trained, evaluated and predicted by the script."""
+    root, all_results, _ = script_runs
+    results = {batching: all_results[batching] for batching in RUNS}
     for batching, result in results.items():
         assert result.returncode == 0, (batching, result.stderr[-3000:])
     return root, results
@@ -227,33 +266,11 @@ def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, override
     assert not (tmp_path / "classifier_summary.json").exists()
 
 
-def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
-    bad_columns = tmp_path / "bad_columns"
-    write_tsv(str(bad_columns / "train.tsv"),
-              [["sentence", "label"], ["a good film", "1"], ["too", "many", "columns"]])
-    bad_label = tmp_path / "bad_label"
-    write_tsv(str(bad_label / "train.tsv"),
-              [["sentence", "label"], ["a good film", "1"], ["a dull film", "2"]])
-    # Three runs of the script, each forked from one process that imported
-    # TensorFlow once (seconds of CPU a process): `tests.forked_tools`. The other
-    # errors are ValueErrors too (test_bad_options_are_rejected_...), which
-    # run_or_exit turns into the same one line.
-    cases = {
-        "columns": ([f"--data_dir={bad_columns}", "--do_train"],
-                    f"{bad_columns / 'train.tsv'}:3:"),
-        "label": ([f"--data_dir={bad_label}", "--do_train"],
-                  f"{bad_label / 'train.tsv'}:3:"),
-        "task": (["--task_name=GLUE", "--do_train"],
-                 "unknown --task_name=GLUE; known tasks: cola, mnli, mrpc"),
-    }
-    results = run_tools_forked(
-        [forked_run("run_classifier.py", *_arguments(files, tmp_path / f"out_{name}",
-                                                     *arguments), tmp_path=tmp_path)
-         for name, (arguments, _) in cases.items()],
-        preload=("tensorflow", "packed_bert_tf.classification.run"))
-    for (name, (_, message)), result in zip(cases.items(), results):
-        assert not one_line_error_problems(result, "run_classifier", message), \
-            (name, result.stderr[-2000:])
+def test_the_script_ends_each_bad_input_with_one_line(script_runs):
+    _, results, messages = script_runs
+    for name, message in messages.items():
+        assert not one_line_error_problems(results[name], "run_classifier", message), \
+            (name, results[name].stderr[-2000:])
 
 
 def test_option_defaults_are_the_references():
