@@ -2,7 +2,11 @@
 
 import re
 
+import pytest
+
 from tests.conftest import run_tool
+
+pytestmark = pytest.mark.slow
 
 
 def test_the_benchmark_writes_its_section(tmp_path):

@@ -4,6 +4,8 @@ import pytest
 
 from tests.conftest import REPOSITORY, run_tool
 
+pytestmark = pytest.mark.slow
+
 TINY = ("--num_layers=1", "--hidden_size=32", "--num_heads=2", "--intermediate_size=64",
         "--vocab_size=2000", "--batch_size=2", "--sequence_length=128",
         "--max_predictions_per_row=20", "--repetitions=1")

@@ -1,6 +1,10 @@
 """benchmarks/streaming_packing_benchmark.py runs: both parts, at a small size."""
 
+import pytest
+
 from tests.conftest import run_tool
+
+pytestmark = pytest.mark.slow
 
 
 def test_efficiency_and_throughput_parts_write_a_section(tmp_path):

@@ -10,6 +10,9 @@ from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
 from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
 
+pytestmark = pytest.mark.slow
+
+
 # About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
 # to compile each; the compiled steps are tested in distributed_classifier_check).
 RUNS = {"packed": ["--train_batch_size=8", "--num_train_epochs=8", "--nojit_compile"],

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from packed_bert_tf.packing import api, coarse, histograms, load_histogram, pack_histogram
 
+pytestmark = pytest.mark.slow
+
 
 def test_round_up_counts_each_class():
     histogram = np.zeros(16, np.int64)

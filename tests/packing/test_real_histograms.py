@@ -5,6 +5,8 @@ import pytest
 
 from packed_bert_tf.packing import pack_histogram
 
+pytestmark = pytest.mark.slow
+
 WIKIPEDIA_SEQUENCES = 16_279_552
 
 

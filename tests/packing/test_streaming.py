@@ -8,6 +8,8 @@ from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies
 from packed_bert_tf.packing.streaming import (MAX_PATTERNS, StreamingPacker,
                                               exact_fill_patterns, pack_stream)
 
+pytestmark = pytest.mark.slow
+
 
 def grain_pack(*args, **kwargs):
     """Grain's own packers (the reference extra), through the benchmarks' runner."""

@@ -12,6 +12,8 @@ from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
 from tests.squad import squad_data
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
