@@ -5,6 +5,8 @@ import pytest
 
 from tests.conftest import run_json_check
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results():
