@@ -30,6 +30,10 @@ from tests.models.packed_batches import TINY_CONFIG, layout, random_sequence
 from tests.squad.squad_data import make_features
 
 S, D, M = 32, 3, 8
+#: The cases' models: `TINY_CONFIG` with one layer. Fit, save, export and the
+#: replicas' step are the same for any depth; tracing and the optimizers'
+#: updates cost CPU in proportion to the layers.
+CONFIG = dataclasses.replace(TINY_CONFIG, num_hidden_layers=1)
 #: Sequences per row of every case's batch (see the module docstring).
 SEQUENCES_PER_ROW = (1, 1, 3, 3)
 
@@ -41,7 +45,7 @@ class ModelCase:
     Attributes:
       name: the test id.
       model_class: the class (what `packed_bert_tf.models.load_model` expects).
-      make_model: ``(**kwargs) -> model`` of `TINY_CONFIG`, built (kwargs go to
+      make_model: ``(**kwargs) -> model`` of `CONFIG`, built (kwargs go to
         the constructor: ``dtype=...``).
       make_batch: ``seed -> dict`` of numpy arrays, 4 rows (SEQUENCES_PER_ROW).
       task: its `packed_bert_tf.training.trainer.TrainingTask`.
@@ -58,7 +62,7 @@ class ModelCase:
 
 def _built(model_class, *args):
     def make(**kwargs):
-        model = model_class(TINY_CONFIG, *args, **kwargs)
+        model = model_class(CONFIG, *args, **kwargs)
         model.build()
         return model
     return make
@@ -86,7 +90,7 @@ def _assignment(num_sequences: int) -> PackAssignment:
 
 def squad_batch(seed: int) -> dict:
     lengths = _row_lengths(seed)
-    features = make_features(lengths, S, seed=seed, vocab_size=TINY_CONFIG.vocab_size)
+    features = make_features(lengths, S, seed=seed, vocab_size=CONFIG.vocab_size)
     return dict(layout_packs(features, _assignment(len(lengths)), D).arrays)
 
 
@@ -95,7 +99,7 @@ def classifier_batch(seed: int) -> dict:
     example label 2, the others 1), so that a few ``fit`` steps lower the
     loss (random labels need many steps to be memorised)."""
     lengths = _row_lengths(seed)
-    features = random_features(lengths, S, vocab_size=TINY_CONFIG.vocab_size, seed=seed,
+    features = random_features(lengths, S, vocab_size=CONFIG.vocab_size, seed=seed,
                                num_labels=3)
     labels = np.where(np.arange(len(lengths)) % 4 == 0, 2, 1).astype(np.int32)
     features = dataclasses.replace(features, label_ids=labels)
@@ -134,5 +138,5 @@ def packed_dataset(case: ModelCase, seeds) -> tf.data.Dataset:
         {name: np.stack([b[name] for b in batches]) for name in batches[0]})
 
 
-__all__ = ["CASES_BY_NAME", "MODEL_CASES", "ModelCase", "as_tensors", "model_of",
+__all__ = ["CASES_BY_NAME", "CONFIG", "MODEL_CASES", "ModelCase", "as_tensors", "model_of",
            "packed_dataset"]

@@ -13,6 +13,7 @@ from packed_bert_tf.training.trainer import Trainer
 from tests.models.model_cases import MODEL_CASES, as_tensors, model_of, packed_dataset
 from tests.models.packed_batches import gradient_errors
 
+pytestmark = pytest.mark.slow
 CASES = pytest.mark.parametrize("case", MODEL_CASES, ids=[c.name for c in MODEL_CASES])
 
 
@@ -21,7 +22,9 @@ def test_fit_trains_with_the_models_own_loss(case):
     model = model_of(case)
     batch = as_tensors(case.make_batch(0))
     initial_loss = float(model.compute_loss(x=batch, y_pred=model(batch)))
-    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    # Eager: tracing Adam's update costs seconds; fit's graph takes the
+    # Trainer's step below (and compiled, in test_xla_fit_on_one_device).
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), run_eagerly=True)
     losses = model.fit(packed_dataset(case, [0]), epochs=4, verbose=0,
                        shuffle=False).history["loss"]
     # The first epoch reports the loss before its step: the model's own.
