@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+pytestmark = pytest.mark.slow  # the page trains, saves and exports two models
+
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "layers.md"
 
 
