@@ -5,6 +5,8 @@ import pytest
 
 from tests.conftest import run_json_check
 
+pytestmark = pytest.mark.slow  # MirroredStrategy and XLA in a subprocess
+
 
 @pytest.fixture(scope="module")
 def errors():
