@@ -17,6 +17,8 @@ from packed_bert_tf.models import (BertClassifierModel, BertPretrainingModel, Be
 from packed_bert_tf.models.keras_hub_weights import MISSING_KERAS_HUB
 from tests.models.packed_batches import TINY_CONFIG, packed_and_unpacked, random_packs
 
+pytestmark = pytest.mark.slow  # keras-hub models built and run
+
 H = TINY_CONFIG.hidden_size
 TOLERANCE = 1e-5
 POOLER = ("bert/pooler/dense/kernel", "bert/pooler/dense/bias")

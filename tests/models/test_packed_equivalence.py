@@ -10,6 +10,8 @@ from tests.models.packed_batches import (TINY_CONFIG, gradient_errors, layout,
                                          packed_and_unpacked, per_sequence_outputs,
                                          random_packs)
 
+pytestmark = pytest.mark.slow  # XLA compilations
+
 S, D, M = 48, 3, 12
 SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)
 

@@ -9,6 +9,8 @@ from packed_bert_tf.models import BertSquadModel, export_for_serving, serving_in
 from tests.models.model_cases import CASES_BY_NAME, MODEL_CASES, S, model_of
 from tests.models.packed_batches import TINY_CONFIG
 
+pytestmark = pytest.mark.slow  # three SavedModel exports
+
 CASES = pytest.mark.parametrize("case", MODEL_CASES, ids=[c.name for c in MODEL_CASES])
 
 
