@@ -12,6 +12,8 @@ from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.pipeline import Shuffling
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
 
+pytestmark = pytest.mark.slow
+
 S, P = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS
 BOUNDARIES = (16, 32, 48, 64)
 
