@@ -16,6 +16,8 @@ from packed_bert_tf.packing.streaming import pack_stream
 from packed_bert_tf.squad.packing import layout_packs
 from tests.conftest import run_json_check
 
+pytestmark = pytest.mark.slow
+
 S, P, D = 128, 20, 3
 M = P + D - 1
 

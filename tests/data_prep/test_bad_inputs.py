@@ -18,6 +18,8 @@ from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool, fo
                             one_line_error_problems, run_tool, run_tools_forked,
                             start_tool, wait_for_signal_handlers, write_unpacked_dataset)
 
+pytestmark = pytest.mark.slow
+
 #: At most this many lines of stdout and stderr together for a bad input.
 MAX_LINES = 10
 

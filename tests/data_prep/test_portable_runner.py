@@ -28,6 +28,8 @@ from tests.conftest import (
     write_unpacked_dataset,
 )
 
+pytestmark = pytest.mark.slow
+
 TOOL = "data_prep.pack_pretraining_data"
 NUM_FILES, PER_FILE, NUM_SHARDS = 4, 600, 4
 #: The module of the DoFns that read and write records: imported where they run.

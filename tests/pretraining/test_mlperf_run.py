@@ -18,6 +18,8 @@ from tests.pretraining.tiny_runs import TWO_LAYERS, options
 
 pytest.importorskip("mlperf_logging")
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
