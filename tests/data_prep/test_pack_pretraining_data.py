@@ -20,6 +20,8 @@ from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, for
                             run_tool, run_tools_forked, tool_command, tool_environment,
                             write_unpacked_dataset)
 
+pytestmark = pytest.mark.slow
+
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
@@ -121,12 +123,14 @@ def test_verify_accepts_the_packed_set(verify_runs):
     assert "OK: 900 sequences" in result.stdout
 
 
-def test_same_seed_same_bytes_whatever_the_runner(packed_dir, unpacked_files, tmp_path):
+def test_same_seed_same_bytes_whatever_the_runner(packed_dir, in_memory_runs):
     output_dir, _ = packed_dir
-    result = _pack(unpacked_files, tmp_path / "again", tmp_path, *IN_MEMORY)
+    root, results = in_memory_runs
+    result = results["again"]
     assert result.returncode == 0, result.stderr[-3000:]
     for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
-        assert (tmp_path / "again" / shard).read_bytes() == (output_dir / shard).read_bytes()
+        assert (root / "again" / "out" / shard).read_bytes() == \
+            (output_dir / shard).read_bytes()
 
 
 def _tampered_copy(packed_dir, tmp_path, edit):
@@ -142,6 +146,107 @@ def _tampered_copy(packed_dir, tmp_path, edit):
     return target
 
 
+def _bad_file(folder, kind):
+    paths = write_unpacked_dataset(folder / "bad", num_files=2, per_file=20, seed=3)
+    if kind == "empty":
+        open(paths[1], "wb").close()
+    elif kind == "corrupt":
+        data = bytearray(open(paths[1], "rb").read())
+        data[len(data) // 2] ^= 0xFF
+        open(paths[1], "wb").write(bytes(data))
+    return paths
+
+
+#: Bad input to pack_pretraining_data: the input files, flags, and what the
+#: error line says.
+BAD_INPUTS = [
+    ("ok", ["--input_file=/nonexistent/*"], "--input_file: '/nonexistent/*' matches no files"),
+    ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
+    ("corrupt", [], "unpacked-001.tfrecord: record "),
+    ("ok", [f"--max_seq_length={SMALL_SEQ_LENGTH // 2}"],
+     f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
+    ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
+    ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
+]
+
+#: A run's leftovers (temporary files) in its output folder.
+LEFTOVERS = ["part-00000-of-00002.tfrecord.tmp-0a1b2c3d",
+             "part-00001-of-00002.tfrecord.tmp-0a1b2c3d.tmp-4e5f6a7b",
+             "packing_stats.json.tmp-1234"]
+
+
+def _copy_of(output_dir, folder):
+    folder.mkdir(parents=True)
+    for name in os.listdir(output_dir):
+        (folder / name).write_bytes((output_dir / name).read_bytes())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def in_memory_runs(packed_dir, unpacked_files, tmp_path_factory):
+    """The single-process (in-memory Beam) runs of the tool, each on inputs and an
+    output folder of its own (``root / NAME``), one after the other, each forked
+    from one process that imported Beam once (`tests.forked_tools`; TensorFlow
+    is not imported there: the tool imports it only where it reads records, as
+    when run alone). Returns ``root`` and each run's ToolResult by name;
+    ``"full_disk"``'s leftovers or why no small disk could be mounted."""
+    root = tmp_path_factory.mktemp("in_memory")
+    output_dir, _ = packed_dir
+    runs = {}
+
+    def pack(name, inputs, output, *extra):
+        runs[name] = forked_run("data_prep.pack_pretraining_data",
+                                *_pack_arguments(inputs, output, *extra), *IN_MEMORY,
+                                tmp_path=root / name)
+
+    for name in ("again", "overwrite", "overwrite_fails", "global", "leftovers", "full"):
+        (root / name).mkdir()
+    pack("again", unpacked_files, root / "again" / "out")
+    for index, (kind, flags, _) in enumerate(BAD_INPUTS):
+        folder = root / f"bad_{index}"
+        paths = _bad_file(folder, kind)
+        args = [f"--input_file={','.join(paths)}", f"--output_dir={folder / 'out'}",
+                f"--max_seq_length={SMALL_SEQ_LENGTH}",
+                f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *IN_MEMORY]
+        args = [a for a in args
+                if not any(a.split("=")[0] == f.split("=")[0] for f in flags)]
+        runs[f"bad_{index}"] = forked_run("data_prep.pack_pretraining_data", *args, *flags,
+                                          tmp_path=folder)
+    (root / "not_overwritten").mkdir()
+    pack("not_overwritten", unpacked_files, output_dir)
+    again = _copy_of(output_dir, root / "overwrite" / "again")
+    (again / "part-00005-of-00009.tfrecord").write_bytes(b"stale")  # another run's
+    (again / "notes.txt").write_text("kept")
+    pack("overwrite", unpacked_files, again, "--overwrite")
+    _copy_of(output_dir, root / "overwrite_fails" / "again")
+    pack("overwrite_fails", _bad_file(root / "overwrite_fails", "corrupt"),
+         root / "overwrite_fails" / "again", "--overwrite")
+    pack("global", unpacked_files, root / "global" / "out", "--packing_scope=global")
+    (root / "leftovers" / "out").mkdir()
+    for name in LEFTOVERS:
+        (root / "leftovers" / "out" / name).write_bytes(b"half")
+    runs["leftovers"] = forked_run(
+        "data_prep.pack_pretraining_data", f"--input_file={','.join(unpacked_files)}",
+        f"--output_dir={root / 'leftovers' / 'out'}", "--num_output_shards=2",
+        f"--max_sequence_length={SMALL_SEQ_LENGTH}",
+        f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY,
+        tmp_path=root / "leftovers")
+    full = root / "full" / "full"
+    cannot_mount = _tmpfs(full, "64k")  # the shards need about 400 kB
+    if not cannot_mount:
+        pack("full_disk", unpacked_files, full / "out")
+    try:
+        results = dict(zip(runs, run_tools_forked(
+            runs.values(), preload=("apache_beam", "packed_bert_tf.data.pack_pipeline"))))
+        if not cannot_mount:
+            results["full_disk_leftovers"] = [p for p in full.rglob("*") if p.is_file()]
+    finally:
+        if not cannot_mount:
+            subprocess.run(["umount", str(full)], check=True)
+    results["cannot_mount"] = cannot_mount
+    return root, results
+
+
 #: Edits of a packed shard, and what verify_packing says of the edited set.
 MISMATCHES = [
     (lambda a: a["input_ids"].__setitem__((4, 1), a["input_ids"][4, 1] + 1),
@@ -155,16 +260,18 @@ MISMATCHES = [
 
 
 @pytest.fixture(scope="module")
-def verify_runs(packed_dir, unpacked_files, tmp_path_factory):
-    """verify_packing on the packed set (its shards; every file of its folder) and
-    on a tampered copy per edit of MISMATCHES (keyed by the edit's index), each
+def verify_runs(packed_dir, in_memory_runs, unpacked_files, tmp_path_factory):
+    """verify_packing on the packed set (its shards; every file of its folder), on
+    the globally planned set of `in_memory_runs` ("global") and on a tampered
+    copy per edit of MISMATCHES (keyed by the edit's index), each
     run forked from one process that imported TensorFlow once (seconds of CPU a
     process): `tests.forked_tools`."""
     root = tmp_path_factory.mktemp("verify")
     output_dir, _ = packed_dir
     unpacked = f"--unpacked={','.join(unpacked_files)}"
     runs = {"shards": [unpacked, f"--packed={output_dir}/part-*"],
-            "every_file": [unpacked, f"--packed={output_dir}/*"]}
+            "every_file": [unpacked, f"--packed={output_dir}/*"],
+            "global": [unpacked, f"--packed={in_memory_runs[0] / 'global' / 'out'}/part-*"]}
     for index, (edit, _) in enumerate(MISMATCHES):
         (root / str(index)).mkdir()
         target = _tampered_copy(packed_dir, root / str(index), edit)
@@ -183,35 +290,13 @@ def test_verify_finds_the_first_mismatch(verify_runs, edit, message):
     assert "Traceback" not in result.stderr
 
 
-def _bad_file(tmp_path, kind):
-    folder = tmp_path / "bad"
-    paths = write_unpacked_dataset(folder, num_files=2, per_file=20, seed=3)
-    if kind == "empty":
-        open(paths[1], "wb").close()
-    elif kind == "corrupt":
-        data = bytearray(open(paths[1], "rb").read())
-        data[len(data) // 2] ^= 0xFF
-        open(paths[1], "wb").write(bytes(data))
-    return paths
-
-
-@pytest.mark.parametrize("kind, flags, message", [
-    ("ok", ["--input_file=/nonexistent/*"], "--input_file: '/nonexistent/*' matches no files"),
-    ("empty", [], "unpacked-001.tfrecord: the file holds no records"),
-    ("corrupt", [], "unpacked-001.tfrecord: record "),
-    ("ok", [f"--max_seq_length={SMALL_SEQ_LENGTH // 2}"],
-     f"unpacked-000.tfrecord: record 0 feature 'input_ids' has {SMALL_SEQ_LENGTH} values"),
-    ("ok", ["--algorithm=magic"], "--algorithm='magic' is not one of"),
-    ("ok", ["--num_output_shards=0"], "--num_output_shards must be >= 1"),
-])
-def test_bad_input_fails_cleanly_and_leaves_no_output(tmp_path, kind, flags, message):
-    paths = _bad_file(tmp_path, kind)
-    output_dir = tmp_path / "out"
-    args = [f"--input_file={','.join(paths)}", f"--output_dir={output_dir}",
-            f"--max_seq_length={SMALL_SEQ_LENGTH}",
-            f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *IN_MEMORY]
-    args = [a for a in args if not any(a.split("=")[0] == f.split("=")[0] for f in flags)]
-    result = _run("pack_pretraining_data", *args, *flags, tmp_path=tmp_path)
+@pytest.mark.parametrize("index", range(len(BAD_INPUTS)),
+                         ids=[message for _, _, message in BAD_INPUTS])
+def test_bad_input_fails_cleanly_and_leaves_no_output(in_memory_runs, index):
+    root, results = in_memory_runs
+    _, _, message = BAD_INPUTS[index]
+    result = results[f"bad_{index}"]
+    output_dir = root / f"bad_{index}" / "out"
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
     assert last_line.startswith("pack_pretraining_data: ")
@@ -221,25 +306,21 @@ def test_bad_input_fails_cleanly_and_leaves_no_output(tmp_path, kind, flags, mes
     assert leftovers == []
 
 
-def test_an_earlier_run_is_not_overwritten_by_accident(packed_dir, unpacked_files,
-                                                       tmp_path):
+def test_an_earlier_run_is_not_overwritten_by_accident(packed_dir, in_memory_runs):
     output_dir, _ = packed_dir
-    result = _pack(unpacked_files, output_dir, tmp_path, *IN_MEMORY)
+    result = in_memory_runs[1]["not_overwritten"]
     assert result.returncode != 0
     assert "already holds" in result.stderr.splitlines()[-1]
     assert "pass --overwrite to replace" in result.stderr.splitlines()[-1]
     assert (output_dir / "packing_stats.json").exists()
 
 
-def test_overwrite_replaces_an_earlier_run(packed_dir, unpacked_files, tmp_path):
+def test_overwrite_replaces_an_earlier_run(packed_dir, in_memory_runs):
+    # Its folder held a copy of the packed set, another run's shard and notes.txt.
     output_dir, _ = packed_dir
-    again = tmp_path / "again"
-    again.mkdir()
-    for name in os.listdir(output_dir):
-        (again / name).write_bytes((output_dir / name).read_bytes())
-    (again / "part-00005-of-00009.tfrecord").write_bytes(b"stale")  # another run's
-    (again / "notes.txt").write_text("kept")
-    result = _pack(unpacked_files, again, tmp_path, "--overwrite", *IN_MEMORY)
+    root, results = in_memory_runs
+    again = root / "overwrite" / "again"
+    result = results["overwrite"]
     assert result.returncode == 0, result.stderr[-3000:]
     assert sorted(os.listdir(again)) == sorted(os.listdir(output_dir) + ["notes.txt"])
     for shard in ("part-00000-of-00002.tfrecord", "part-00001-of-00002.tfrecord"):
@@ -292,20 +373,19 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
     assert report.packed_sequences == report.unpacked_sequences == 900
 
 
-def test_global_scope_plans_the_whole_dataset_at_once(packed_dir, unpacked_files,
-                                                       tmp_path):
-    result = _pack(unpacked_files, tmp_path / "global", tmp_path, "--packing_scope=global",
-                   *IN_MEMORY)
+def test_global_scope_plans_the_whole_dataset_at_once(packed_dir, in_memory_runs,
+                                                       verify_runs):
+    root, results = in_memory_runs
+    result = results["global"]
     assert result.returncode == 0, result.stderr[-3000:]
-    stats = json.loads((tmp_path / "global" / "packing_stats.json").read_text())
+    stats = json.loads((root / "global" / "out" / "packing_stats.json").read_text())
     assert stats["scope"] == "global" and "groups" not in stats["plan"]
     assert stats["sequences_in"] == stats["sequences_out"] == 900
     assert stats["efficiency"] == stats["plan"]["efficiency"]
     grouped = json.loads((packed_dir[0] / "packing_stats.json").read_text())
     # One plan for everything: never more packs than a plan per group.
     assert stats["packs"] <= grouped["packs"] <= stats["packs"] + 5
-    check = _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
-                 f"--packed={tmp_path / 'global'}/part-*", tmp_path=tmp_path)
+    check = verify_runs["global"]
     assert check.returncode == 0, check.stderr[-2000:]
 
 
@@ -418,19 +498,12 @@ def _alive(pids, timeout=30):
 
 
 def test_a_killed_runs_leftovers_go_and_the_old_flag_names_still_work(
-        packed_dir, unpacked_files, tmp_path):
-    output_dir = tmp_path / "out"
-    output_dir.mkdir()
-    leftovers = ["part-00000-of-00002.tfrecord.tmp-0a1b2c3d",
-                 "part-00001-of-00002.tfrecord.tmp-0a1b2c3d.tmp-4e5f6a7b",
-                 "packing_stats.json.tmp-1234"]
-    for name in leftovers:
-        (output_dir / name).write_bytes(b"half")
-    result = _run("pack_pretraining_data", f"--input_file={','.join(unpacked_files)}",
-                  f"--output_dir={output_dir}", "--num_output_shards=2",
-                  f"--max_sequence_length={SMALL_SEQ_LENGTH}",
-                  f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY,
-                  tmp_path=tmp_path)
+        packed_dir, in_memory_runs):
+    # Run with --max_sequence_length and --max_predictions_per_sequence on a
+    # folder holding LEFTOVERS.
+    root, results = in_memory_runs
+    output_dir = root / "leftovers" / "out"
+    result = results["leftovers"]
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[0] == (
         f"removed 3 unfinished files of an interrupted run in {output_dir}")
@@ -439,37 +512,36 @@ def test_a_killed_runs_leftovers_go_and_the_old_flag_names_still_work(
         assert (output_dir / shard).read_bytes() == (packed_dir[0] / shard).read_bytes()
 
 
-def test_overwrite_keeps_the_earlier_run_when_the_new_one_fails(packed_dir, tmp_path):
+def test_overwrite_keeps_the_earlier_run_when_the_new_one_fails(packed_dir,
+                                                                in_memory_runs):
+    # A copy of the packed set, overwritten from a corrupt input file.
     output_dir, _ = packed_dir
-    again = tmp_path / "again"
-    again.mkdir()
-    before = {}
-    for name in os.listdir(output_dir):
-        before[name] = (output_dir / name).read_bytes()
-        (again / name).write_bytes(before[name])
-    corrupt = _bad_file(tmp_path, "corrupt")
-    result = _pack(corrupt, again, tmp_path, "--overwrite", *IN_MEMORY)
+    root, results = in_memory_runs
+    again = root / "overwrite_fails" / "again"
+    before = {name: (output_dir / name).read_bytes() for name in os.listdir(output_dir)}
+    result = results["overwrite_fails"]
     assert result.returncode != 0
     assert "unpacked-001.tfrecord: record " in result.last_line
     assert {name: (again / name).read_bytes() for name in os.listdir(again)} == before
 
 
-def _tmpfs(folder, size):
+def _tmpfs(folder, size) -> str:
+    """Mounts a small tmpfs on `folder`; why it could not (empty: mounted)."""
     folder.mkdir()
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
                               str(folder)], capture_output=True)
     if mounted.returncode:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode()[:200]}")
+        return f"cannot mount a small tmpfs here: {mounted.stderr.decode()[:200]}"
+    return ""
 
 
-def test_a_full_disk_is_one_line_and_leaves_nothing(unpacked_files, tmp_path):
-    full = tmp_path / "full"
-    _tmpfs(full, "64k")  # the shards need about 400 kB
-    try:
-        result = _pack(unpacked_files, full / "out", tmp_path, *IN_MEMORY)
-        leftovers = [p for p in full.rglob("*") if p.is_file()]
-    finally:
-        subprocess.run(["umount", str(full)], check=True)
+def test_a_full_disk_is_one_line_and_leaves_nothing(in_memory_runs):
+    # The run's output folder on a tmpfs of 64 kB: the shards need about 400 kB.
+    root, results = in_memory_runs
+    if results["cannot_mount"]:
+        pytest.skip(results["cannot_mount"])
+    full = root / "full" / "full"
+    result, leftovers = results["full_disk"], results["full_disk_leftovers"]
     assert result.returncode != 0
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
     assert re.fullmatch(f"pack_pretraining_data: --output_dir: cannot write {full}/out/"
