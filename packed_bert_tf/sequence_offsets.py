@@ -19,8 +19,9 @@ length is ``offsets[b, k] - offsets[b, k - 1]``.
 
 Attention kernels take one of three forms of the same information:
 
-* the dense [B, S, S] mask (`attention_mask_from_offsets`,
-  `packed_bert_tf.layers.block_diagonal_attention_mask`): the package's
+* the dense [B, S, S] mask (`packed_bert_tf.layers.block_diagonal_attention_mask`:
+  `block_diagonal_attention_mask` of the index, `attention_mask_from_offsets`
+  of the offsets): the package's
   `MultiHeadSelfAttention`, Keras' ``MultiHeadAttention`` (``attention_mask``
   [B, T, S]), ``keras.ops.dot_product_attention`` and
   ``jax.nn.dot_product_attention`` (``mask`` broadcast to [B, N, T, S]; its
@@ -45,9 +46,9 @@ The computations take the array namespace ``xp``: ``keras.ops`` by default
 use only names those three share, so every caller runs the same code.
 `check_packed_batch` (numpy) checks a batch off the hot path.
 
-No TensorFlow import here, and none of ``packed_bert_tf.layers`` but inside
-`attention_mask_from_offsets`: ``packed_bert_tf.data`` imports this module,
-and ``packed_bert_tf.layers`` may.
+No TensorFlow import here, and none of ``packed_bert_tf.layers``:
+``packed_bert_tf.data`` imports this module, and ``packed_bert_tf.layers``
+does.
 """
 
 from __future__ import annotations
@@ -131,30 +132,6 @@ def sequence_index_from_offsets(offsets, sequence_length: int, *, xp=ops):
                    axis=-1)  # [..., S]: sequences ended at or before each token
     real = xp.less(positions, offsets[..., -1:])  # [..., S]
     return xp.array(xp.where(real, ended + 1, 0), dtype="int32")  # [..., S]
-
-
-def attention_mask_from_offsets(offsets, sequence_length: int):
-    """The dense block-diagonal attention mask of sequence offsets.
-
-    ``block_diagonal_attention_mask(sequence_index_from_offsets(offsets, S))``,
-    in ``keras.ops``: equal to the mask of the ``input_mask`` the offsets
-    came from.
-
-    Args:
-      offsets: [B, D + 1] int.
-      sequence_length: S.
-
-    Returns:
-      [B, S, S] bool: query i may attend to key j when both lie in one
-      sequence. O(B S (S + D)) time and memory.
-    """
-    # Imported here, not above: the data layer imports this module and must
-    # not load the layers.
-    from packed_bert_tf.layers.block_diagonal_attention_mask import (
-        block_diagonal_attention_mask)
-
-    return block_diagonal_attention_mask(
-        sequence_index_from_offsets(offsets, sequence_length))  # [B, S, S]
 
 
 # ------------------------------------------------------------------ checks

@@ -12,7 +12,8 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import block_diagonal_attention_mask
-from packed_bert_tf.sequence_offsets import (attention_mask_from_offsets,
+from packed_bert_tf.layers.block_diagonal_attention_mask import attention_mask_from_offsets
+from packed_bert_tf.sequence_offsets import (
                                              check_packed_batch, sequence_index_from_offsets,
                                              sequence_offsets)
 from tests.conftest import REPOSITORY, tool_environment
@@ -146,7 +147,8 @@ JAX_CHECK = """
 import json, sys
 import jax, numpy as np
 from packed_bert_tf.layers import block_diagonal_attention_mask
-from packed_bert_tf.sequence_offsets import (attention_mask_from_offsets,
+from packed_bert_tf.layers.block_diagonal_attention_mask import attention_mask_from_offsets
+from packed_bert_tf.sequence_offsets import (
                                              sequence_index_from_offsets, sequence_offsets)
 index = np.array(json.loads(sys.argv[1]), np.int32)
 offsets = jax.jit(lambda index: sequence_offsets(index, 3))(index)

@@ -14,7 +14,8 @@ A packed row (S = 6, D = 2)::
 
 from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
 from packed_bert_tf.layers.block_diagonal_attention_mask import (
-    BlockDiagonalAttentionMask, block_diagonal_attention_mask, padding_attention_mask)
+    BlockDiagonalAttentionMask, attention_mask_from_offsets, block_diagonal_attention_mask,
+    padding_attention_mask)
 from packed_bert_tf.layers.losses import (WeightedSum, cross_replica_sum,
                                           loss_normalisers, masked_lm_accuracy,
                                           masked_lm_loss, next_sentence_accuracy,
@@ -39,7 +40,8 @@ __all__ = [
     "BertEmbeddings", "BertEncoder", "BertTransformerBlock",
     "BlockDiagonalAttentionMask", "MaskedLMHead", "MultiHeadSelfAttention",
     "NextSentenceHead", "PositionEmbedding", "SequenceClassificationHead",
-    "SquadSpanHead", "WeightedSum", "block_diagonal_attention_mask",
+    "SquadSpanHead", "WeightedSum", "attention_mask_from_offsets",
+    "block_diagonal_attention_mask",
     "classification_loss_normalisers", "classification_losses", "cross_replica_sum",
     "gather_positions", "gelu", "get_activation", "loss_normalisers",
     "make_pooler_dense", "masked_lm_accuracy", "masked_lm_loss", "masked_softmax",

@@ -32,6 +32,8 @@ varlen ``cu_seqlens``, cuDNN's packed layout), from
 import keras
 from keras import ops
 
+from packed_bert_tf.sequence_offsets import sequence_index_from_offsets
+
 
 def block_diagonal_attention_mask(sequence_index):
     """Block-diagonal attention mask of a packed batch.
@@ -49,6 +51,22 @@ def block_diagonal_attention_mask(sequence_index):
                               ops.expand_dims(sequence_index, 1))  # [B, S, S]
     is_real = ops.greater(sequence_index, 0)  # [B, S]
     return ops.logical_and(same_sequence, ops.expand_dims(is_real, 2))  # [B, S, S]
+
+
+def attention_mask_from_offsets(offsets, sequence_length: int):
+    """The block-diagonal attention mask of sequence offsets (``cu_seqlens``
+    per pack, `packed_bert_tf.sequence_offsets`).
+
+    Args:
+      offsets: [B, D + 1] int.
+      sequence_length: S.
+
+    Returns:
+      [B, S, S] bool, equal to `block_diagonal_attention_mask` of the
+      ``input_mask`` the offsets came from. O(B S (S + D)) time and memory.
+    """
+    return block_diagonal_attention_mask(
+        sequence_index_from_offsets(offsets, sequence_length))  # [B, S, S]
 
 
 def padding_attention_mask(input_mask):
