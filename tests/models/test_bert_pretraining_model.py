@@ -1,3 +1,5 @@
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -7,8 +9,13 @@ from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertPretrainingModel
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
+pytestmark = pytest.mark.slow  # XLA compilations
+
 S, D, M = 32, 3, 8
 SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)
+#: The model of the tests that compile or train (XLA, mixed precision, fit): one
+#: layer, as the claims hold for any depth and compilation costs CPU per layer.
+ONE_LAYER = dataclasses.replace(TINY_CONFIG, num_hidden_layers=1)
 
 
 def _features(seed=0, num_packs=2):
@@ -20,7 +27,7 @@ def _features(seed=0, num_packs=2):
 @pytest.fixture(scope="module")
 def model():
     tf.random.set_seed(0)
-    model = BertPretrainingModel(TINY_CONFIG)
+    model = BertPretrainingModel(ONE_LAYER)
     model.build()
     return model
 
@@ -43,7 +50,7 @@ def test_build_creates_every_weight_without_data():
 
 def test_get_config_round_trip(model):
     config = model.get_config()
-    assert config["bert_config"] == TINY_CONFIG.to_dict() and config["packed"] is True
+    assert config["bert_config"] == ONE_LAYER.to_dict() and config["packed"] is True
     restored = BertPretrainingModel.from_config(config)
     assert restored.get_config() == config
     restored.build()
@@ -59,7 +66,7 @@ def test_get_config_round_trip(model):
 @pytest.mark.parametrize("packed", [True, False])
 def test_xla_forward_and_gradients_match_eager(model, packed):
     if not packed:
-        reference = BertPretrainingModel(TINY_CONFIG, packed=False)
+        reference = BertPretrainingModel(ONE_LAYER, packed=False)
         reference.build()
         reference.set_weights(model.get_weights())
     else:
@@ -82,7 +89,7 @@ def test_xla_forward_and_gradients_match_eager(model, packed):
 @pytest.mark.parametrize("policy, half", [("mixed_bfloat16", tf.bfloat16),
                                           ("mixed_float16", tf.float16)])
 def test_mixed_precision_dtypes(model, policy, half):
-    mixed = BertPretrainingModel(TINY_CONFIG, dtype=policy)
+    mixed = BertPretrainingModel(ONE_LAYER, dtype=policy)
     mixed.build()
     mixed.set_weights(model.get_weights())
     features = _features(2)
@@ -123,8 +130,10 @@ def test_global_policy_is_followed():
 
 def test_fit_trains_on_packed_batches():
     tf.random.set_seed(1)
-    model = BertPretrainingModel(TINY_CONFIG)
-    model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
+    model = BertPretrainingModel(ONE_LAYER)
+    # Eager (tracing Adam's update costs seconds): fit's graph takes the
+    # Trainer's step in test_keras_fit.py.
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), run_eagerly=True)
     features = _features(3, num_packs=4)
     history = model.fit(features, batch_size=4, epochs=5, verbose=0)
     losses = history.history["loss"]
