@@ -9,6 +9,8 @@ from packed_bert_tf.models import (BertPretrainingModel, google_named_weights,
                                    load_google_weights, save_google_checkpoint)
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
+pytestmark = pytest.mark.slow  # TF1 checkpoints written and read
+
 H = TINY_CONFIG.hidden_size
 
 
