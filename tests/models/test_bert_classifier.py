@@ -14,7 +14,7 @@ from packed_bert_tf.models import (BertClassifierModel, BertConfig, BertPretrain
 from tests.classification.classifier_data import random_features
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors
 
-pytestmark = pytest.mark.slow  # models built, compiled and saved
+pytestmark = pytest.mark.slow  # many models built, run, checkpointed and saved
 
 S = 48
 

@@ -14,7 +14,7 @@ from packed_bert_tf.squad.packing import pack_features, unpack_logits
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors
 from tests.squad.squad_data import make_features
 
-pytestmark = pytest.mark.slow  # models built, compiled and checkpointed
+pytestmark = pytest.mark.slow  # many models built, run and checkpointed
 
 S = 48
 
