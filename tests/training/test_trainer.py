@@ -3,8 +3,17 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import pretraining_losses
-from tests.training.trainer_checks import (make_trainer, max_relative_difference,
-                                           micro_batches, random_features, weights)
+from tests.training.trainer_checks import (grappler_off, make_trainer,
+                                           max_relative_difference, micro_batches,
+                                           random_features, weights)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_grappler():
+    with grappler_off():
+        yield
 
 
 def _iterator(elements):
@@ -14,10 +23,12 @@ def _iterator(elements):
 
 
 def test_accumulated_micro_batches_take_the_big_batch_step():
+    # Uncompiled (here and below where the claim is not about XLA): tracing
+    # alone costs seconds, XLA more again.
     features = random_features(0, 8)
-    big = make_trainer(steps_per_update=1)
+    big = make_trainer(steps_per_update=1, jit_compile=False)
     big.train_steps(_iterator([micro_batches(features, 1)]), 1)
-    accumulated = make_trainer(steps_per_update=4)
+    accumulated = make_trainer(steps_per_update=4, jit_compile=False)
     result = accumulated.train_steps(_iterator([micro_batches(features, 4)]), 1)
     assert max_relative_difference(weights(accumulated), weights(big)) < 1e-5
     # Metrics are the update's means, as for the big batch.
@@ -31,21 +42,35 @@ def test_accumulated_micro_batches_take_the_big_batch_step():
     assert result.statistics["padded_tokens"] == features["input_mask"].size
 
 
-def test_xla_and_eager_graphs_take_the_same_steps():
-    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(3)]
-    compiled = make_trainer(steps_per_update=2, jit_compile=True)
-    compiled.train_steps(_iterator(elements), 3)
-    plain = make_trainer(steps_per_update=2, jit_compile=False)
-    plain.train_steps(_iterator(elements), 3)
-    assert max_relative_difference(weights(compiled), weights(plain)) < 1e-4
+CHUNKS = (1, 3, 2, 1)
 
 
-def test_one_trace_for_the_whole_run_whatever_the_chunk_sizes():
-    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(7)]
-    trainer = make_trainer(steps_per_update=2)
+@pytest.fixture(scope="module")
+def compiled_run():
+    """One XLA-compiled trainer (K = 2) run in chunks of several sizes, and its
+    weights after the first two chunks (4 updates): compiling it is most of
+    the cost of the two tests that read it."""
+    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(sum(CHUNKS))]
+    trainer = make_trainer(steps_per_update=2, jit_compile=True)
     iterator = _iterator(elements)
-    for chunk in (1, 3, 2, 1):
-        result = trainer.train_steps(iterator, chunk)
+    results, weights_after = [], {}
+    for chunk in CHUNKS:
+        results.append(trainer.train_steps(iterator, chunk))
+        weights_after[sum(result.num_steps for result in results)] = weights(trainer)
+    return trainer, elements, results, weights_after
+
+
+def test_xla_and_eager_graphs_take_the_same_steps(compiled_run):
+    compiled, elements, _, weights_after = compiled_run
+    assert compiled.jit_compile
+    plain = make_trainer(steps_per_update=2, jit_compile=False)
+    plain.train_steps(_iterator(elements[:4]), 4)
+    assert max_relative_difference(weights_after[4], weights(plain)) < 1e-4
+
+
+def test_one_trace_for_the_whole_run_whatever_the_chunk_sizes(compiled_run):
+    trainer, _, results, _ = compiled_run
+    for chunk, result in zip(CHUNKS, results):
         assert result.num_steps == chunk and result.first_nonfinite_step == -1
     # The global step counts micro-batches (MLPerf's), the optimizer updates.
     assert int(trainer.step.numpy()) == 14
@@ -55,7 +80,8 @@ def test_one_trace_for_the_whole_run_whatever_the_chunk_sizes():
 
 
 def test_a_nan_loss_is_reported_with_its_step():
-    trainer = make_trainer(learning_rate=1e30)  # weights blow up after one update
+    # Weights blow up after one update.
+    trainer = make_trainer(learning_rate=1e30, jit_compile=False)
     elements = [micro_batches(random_features(seed, 4), 1) for seed in range(4)]
     result = trainer.train_steps(_iterator(elements), 4)
     assert result.first_nonfinite_step in (1, 2)
@@ -65,7 +91,7 @@ def test_a_nan_loss_is_reported_with_its_step():
 def test_evaluation_sums_are_exact_ratios():
     from packed_bert_tf.pretraining import task
 
-    trainer = make_trainer()
+    trainer = make_trainer(jit_compile=False)
     batches = [random_features(seed, 4) for seed in range(3)]
     sums = trainer.evaluate(iter(tf.data.Dataset.from_tensor_slices(
         {name: np.stack([b[name] for b in batches]) for name in batches[0]})), 3,
@@ -100,7 +126,8 @@ def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype,
 
     elements = [micro_batches(random_features(seed, 4), 2) for seed in range(2)]
     with mixed_precision_policy(mode):
-        trainer = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm)
+        trainer = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
+                               jit_compile=False)
         if mode == "fp16":
             import keras
 
@@ -110,7 +137,8 @@ def test_mixed_precision_steps_keep_float32_weights(mode, compute_dtype,
                 "lamb", 0.01, loss_scaling=True,
                 global_clipnorm=None if micro_batch_clipnorm else 1.0)
             trainer = Trainer(trainer.model, optimizer, task=trainer.task,
-                              steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm)
+                              steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
+                              jit_compile=False)
             assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
         before = weights(trainer)
         result = trainer.train_steps(_iterator(elements), 2)
