@@ -8,10 +8,19 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.training import distribution
-from tests.conftest import REPOSITORY, run_tool, tool_environment
+from tests.conftest import REPOSITORY, forked_run, run_tools_forked
 from tests.training.test_trainer import _iterator
-from tests.training.trainer_checks import (make_trainer, max_relative_difference,
-                                           micro_batches, random_features, weights)
+from tests.training.trainer_checks import (grappler_off, make_trainer,
+                                           max_relative_difference, micro_batches,
+                                           random_features, weights)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_grappler():
+    with grappler_off():
+        yield
 
 
 def test_the_whole_step_compiled_at_once_takes_the_same_steps():
@@ -19,8 +28,9 @@ def test_the_whole_step_compiled_at_once_takes_the_same_steps():
     # (the optimizer's own clipping is the plain step, compiled the same way).
     micro_batch_clipnorm = 1.0
     elements = [micro_batches(random_features(seed, 4), 2) for seed in range(3)]
+    # The reference uncompiled: the claim is the whole step's compilation.
     parts = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
-                         learning_rate=0.05)
+                         learning_rate=0.05, jit_compile=False)
     parts.train_steps(_iterator(elements), 3)
     whole = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
                          learning_rate=0.05)
@@ -36,7 +46,7 @@ def test_the_whole_step_compiled_at_once_takes_the_same_steps():
 
 
 def test_the_whole_step_stand_in_is_for_one_replica():
-    trainer = make_trainer()
+    trainer = make_trainer(jit_compile=False)
     two_replicas = types.SimpleNamespace(num_replicas_in_sync=2)
     with pytest.raises(ValueError, match="jit_compile='whole_step' off a TPU is for one replica"):
         type(trainer)(trainer.model, trainer.optimizer, task=trainer.task,
@@ -53,45 +63,44 @@ def test_bucketed_batches_are_refused_on_a_tpu(monkeypatch):
         distribution.check_static_shapes("bucketed", strategy)
 
 
-_CONNECT = """
-import sys, time
-from packed_bert_tf.training.distribution import connect_to_tpu
-started = time.monotonic()
-try:
-    connect_to_tpu({tpu!r}, timeout=3)
-except ValueError as error:
-    print(f"{{time.monotonic() - started:.1f}} {{error}}")
-    sys.exit(1)
-"""
-
-
-@pytest.mark.parametrize("tpu, message", [
+_NO_TPU = [
     ("", "--distribution_strategy=tpu --tpu=: no TPU (ValueError: Please provide a TPU "
          "Name to connect to.)"),
     ("local", "--distribution_strategy=tpu --tpu=local: no TPU (NotFoundError: TPUs not "
               "found in the cluster."),
     # Nobody answers there: TensorFlow alone would wait for ever.
     ("grpc://127.0.0.1:9", "--tpu=grpc://127.0.0.1:9: no answer from the TPU within 3 s"),
-])
-def test_a_tpu_that_is_not_there_is_one_error_in_bounded_time(tpu, message):
-    # In a subprocess: connecting changes the process's eager context.
-    import subprocess
-    import sys
+]
 
-    result = subprocess.run([sys.executable, "-c", _CONNECT.format(tpu=tpu)],
-                            capture_output=True, text=True, timeout=90,
-                            env=tool_environment(), cwd=REPOSITORY)
+
+@pytest.fixture(scope="module")
+def no_tpu_runs(tmp_path_factory):
+    """The connections (`tests.training.tpu_connect_check`, one per TPU name of
+    `_NO_TPU`) and the front end's run, each in a process of its own (connecting
+    changes the process's eager context), forked from one that imported
+    TensorFlow once."""
+    config = REPOSITORY / "configs" / "demo_bert_config.json"
+    output_dir = tmp_path_factory.mktemp("no_tpu")
+    runs = [forked_run("tests.training.tpu_connect_check", tpu) for tpu, _ in _NO_TPU]
+    runs.append(forked_run("run_pretraining.py", f"--bert_config_file={config}",
+                           f"--output_dir={output_dir}", "--do_train", "--input_file=x",
+                           "--distribution_strategy=tpu", "--tpu=local"))
+    return run_tools_forked(runs, preload=["tensorflow",
+                                           "packed_bert_tf.training.distribution"],
+                            timeout=300)
+
+
+@pytest.mark.parametrize("tpu, message", _NO_TPU)
+def test_a_tpu_that_is_not_there_is_one_error_in_bounded_time(no_tpu_runs, tpu, message):
+    result = no_tpu_runs[[name for name, _ in _NO_TPU].index(tpu)]
     assert result.returncode == 1, result.stderr[-2000:]
     seconds, error = result.stdout.strip().split(" ", 1)
     assert error.startswith(message)
     assert float(seconds) < 10
 
 
-def test_the_front_end_says_there_is_no_tpu_in_one_line(tmp_path):
-    config = REPOSITORY / "configs" / "demo_bert_config.json"
-    result = run_tool("run_pretraining.py", f"--bert_config_file={config}",
-                      f"--output_dir={tmp_path}", "--do_train", "--input_file=x",
-                      "--distribution_strategy=tpu", "--tpu=local", timeout=120)
+def test_the_front_end_says_there_is_no_tpu_in_one_line(no_tpu_runs):
+    result = no_tpu_runs[-1]
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(
         "run_pretraining: --distribution_strategy=tpu --tpu=local: no TPU (NotFoundError: "
