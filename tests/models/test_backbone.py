@@ -10,6 +10,8 @@ from packed_bert_tf.models import (BertBackbone, BertClassifierModel, BertPretra
 from tests.layers import numpy_reference
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
+pytestmark = pytest.mark.slow  # several models built, run and saved
+
 S, D, M = 32, 3, 8
 
 
