@@ -7,6 +7,8 @@ import pytest
 from tests.conftest import run_json_check
 from tests.models.model_cases import MODEL_CASES
 
+pytestmark = pytest.mark.slow  # MirroredStrategy fits and exports in a subprocess
+
 CASES = pytest.mark.parametrize("case", MODEL_CASES, ids=[c.name for c in MODEL_CASES])
 
 
