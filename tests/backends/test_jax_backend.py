@@ -15,9 +15,10 @@ import pytest
 
 from tests.conftest import REPOSITORY, tool_environment
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.skipif(
     importlib.util.find_spec("jax") is None,
-    reason="JAX is not installed (pip install 'jax[cpu]', part of the test extra)")
+    reason="JAX is not installed (pip install 'jax[cpu]', part of the test extra)"),
+    pytest.mark.slow]
 
 MODELS = pytest.mark.parametrize("name", ["pretraining", "squad", "classifier"])
 #: The gradient tolerances of the TensorFlow tests (test_packed_equivalence.py,
