@@ -1,19 +1,28 @@
-"""Trainer under MirroredStrategy on 2 logical CPUs equals one device (subprocess)."""
+"""Trainer under MirroredStrategy on 2 logical CPUs equals one device (subprocesses)."""
 
+import json
 
 import pytest
 
-from tests.conftest import run_json_check
+from tests.conftest import forked_run, run_tools_forked
 
-
-def _check(*arguments):
-    return run_json_check("-m", "tests.training.distributed_training_check", *arguments,
-                          timeout=600)
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def results():
-    return _check()
+    """`tests.training.distributed_training_check`'s two checks (one
+    MirroredStrategy a process), each in a child forked from one process that
+    imported TensorFlow once."""
+    check = "tests.training.distributed_training_check"
+    outputs = {}
+    for result in run_tools_forked(
+            [forked_run(check), forked_run(check, "run_pretraining")],
+            preload=["tensorflow", "packed_bert_tf.pretraining.run",
+                     "tests.training.trainer_checks"]):
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs.update(json.loads(result.stdout.strip().splitlines()[-1]))
+    return outputs
 
 
 @pytest.mark.parametrize("case", ["lamb", "lamb_clip_per_micro_batch"])
@@ -32,8 +41,8 @@ def test_the_distributed_step_is_traced_once(results):
     assert results["lamb_clip_per_micro_batch"]["traces"] == 1
 
 
-def test_a_whole_run_under_the_mirrored_strategy_reads_every_eval_record_once():
-    run = _check("run_pretraining")["run_pretraining"]
+def test_a_whole_run_under_the_mirrored_strategy_reads_every_eval_record_once(results):
+    run = results["run_pretraining"]
     assert run["replicas"] == 2 and run["final_step"] == 4 and run["traces"] == 1
     # 90 records in batches of 8 (4 per replica): the last step half empty.
     assert run["eval_sequences"] == 90
