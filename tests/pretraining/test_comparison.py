@@ -3,7 +3,11 @@ import json
 import pytest
 
 from packed_bert_tf.pretraining.comparison import comparison_table, load_summary
-from tests.conftest import finish_tool, one_line_error_problems, run_tool, start_tool
+from tests.conftest import forked_run, one_line_error_problems, run_tool, run_tools_forked
+
+#: What compare_runs.py imports that takes a second (matplotlib, through the
+#: plots): imported once for its bad-input runs, each forked from there.
+PRELOAD = ("absl.app", "packed_bert_tf.plots", "packed_bert_tf.pretraining.comparison")
 
 
 def _summary(sequences_per_second, packing_factor, loss):
@@ -82,10 +86,9 @@ def test_the_tool_ends_each_bad_input_with_one_line(tmp_path):
                              f"--plot={a_file.parent}"),
         "bad_flag": ([f"--runs={run}", "--plots=x.png"], "Unknown command line flag"),
     }
-    processes = {name: start_tool("compare_runs.py", *arguments, tmp_path=tmp_path)
-                 for name, (arguments, _) in cases.items()}
-    for name, process in processes.items():
-        result = finish_tool(process, timeout=240)
+    results = run_tools_forked([forked_run("compare_runs.py", *arguments, tmp_path=tmp_path)
+                                for arguments, _ in cases.values()], preload=PRELOAD)
+    for name, result in zip(cases, results):
         assert not one_line_error_problems(result, "compare_runs", cases[name][1],
                                            max_lines=1), (name, result.stderr)
     assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.pgn"))
