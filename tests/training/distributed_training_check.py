@@ -23,9 +23,10 @@ tf.config.set_logical_device_configuration(
 
 import numpy as np  # noqa: E402
 
-from tests.training.trainer_checks import (ONE_LAYER, grappler_off,  # noqa: E402
-                                           make_trainer, max_relative_difference,
-                                           micro_batches, random_features, weights)
+from tests.training.graph_options import grappler_off  # noqa: E402
+from tests.training.trainer_checks import (ONE_LAYER, make_trainer,  # noqa: E402
+                                           max_relative_difference, micro_batches,
+                                           random_features, weights)
 
 STEPS_PER_UPDATE = 2
 PER_REPLICA_ROWS = 3

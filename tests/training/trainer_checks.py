@@ -1,7 +1,5 @@
 """Shared pieces of the trainer tests: a tiny model, random packed batches, a step."""
 
-import contextlib
-
 import numpy as np
 import tensorflow as tf
 
@@ -16,19 +14,6 @@ SHAPES = dict(sequence_length=32, max_sequences_per_pack=3, max_masked=8)
 #: The tiny model with one layer: tracing and compiling a step cost about
 #: in proportion to the layers, and no check here needs a second one.
 ONE_LAYER = TINY_CONFIG.__class__(**{**TINY_CONFIG.to_dict(), "num_hidden_layers": 1})
-
-
-@contextlib.contextmanager
-def grappler_off():
-    """TensorFlow's graph optimizer off for the block: each new step function's
-    first run spends about a second in it, and no check here is about it."""
-    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
-                                                                 False)
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    try:
-        yield
-    finally:
-        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
 
 
 def random_features(seed: int, num_packs: int) -> dict:
