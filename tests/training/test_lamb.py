@@ -12,6 +12,15 @@ import tensorflow as tf
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
 from tests.conftest import run_json_check
 from tests.training.numpy_lamb import numpy_lamb
+from tests.training.graph_options import grappler_off
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_grappler():
+    with grappler_off():
+        yield
 
 
 # ------------------------------------------------------------ numpy reference
@@ -265,6 +274,8 @@ import json
 import tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+# Grappler costs a second or so a step function, and is not what is checked.
+tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 import keras
 import numpy as np
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
