@@ -15,6 +15,15 @@ from packed_bert_tf.training.steps import (Clipping, StepCounting, clipping, cro
                                            updates_to_boundary)
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 from tests.training.numpy_lamb import numpy_lamb
+from tests.training.graph_options import grappler_off
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _no_grappler():
+    with grappler_off():
+        yield
 
 K = 3          # micro-batches per update
 ROWS = 4       # rows per micro-batch
@@ -91,9 +100,10 @@ def make_trainer(*, micro_batch_clipnorm, global_steps_per_update=K):
     model({"x": np.zeros((1, IN), np.float32)})
     optimizer = LAMB(AtUpdateSteps(schedule(), global_steps_per_update),
                      global_clipnorm=None if micro_batch_clipnorm else 1.0)
+    # Uncompiled: the semantics are the same, without seconds of XLA a trainer.
     return Trainer(model, optimizer, task=LINEAR_TASK, steps_per_update=K,
                    global_steps_per_update=global_steps_per_update,
-                   micro_batch_clipnorm=micro_batch_clipnorm)
+                   micro_batch_clipnorm=micro_batch_clipnorm, jit_compile=False)
 
 
 def iterator(elements):
