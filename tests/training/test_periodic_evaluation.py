@@ -13,6 +13,8 @@ from packed_bert_tf.training.loop import LoopIntervals, PeriodicEvaluation, run_
 from packed_bert_tf.training.trainer import Trainer
 from tests.training.test_step_semantics import IN, LINEAR_TASK, OUT, Linear
 
+pytestmark = pytest.mark.slow
+
 ROWS = 4
 UPDATES = 12
 INTERVAL = 10  # training samples (rows of weight 1) between evaluations
