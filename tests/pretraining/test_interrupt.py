@@ -3,11 +3,13 @@ a checkpoint and one line; the resumed run ends with the uninterrupted run's wei
 
 Ctrl-C is typed into a pseudo-terminal, as a user's terminal sends it: SIGINT to
 the whole foreground process group, the script and its stderr filter alike (a
-background job of a non-interactive shell would ignore it).
+background job of a non-interactive shell would ignore it). The runs are
+processes forked from one that imported TensorFlow once
+(`tests.multi_worker.fork_server`): the terminal is the controlling terminal of
+the Ctrl-C run's own session, the SIGTERM run writes into pipes.
 """
 
 import os
-import pty
 import re
 import select
 import signal
@@ -18,9 +20,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import (REPOSITORY, finish_tool, start_tool, tool_command,
-                            tool_environment)
+from tests.conftest import finish_tool
+from tests.multi_worker.fork_server import fork_server
 from tests.pretraining.tiny_runs import P, S
+
+pytestmark = pytest.mark.slow
 
 #: Long enough that a signal sent at step 2 comes while it trains (steps take
 #: about 20 ms here).
@@ -36,13 +40,14 @@ def _flags(config_file, input_file, output_dir):
             "--save_checkpoints_steps=0", "--seed=1", "--nojit_compile"]
 
 
-def _in_a_terminal(command, *, interrupt_after: bytes, timeout: float = 240):
-    """Runs ``command`` in a pseudo-terminal, types Ctrl-C once its output shows
-    ``interrupt_after``; returns (exit status, all it wrote)."""
-    pid, terminal = pty.fork()
-    if pid == 0:  # the child: the terminal's foreground process group
-        os.chdir(REPOSITORY)
-        os.execve(command[0], command, tool_environment())
+#: What the runs' server imports once.
+PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run")
+
+
+def _in_a_terminal(started, *, interrupt_after: bytes, timeout: float = 240):
+    """Reads the output of a process `ForkServer.start_in_terminal` started, types
+    Ctrl-C once it shows ``interrupt_after``; returns (exit status, all it wrote)."""
+    process, terminal = started
     output, typed, deadline = b"", False, time.monotonic() + timeout
     while time.monotonic() < deadline:
         ready, _, _ = select.select([terminal], [], [], 0.1)
@@ -57,9 +62,9 @@ def _in_a_terminal(command, *, interrupt_after: bytes, timeout: float = 240):
         if not typed and interrupt_after in output:
             os.write(terminal, b"\x03")  # Ctrl-C
             typed = True
-    _, status = os.waitpid(pid, 0)
+    status = process.wait(timeout=60)
     os.close(terminal)
-    return os.waitstatus_to_exitcode(status), output.decode(errors="replace")
+    return status, output.decode(errors="replace")
 
 
 def _weights(path):
@@ -69,11 +74,16 @@ def _weights(path):
 
 @pytest.fixture(scope="module")
 def runs(config_file, unpacked_files, tmp_path_factory):
+    with fork_server(PRELOAD) as server:
+        return _runs(server, config_file, unpacked_files, tmp_path_factory)
+
+
+def _runs(server, config_file, unpacked_files, tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupt")
     flags = {name: _flags(config_file, unpacked_files[0], root / name)
              for name in ("straight", "ctrl_c", "sigterm")}
-    straight = start_tool("run_pretraining.py", *flags["straight"])
-    sigterm = start_tool("run_pretraining.py", *flags["sigterm"])
+    straight = server.start_tool("run_pretraining.py", *flags["straight"])
+    sigterm = server.start_tool("run_pretraining.py", *flags["sigterm"])
     terminated = []
 
     def terminate_while_training():
@@ -87,15 +97,16 @@ def runs(config_file, unpacked_files, tmp_path_factory):
 
     terminator = threading.Thread(target=terminate_while_training)
     terminator.start()
-    ctrl_c = _in_a_terminal(tool_command("run_pretraining.py", *flags["ctrl_c"]),
-                            interrupt_after=b"sequences_seen 8")
+    ctrl_c = _in_a_terminal(
+        server.start_in_terminal("run_pretraining.py", *flags["ctrl_c"]),
+        interrupt_after=b"sequences_seen 8")
     terminator.join()
     stopped = {"ctrl_c": ctrl_c, "sigterm": terminated[0]}
     assert finish_tool(straight).returncode == 0
     unfinished = {name: not (root / name / "train_summary.json").exists()
                   for name in stopped}
     # The same command again resumes each.
-    resumes = {name: start_tool("run_pretraining.py", *flags[name])
+    resumes = {name: server.start_tool("run_pretraining.py", *flags[name])
                for name in ("ctrl_c", "sigterm")}
     resumed = {name: finish_tool(process) for name, process in resumes.items()}
     return root, stopped, resumed, unfinished

@@ -1,0 +1,334 @@
+"""Starts command-line tools while a test goes on, each in a child forked from
+one server process that imported TensorFlow and the tools' libraries once.
+
+`tests.forked_tools` runs command lines one after the other and hands back
+their output at the end; the tests here need processes that run at the same
+time and that a test signals, kills or reads while they run (worker processes
+of one cluster, Ctrl-C typed into a terminal). So each child is started on
+request and is, as ``python TOOL ARGS`` would be, a process of its own: its
+own pid (the test signals or kills it), ``sys.argv``, environment, working
+folder, flags (the tool defines them as ``__main__``), atexit handlers and
+exit status, and the standard streams the test hands over (pipe ends, or a
+pseudo-terminal that becomes the child's controlling terminal in a session
+of its own, as a terminal's shell starts a job). Only the imports are shared,
+which saves each process TensorFlow's import (seconds of CPU); what that
+changes (the imports' own output) is in `tests.forked_tools`.
+
+The test side is `ForkServer`; its processes are `ForkedProcess` (what
+`tests.conftest.finish_tool` and the tests use of ``subprocess.Popen``).
+
+    python -m tests.multi_worker.fork_server FD MODULE...
+      FD: a SOCK_SEQPACKET Unix socket: requests come in as one JSON message
+          each with the child's stdin, stdout and stderr descriptors attached;
+          the server answers {"started": pid}, and {"ended": pid, "status": s}
+          when a child ends. The socket's end stops the server (its children
+          still running are killed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+#: The repository root (run_pretraining.py is there).
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# The server.
+
+def _child(request: dict, fds: list) -> None:
+    """In the forked child: becomes ``python TOOL ARGS`` and never returns."""
+    import atexit
+    import io
+    import runpy
+
+    from tests.forked_tools import _exit_status
+
+    status = 1
+    try:
+        stdin, stdout, stderr = fds
+        if request["terminal"]:  # a session of its own, the terminal its own
+            os.setsid()
+            import fcntl
+            import termios
+
+            fcntl.ioctl(stdin, termios.TIOCSCTTY, 0)
+        for fd, target in enumerate((stdin, stdout, stderr)):
+            os.dup2(target, fd)
+        for target in set(fds):
+            if target > 2:
+                os.close(target)
+        # The streams as the interpreter makes them at start-up: stdout
+        # line-buffered on a terminal only, stderr always.
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), line_buffering=os.isatty(1))
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), line_buffering=True,
+            errors="backslashreplace")
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        tool = request["tool"]
+        try:
+            if tool.endswith(".py"):
+                sys.argv = [os.path.join(REPOSITORY, tool), *request["args"]]
+                sys.path[0] = REPOSITORY  # as `python SCRIPT`: the script's folder
+                runpy.run_path(sys.argv[0], run_name="__main__")
+            else:  # as `python -m MODULE`: the working folder first on the path
+                sys.argv = [tool, *request["args"]]
+                sys.path[0] = os.getcwd()
+                runpy.run_module(tool, run_name="__main__", alter_sys=True)
+            status = 0
+        except SystemExit as error:
+            status = _exit_status(error.code)
+        except BaseException:  # as the interpreter does: the traceback, status 1
+            sys.excepthook(*sys.exc_info())
+            status = 1
+        # The interpreter's shutdown: non-daemon threads, then atexit handlers.
+        threading._shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # a closed stream, as at exit
+                stream.flush()
+    except BaseException:  # before the tool ran: why, on the child's stderr
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(status)
+
+
+def serve(connection: socket.socket) -> None:
+    """Forks a child per request until the connection ends; reports each end."""
+    children = set()
+    try:
+        while True:
+            ready, _, _ = select.select([connection], [], [], 0.05)
+            if ready:
+                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+                if not message:
+                    break
+                request = json.loads(message)
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    connection.close()
+                    _child(request, fds)
+                for fd in fds:
+                    os.close(fd)
+                children.add(pid)
+                connection.send(json.dumps({"started": pid}).encode())
+            while children:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                children.discard(pid)
+                connection.send(json.dumps(
+                    {"ended": pid, "status": os.waitstatus_to_exitcode(status)}).encode())
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in children:
+            os.waitpid(pid, 0)
+
+
+def main(fd: str, *preload: str) -> None:
+    import importlib
+
+    connection = socket.socket(fileno=int(fd))
+    # As the tools do before their imports: TensorFlow's C++ logging reads the
+    # level once, at its first line.
+    had_level = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for module in preload:
+        importlib.import_module(module)
+    if had_level is None:
+        del os.environ["TF_CPP_MIN_LOG_LEVEL"]
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        serve(connection)
+
+
+# The test side.
+
+class ForkedProcess:
+    """A child of the fork server, as much of ``subprocess.Popen`` as the tests use:
+    ``pid``, ``returncode``, ``stdout``/``stderr`` (text pipes, when started with
+    pipes), `poll`, `wait`, `communicate`, `send_signal`, `kill`."""
+
+    def __init__(self, server: "ForkServer", pid: int, stdout=None, stderr=None):
+        self._server = server
+        self.pid = pid
+        self.returncode = None
+        self.stdout = os.fdopen(stdout, errors="replace") if stdout is not None else None
+        self.stderr = os.fdopen(stderr, errors="replace") if stderr is not None else None
+        self._output = None
+
+    def poll(self):
+        if self.returncode is None:
+            self.returncode = self._server._status(self.pid, timeout=0)
+        return self.returncode
+
+    def wait(self, timeout=None):
+        if self.returncode is None:
+            self.returncode = self._server._status(self.pid, timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        return self.returncode
+
+    def communicate(self, timeout=None):
+        """(stdout, stderr) read to their end, then waits for the exit status."""
+        if self._output is None:
+            self._output = {}
+            self._readers = [threading.Thread(target=self._read, args=(name,), daemon=True)
+                             for name in ("stdout", "stderr")
+                             if getattr(self, name) is not None]
+            for reader in self._readers:
+                reader.start()
+        deadline = None if timeout is None else _now() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0, deadline - _now()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+        self.wait(None if deadline is None else max(0, deadline - _now()))
+        return self._output.get("stdout"), self._output.get("stderr")
+
+    def _read(self, name):
+        stream = getattr(self, name)
+        self._output[name] = stream.read()
+        stream.close()
+
+    def send_signal(self, signal_number):
+        if self.poll() is None:
+            os.kill(self.pid, signal_number)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+class ForkServer:
+    """The test side of a fork server: `start_tool` (pipes, as
+    `tests.conftest.start_tool`), `start_in_terminal`, `close`."""
+
+    def __init__(self, preload=("tensorflow",)):
+        from tests.conftest import tool_environment
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._server = subprocess.Popen(
+            [sys.executable, "-m", "tests.multi_worker.fork_server", str(theirs.fileno()),
+             *preload], pass_fds=[theirs.fileno()], cwd=REPOSITORY,
+            env=tool_environment(), stdin=subprocess.DEVNULL)
+        theirs.close()
+        self._connection = ours
+        self._request_lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._started = []
+        self._ended = {}
+        self._closed = False
+        self._listener = threading.Thread(target=self._listen, daemon=True)
+        self._listener.start()
+
+    def _listen(self):
+        while True:
+            try:
+                message = self._connection.recv(1 << 16)
+            except OSError:
+                message = b""
+            with self._changed:
+                if not message:
+                    self._closed = True
+                    self._changed.notify_all()
+                    return
+                answer = json.loads(message)
+                if "started" in answer:
+                    self._started.append(answer["started"])
+                else:
+                    self._ended[answer["ended"]] = answer["status"]
+                self._changed.notify_all()
+
+    def _status(self, pid: int, timeout):
+        with self._changed:
+            self._changed.wait_for(lambda: pid in self._ended or self._closed, timeout)
+            if pid not in self._ended and self._closed:
+                raise RuntimeError(f"the fork server ended before process {pid} did")
+            return self._ended.get(pid)
+
+    def _start(self, tool: str, args, env, cwd, fds, terminal: bool) -> int:
+        from tests.conftest import tool_environment
+
+        request = {"tool": tool, "args": [str(arg) for arg in args],
+                   "env": tool_environment(**(env or {})),
+                   "cwd": str(cwd or REPOSITORY), "terminal": terminal}
+        with self._request_lock, self._changed:
+            socket.send_fds(self._connection, [json.dumps(request).encode()], fds)
+            # The server imports before it answers the first request.
+            if not self._changed.wait_for(lambda: self._started or self._closed, 600):
+                raise RuntimeError("the fork server did not answer")
+            if not self._started:
+                raise RuntimeError("the fork server ended")
+            return self._started.pop(0)
+
+    def start_tool(self, tool: str, *args, env=None, cwd=None) -> ForkedProcess:
+        """``tool`` (``NAME.py`` a script of the repository, else a module) with
+        ``args``, its stdout and stderr pipes to the test (`tool_environment`
+        plus ``env``)."""
+        stdout, stderr = os.pipe(), os.pipe()
+        with open(os.devnull) as devnull:
+            try:
+                pid = self._start(tool, args, env, cwd,
+                                  [devnull.fileno(), stdout[1], stderr[1]], False)
+            finally:
+                os.close(stdout[1])
+                os.close(stderr[1])
+        return ForkedProcess(self, pid, stdout[0], stderr[0])
+
+    def start_in_terminal(self, tool: str, *args, env=None, cwd=None):
+        """``tool`` in a new pseudo-terminal, its controlling terminal and
+        foreground process group; returns (the process, the terminal's master
+        descriptor, the caller's to read, write and close)."""
+        master, slave = os.openpty()
+        try:
+            pid = self._start(tool, args, env, cwd, [slave] * 3, True)
+        finally:
+            os.close(slave)
+        return ForkedProcess(self, pid), master
+
+    def close(self):
+        """Ends the server (its children still running are killed)."""
+        with contextlib.suppress(OSError):
+            self._connection.shutdown(socket.SHUT_RDWR)
+        self._connection.close()
+        try:
+            self._server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._server.kill()
+            self._server.wait()
+
+
+@contextlib.contextmanager
+def fork_server(preload=("tensorflow",)):
+    """A `ForkServer` for the block."""
+    server = ForkServer(preload)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
