@@ -1,3 +1,26 @@
-"""The pre-training runs' fixtures (a tiny config file, packed files)."""
+"""The pre-training runs' fixtures (a tiny config file, packed files), and the
+fork server that starts the tools' processes."""
 
-from tests.pretraining.conftest import config_file, packed_files  # noqa: F401
+import pytest
+
+from tests.conftest import write_unpacked_dataset
+from tests.multi_worker.fork_server import fork_server
+from tests.multi_worker.workers import PRELOAD
+from tests.pretraining.conftest import config_file  # noqa: F401
+from tests.pretraining.tiny_runs import pack_files
+
+
+@pytest.fixture(scope="module")
+def packed_files(tmp_path_factory):
+    """3 packed files (sharded by file: 2 for one worker, 1 for the other) of 100
+    sequences each: every evaluation reads them all, in each process."""
+    folder = tmp_path_factory.mktemp("multi_worker_data")
+    return pack_files(write_unpacked_dataset(folder / "unpacked", per_file=100),
+                      folder / "packed")
+
+
+@pytest.fixture(scope="session")
+def tool_server():
+    """One `ForkServer` for the tests here: TensorFlow imported once."""
+    with fork_server(PRELOAD) as server:
+        yield server

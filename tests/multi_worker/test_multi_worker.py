@@ -18,11 +18,13 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.conftest import finish_tool, one_line_error_problems, start_tool
+from tests.conftest import finish_tool, one_line_error_problems
 from tests.multi_worker.workers import (MULTI, finish_all, free_ports, killed_at_the_end,
                                         max_difference, run_both_ways, start_workers,
                                         tf_config, weights, worker_folder)
 from tests.pretraining.tiny_runs import P, S
+
+pytestmark = pytest.mark.slow
 
 #: Updates x micro-batches: valid whether the step flags count updates or
 #: micro-batches (multiples of --steps_per_update=2).
@@ -47,15 +49,16 @@ def pretraining_flags(config_file, files, output_dir, **overrides) -> list:
 
 
 @pytest.fixture(scope="module")
-def pretraining(tmp_path_factory, config_file, packed_files):
+def pretraining(tool_server, tmp_path_factory, config_file, packed_files):
     """Two workers and one process of 2 replicas, the same run."""
     root = tmp_path_factory.mktemp("multi_worker")
     started = time.perf_counter()
     # Evaluations during training every 40 sequences (about 4 updates), and
     # MLPerf's log, written by the chief alone.
-    results = run_both_ways("run_pretraining.py", lambda name: pretraining_flags(
-        config_file, packed_files, str(root / name), eval_interval_samples=40,
-        mlperf_log_file=str(root / f"{name}.mlperf.log")))
+    results = run_both_ways(tool_server, "run_pretraining.py", lambda name: (
+        pretraining_flags(config_file, packed_files, str(root / name),
+                          eval_interval_samples=40,
+                          mlperf_log_file=str(root / f"{name}.mlperf.log"))))
     return {"root": root, **results, "seconds": time.perf_counter() - started}
 
 
@@ -107,13 +110,15 @@ def test_only_the_chief_writes_into_the_output_folder(pretraining):
     assert len(list((output_dir / "train").iterdir())) == 1  # one events file
 
 
-def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, config_file,
-                                                               packed_files, tmp_path):
+def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, tool_server,
+                                                               config_file, packed_files,
+                                                               tmp_path):
     output_dir = tmp_path / "killed"
     flags = pretraining_flags(config_file, packed_files, str(output_dir)) + [
         f"--distribution_strategy={MULTI}"]
     first_checkpoint = output_dir / "checkpoints" / "ckpt-2.index"
-    with killed_at_the_end(start_workers("run_pretraining.py", flags)) as (chief, other):
+    with killed_at_the_end(start_workers(tool_server, "run_pretraining.py",
+                                         flags)) as (chief, other):
         deadline = time.monotonic() + 400
         while not first_checkpoint.exists():
             assert chief.poll() is None and time.monotonic() < deadline, \
@@ -135,7 +140,8 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, conf
     saved = tf.train.latest_checkpoint(str(output_dir / "checkpoints"))
     assert int(saved.rsplit("-", 1)[1]) < STEPS  # killed mid-run
 
-    with killed_at_the_end(start_workers("run_pretraining.py", flags)) as processes:
+    with killed_at_the_end(start_workers(tool_server, "run_pretraining.py",
+                                         flags)) as processes:
         chief_result, _ = finish_all(processes)
     assert f"resumed from {saved}" in chief_result.stderr
     resumed = weights(output_dir / f"model.ckpt-{STEPS}")
@@ -143,7 +149,7 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, conf
     assert max_difference(resumed, uninterrupted) <= 1e-5
 
 
-def _bad_runs(config_file, packed_files, root):
+def _bad_runs(server, config_file, packed_files, root):
     """name -> (processes, expected text of the last line)."""
     flags = [*pretraining_flags(config_file, packed_files, str(root / "out"),
                                 cluster_timeout_seconds=CONNECT_SECONDS),
@@ -151,17 +157,17 @@ def _bad_runs(config_file, packed_files, root):
     env = {"TF_CONFIG": "{'cluster': "}
 
     def alone(index):  # the other worker of the cluster never starts
-        return start_workers("run_pretraining.py", flags, indices=[index])
+        return start_workers(server, "run_pretraining.py", flags, indices=[index])
 
     return {
-        "not_json": ([start_tool("run_pretraining.py", *flags, env=env)],
+        "not_json": ([server.start_tool("run_pretraining.py", *flags, env=env)],
                      "TF_CONFIG is not JSON"),
-        "no_such_task": ([start_tool("run_pretraining.py", *flags, env={
+        "no_such_task": ([server.start_tool("run_pretraining.py", *flags, env={
             "TF_CONFIG": tf_config(["127.0.0.1:1", "127.0.0.1:2"], 2)})],
             "TF_CONFIG: task 'worker' 2 is not in the cluster (2 worker)"),
-        "indivisible": ([start_tool("run_pretraining.py", *flags, "--train_batch_size=6",
-                                    env={"TF_CONFIG": tf_config(
-                                        [f"127.0.0.1:{p}" for p in free_ports(4)], 0)})],
+        "indivisible": ([server.start_tool(
+            "run_pretraining.py", *flags, "--train_batch_size=6",
+            env={"TF_CONFIG": tf_config([f"127.0.0.1:{p}" for p in free_ports(4)], 0)})],
                         ("--train_batch_size=6 is not a multiple of the 4 workers of "
                          "TF_CONFIG")),
         "chief_alone": (alone(0), ("worker 0 of 2 could not connect to the cluster of "
@@ -170,10 +176,10 @@ def _bad_runs(config_file, packed_files, root):
     }
 
 
-def test_bad_clusters_end_with_one_line_in_bounded_time(config_file, packed_files,
-                                                        tmp_path):
+def test_bad_clusters_end_with_one_line_in_bounded_time(tool_server, config_file,
+                                                        packed_files, tmp_path):
     started = time.monotonic()
-    runs = _bad_runs(config_file, packed_files, tmp_path)
+    runs = _bad_runs(tool_server, config_file, packed_files, tmp_path)
     with killed_at_the_end([p for processes, _ in runs.values() for p in processes]):
         for name, (processes, expected) in runs.items():
             result = finish_tool(processes[0], timeout=CONNECT_SECONDS + 120)

@@ -6,7 +6,9 @@ Rows are shared between replicas, not processes
 global batches (4 epochs of 11 rows: reshuffled, 5 updates of 2
 micro-batches); prediction gathers every replica's rows on every worker
 (``strategy.gather``, 2 batches). Dropout stays on (the same masks per
-replica) and --jit_compile is the default's, as a user runs it.
+replica) and --jit_compile is the default's, as a user runs it. One layer:
+what is compared (weights, predictions) needs no second one, and each
+process traces and compiles every layer.
 """
 
 import json
@@ -16,6 +18,8 @@ import pytest
 
 from tests.multi_worker.workers import max_difference, run_both_ways, weights, worker_folder
 from tests.squad import squad_data
+
+pytestmark = pytest.mark.slow
 
 #: --do_predict's files, written by the chief alone.
 PREDICTIONS = ("predictions.json", "nbest_predictions.json", "eval_results.json")
@@ -33,13 +37,13 @@ def squad_flags(files, output_dir) -> list:
 
 
 @pytest.fixture(scope="module")
-def squad(tmp_path_factory):
+def squad(tool_server, tmp_path_factory):
     """Two workers and one process of 2 replicas, the same fine-tuning."""
     root = tmp_path_factory.mktemp("squad_multi_worker")
     files = squad_data.write_learnable_files(
         root, train_paragraphs=32, predict_paragraphs=16, hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1)
-    results = run_both_ways("run_squad.py",
+        attention_probs_dropout_prob=0.1, num_hidden_layers=1)
+    results = run_both_ways(tool_server, "run_squad.py",
                             lambda name: squad_flags(files, str(root / name)))
     return {"root": root, **results}
 

@@ -2,7 +2,8 @@
 2 logical CPU devices, for ``--distribution_strategy=mirrored`` runs to compare
 against 2 worker processes. Usage: python -m tests.multi_worker.two_cpu_replicas
 TOOL.py FLAGS... (the logical devices must be configured before TensorFlow
-runs any op, hence a process of its own)."""
+runs any op, hence a process of its own: a fresh one, or one forked by
+`tests.multi_worker.fork_server`, which imports TensorFlow but runs no op)."""
 
 import runpy
 import sys

@@ -5,8 +5,10 @@ them with, and what their runs left behind.
 Each worker has one CPU device (MultiWorkerMirroredStrategy's one replica per
 worker without a GPU), so 2 workers run 2 replicas, as one process of
 ``tests.multi_worker.two_cpu_replicas`` does with ``mirrored``. Processes are
-started together (each imports TensorFlow and compiles: tens of seconds of
-CPU); `killed_at_the_end` kills whatever still runs when a test ends.
+started together, each forked from a server that imported TensorFlow once
+(`tests.multi_worker.fork_server`: each still traces, and compiles where
+asked, tens of seconds of CPU); `killed_at_the_end` kills whatever still runs
+when a test ends.
 """
 
 import contextlib
@@ -15,15 +17,16 @@ import pathlib
 import re
 import socket
 import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-from tests.conftest import REPOSITORY, finish_tool, start_tool, tool_environment
+from tests.conftest import finish_tool
 
 #: The strategy flag value of the worker processes.
 MULTI = "multi_worker_mirrored"
+#: What the tests' fork server imports once: the front ends' libraries.
+PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "packed_bert_tf.squad.run")
 
 
 def free_ports(count: int) -> list:
@@ -40,25 +43,24 @@ def tf_config(addresses, index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
-def start_workers(tool: str, flags: list, count: int = 2, *, indices=None, **kwargs):
-    """Worker processes of one cluster on 127.0.0.1 (``indices``: only those)."""
+def start_workers(server, tool: str, flags: list, count: int = 2, *, indices=None):
+    """Worker processes of one cluster on 127.0.0.1 (``indices``: only those),
+    forked by ``server`` (a `ForkServer`)."""
     addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
-    return [start_tool(tool, *flags, env={"TF_CONFIG": tf_config(addresses, index)},
-                       **kwargs)
+    return [server.start_tool(tool, *flags,
+                              env={"TF_CONFIG": tf_config(addresses, index)})
             for index in (range(count) if indices is None else indices)]
 
 
-def start_two_replicas(tool: str, flags: list) -> subprocess.Popen:
+def start_two_replicas(server, tool: str, flags: list):
     """One process with 2 logical CPU devices, --distribution_strategy=mirrored."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.multi_worker.two_cpu_replicas", tool, *flags,
-         "--distribution_strategy=mirrored"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPOSITORY),
-        env=tool_environment())
+    return server.start_tool("tests.multi_worker.two_cpu_replicas", tool, *flags,
+                             "--distribution_strategy=mirrored")
 
 
-def run_both_ways(tool: str, flags_of, timeout: float = 400) -> dict:
-    """``tool`` as 2 workers and as one process of 2 replicas, at the same time.
+def run_both_ways(server, tool: str, flags_of, timeout: float = 400) -> dict:
+    """``tool`` as 2 workers and as one process of 2 replicas, at the same time,
+    forked by ``server``.
 
     Args:
       flags_of: ``flags_of(name)``: the flags of the run ``two_workers`` or
@@ -68,9 +70,9 @@ def run_both_ways(tool: str, flags_of, timeout: float = 400) -> dict:
     Returns:
       {"workers": [chief's, other's ToolResult], "one_process": ToolResult}.
     """
-    processes = (start_workers(tool, [*flags_of("two_workers"),
-                                      f"--distribution_strategy={MULTI}"])
-                 + [start_two_replicas(tool, flags_of("one_process"))])
+    processes = (start_workers(server, tool, [*flags_of("two_workers"),
+                                              f"--distribution_strategy={MULTI}"])
+                 + [start_two_replicas(server, tool, flags_of("one_process"))])
     with killed_at_the_end(processes):
         results = finish_all(processes, timeout=timeout)
     return {"workers": results[:2], "one_process": results[2]}
