@@ -1,32 +1,73 @@
-"""The packing report end to end, as a user runs it."""
+"""The packing report end to end, as a user runs it.
+
+The runs are made by one module fixture, one after the other, each in a
+process of its own forked from one that imported the packing library once
+(`tests.forked_tools`: each run is the tool's ``__main__`` with its own argv,
+flags, output and exit status), each in a folder of its own."""
 
 import json
 
 import pytest
 
-from tests.conftest import run_tool
+from tests.conftest import forked_run, run_tools_forked
+
+#: What the tool imports that takes a second: imported once for all runs.
+PRELOAD = ("absl.app", "numpy", "packed_bert_tf.packing", "data_prep.tool_output")
+
+BAD_FLAGS = [
+    (["--histogram=/nonexistent/h.json"], "--histogram: histogram '/nonexistent/h.json'"),
+    (["--algorithms=spfhp,magic"], "--algorithms: unknown magic"),
+    (["--max_sequences_per_pack=0"], "max_sequences_per_pack must be an integer >= 1"),
+    (["--max_seq_length=10"], "sequences longer than max_sequence_length=10"),
+    (["--max_sequence_length=10"], "sequences longer than max_sequence_length=10"),
+]
 
 
-def _run(*flags, cwd):
-    return run_tool("data_prep.packing_report", *flags, cwd=cwd)
-
-
-@pytest.fixture
-def histogram_file(tmp_path):
+def _histogram_file(folder):
     rng = __import__("numpy").random.default_rng(0)
     counts = rng.integers(0, 50, size=64).tolist()
-    path = tmp_path / "small.json"
+    path = folder / "small.json"
     path.write_text(json.dumps({"name": "small", "max_sequence_length": 64,
                                 "counts": counts}))
     return path, sum(counts)
 
 
-def test_report_table_plot_and_json(tmp_path, histogram_file):
-    path, sequences = histogram_file
-    plot, summary = tmp_path / "report.png", tmp_path / "report.json"
-    result = _run(f"--histogram={path}", "--max_sequences_per_pack=3",
-                  "--algorithms=all", f"--plot={plot}", f"--output_json={summary}",
-                  cwd=tmp_path)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Each case's folder (holding the small histogram, the run's working
+    folder) and the run's ToolResult, by name."""
+    root = tmp_path_factory.mktemp("packing_report")
+    cases = {}
+
+    def case(name, *flags):
+        folder = root / name
+        folder.mkdir()
+        path, _ = _histogram_file(folder)
+        cases[name] = folder, [flag.format(histogram=path, folder=folder) for flag in flags]
+
+    case("report", "--histogram={histogram}", "--max_sequences_per_pack=3",
+         "--algorithms=all", "--plot={folder}/report.png",
+         "--output_json={folder}/report.json")
+    case("lp_gap", "--histogram={histogram}", "--algorithms=spfhp,lpfhp", "--lp_bound")
+    case("no_lp_bound", "--histogram={histogram}", "--algorithms=bfd",
+         "--output_json={folder}/report.json")
+    for index, (flags, _) in enumerate(BAD_FLAGS):
+        if flags[0].startswith("--histogram"):
+            case(f"bad_{index}", flags[0], "--plot={folder}/out.png")
+        else:
+            case(f"bad_{index}", "--histogram={histogram}", "--plot={folder}/out.png", *flags)
+    case("no_histogram")
+    case("by_name", "--histogram=squad_1_1_384", "--algorithms=optimal")
+    results = run_tools_forked([forked_run("data_prep.packing_report", *flags, cwd=folder)
+                                for folder, flags in cases.values()], preload=PRELOAD)
+    return {name: (folder, result) for (name, (folder, _)), result in zip(cases.items(),
+                                                                           results)}
+
+
+def test_report_table_plot_and_json(runs):
+    folder, result = runs["report"]
+    _, sequences = _histogram_file(folder)
+    plot, summary = folder / "report.png", folder / "report.json"
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     header = next(line for line in lines if line.startswith("algorithm"))
@@ -47,22 +88,18 @@ def test_report_table_plot_and_json(tmp_path, histogram_file):
     assert plans["optimal"]["num_packs"] <= min(p["num_packs"] for p in plans.values())
 
 
-def test_a_subset_of_algorithms_reports_the_lp_gap_when_asked(tmp_path, histogram_file):
-    path, _ = histogram_file
-    result = _run(f"--histogram={path}", "--algorithms=spfhp,lpfhp", "--lp_bound",
-                  cwd=tmp_path)
+def test_a_subset_of_algorithms_reports_the_lp_gap_when_asked(runs):
+    _, result = runs["lp_gap"]  # --algorithms=spfhp,lpfhp --lp_bound
     assert result.returncode == 0, result.stderr
     spfhp = next(line for line in result.stdout.splitlines() if line.startswith("spfhp"))
     assert spfhp.split()[-1] != "-"
 
 
-def test_heuristics_alone_compute_no_lp_bound(tmp_path, histogram_file):
+def test_heuristics_alone_compute_no_lp_bound(runs):
     # The bound is column generation: minutes on a long-context histogram,
     # where the heuristics take a second.
-    path, _ = histogram_file
-    summary = tmp_path / "report.json"
-    result = _run(f"--histogram={path}", "--algorithms=bfd", f"--output_json={summary}",
-                  cwd=tmp_path)
+    folder, result = runs["no_lp_bound"]  # --algorithms=bfd
+    summary = folder / "report.json"
     assert result.returncode == 0, result.stderr
     assert "LP lower bound not computed (--lp_bound)" in result.stdout
     bfd = next(line for line in result.stdout.splitlines() if line.startswith("bfd"))
@@ -70,33 +107,26 @@ def test_heuristics_alone_compute_no_lp_bound(tmp_path, histogram_file):
     assert json.loads(summary.read_text())["lp_lower_bound_packs"] is None
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--histogram=/nonexistent/h.json"], "--histogram: histogram '/nonexistent/h.json'"),
-    (["--algorithms=spfhp,magic"], "--algorithms: unknown magic"),
-    (["--max_sequences_per_pack=0"], "max_sequences_per_pack must be an integer >= 1"),
-    (["--max_seq_length=10"], "sequences longer than max_sequence_length=10"),
-    (["--max_sequence_length=10"], "sequences longer than max_sequence_length=10"),
-])
-def test_bad_flags_fail_cleanly_without_output(tmp_path, histogram_file, flags, message):
-    path, _ = histogram_file
-    args = [f"--histogram={path}", f"--plot={tmp_path / 'out.png'}", *flags]
-    if flags[0].startswith("--histogram"):
-        args = [flags[0], f"--plot={tmp_path / 'out.png'}"]
-    result = _run(*args, cwd=tmp_path)
+@pytest.mark.parametrize("index", range(len(BAD_FLAGS)),
+                         ids=[" ".join(flags) for flags, _ in BAD_FLAGS])
+def test_bad_flags_fail_cleanly_without_output(runs, index):
+    # The small histogram (unless the flags name another), --plot, the flags.
+    folder, result = runs[f"bad_{index}"]
+    _, message = BAD_FLAGS[index]
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
-    assert not (tmp_path / "out.png").exists()
+    assert not (folder / "out.png").exists()
 
 
-def test_the_histogram_flag_is_required(tmp_path):
-    result = _run(cwd=tmp_path)
+def test_the_histogram_flag_is_required(runs):
+    _, result = runs["no_histogram"]
     assert result.returncode != 0
     assert "--histogram" in result.stderr
 
 
-def test_the_papers_histograms_are_found_by_name(tmp_path):
-    result = _run("--histogram=squad_1_1_384", "--algorithms=optimal", cwd=tmp_path)
+def test_the_papers_histograms_are_found_by_name(runs):
+    _, result = runs["by_name"]
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == (
         "squad_1_1_384 (the paper's, installed with packed_bert_tf): 88,641 sequences, "
