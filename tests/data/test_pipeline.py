@@ -10,6 +10,8 @@ from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.packing import assign_sequences, pack_lengths
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
 
+pytestmark = pytest.mark.slow
+
 S, P = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS
 
 

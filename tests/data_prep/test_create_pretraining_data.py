@@ -14,6 +14,8 @@ from packed_bert_tf.data import features, pretraining_instances, record_files, t
 from packed_bert_tf.data.pretraining_instances import InstanceOptions
 from tests.conftest import tool_command, tool_environment
 
+pytestmark = pytest.mark.slow
+
 WORDS = ("the a of packing sequence sequences token tokens model models train "
          "training data set sets mask masked attention layer layers batch size "
          "length lengths pack packs histogram strategy strategies speed fast "

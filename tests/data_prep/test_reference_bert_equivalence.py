@@ -51,6 +51,8 @@ from data_prep.create_pretraining_data import create_pretraining_data
 from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
 from packed_bert_tf.data.pretraining_instances import InstanceOptions
 
+pytestmark = pytest.mark.slow
+
 try:
     reference, reference_tokenization = reference_modules()
 except ImportError as error:  # bert-tensorflow: the reference extra
