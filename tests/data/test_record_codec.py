@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from packed_bert_tf.data import record_codec, record_files, tfrecords
 from packed_bert_tf.data.features import RecordFormat
 
+pytestmark = pytest.mark.slow
+
 _record_codec = pytest.importorskip("packed_bert_tf.data._record_codec")
 
 FORMAT = RecordFormat.unpacked(16, 4)
