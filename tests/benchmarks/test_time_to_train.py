@@ -4,7 +4,8 @@ figures read off their MLPerf logs, the section and the plot written.
 The script runs in a process that imported TensorFlow and Beam once, and each
 tool it starts (the data-prep tools, run_pretraining.py) is a child forked from
 there (`tests.forked_tools`), as ``python TOOL ARGS`` runs it, rather than a new
-interpreter that imports them again (seconds of CPU each, eight tools)."""
+interpreter that imports them again (seconds of CPU each, eight tools); the
+runs have TensorFlow's graph optimizer off."""
 
 import json
 import subprocess
@@ -30,6 +31,9 @@ FORKING_SCRIPT = r"""
 import os, runpy, sys, time
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # the tools' own setting, for the imports
 import tensorflow, apache_beam, packed_bert_tf.pretraining.run  # noqa: E401, F401
+# TensorFlow's graph optimizer off for the runs: seconds of CPU a run's new
+# step and evaluation functions, and no check here is about it.
+import tests.pretraining.grappler_off  # noqa: F401
 del os.environ["TF_CPP_MIN_LOG_LEVEL"]
 from tests import forked_tools
 script = os.path.join(forked_tools.REPOSITORY, "benchmarks", "time_to_train.py")
