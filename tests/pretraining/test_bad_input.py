@@ -23,6 +23,8 @@ from packed_bert_tf.pretraining.run import run_pretraining
 from tests.conftest import ToolResult, forked_run, run_tools_forked, write_unpacked_dataset
 from tests.pretraining.tiny_runs import CONFIG, P, S, options
 
+pytestmark = pytest.mark.slow
+
 UNPACKED = RecordFormat.unpacked(S, P)
 
 
@@ -76,8 +78,10 @@ def _run(*args, **kwargs):
     return forked_run("run_pretraining.py", *args, **kwargs)
 
 
-#: What run_pretraining.py imports that takes seconds: imported once for all runs.
-PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run")
+#: What run_pretraining.py imports that takes seconds: imported once for all runs,
+#: with TensorFlow's graph optimizer off (seconds of CPU a run that trains; no
+#: check here is about it).
+PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "tests.pretraining.grappler_off")
 
 
 @pytest.fixture(scope="module")
@@ -117,23 +121,24 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     runs["output_in_use"] = _run(*_flags(config_file, locked, good))
 
     # A run with two checkpoints, the last one truncated, resumed by the tool.
+    # The run is trained once and copied for the other two cases: its files name
+    # no folder of their own (checkpoint paths are relative).
     damaged = root / "damaged"
     run_pretraining(_trained_twice(config_file, packed_files[0], damaged))
+    damaged_state, full_disk = root / "damaged_state", root / "full_disk"
+    for copy in (damaged_state, full_disk):
+        shutil.copytree(damaged, copy)
     data_file = next((damaged / "checkpoints").glob("ckpt-2.data-*"))
     with open(data_file, "r+b") as handle:
         handle.truncate(os.path.getsize(data_file) // 2)
     runs["damaged_checkpoint"] = _run(*_resumed(config_file, damaged, packed_files[0]))
     # The same, with the state file (`checkpoint`) damaged: resumed from ckpt-2.
-    damaged_state = root / "damaged_state"
-    run_pretraining(_trained_twice(config_file, packed_files[0], damaged_state))
     state_file = damaged_state / "checkpoints" / "checkpoint"
     state_file.write_text(state_file.read_text()[:40])
     written = {path.name: path.read_bytes()
                for path in (damaged_state / "checkpoints").glob("ckpt-*")}
     runs["damaged_state"] = _run(*_resumed(config_file, damaged_state, packed_files[0]))
     # A disk that fills up at the second checkpoint (about 2 MB each here).
-    full_disk = root / "full_disk"
-    run_pretraining(_trained_twice(config_file, packed_files[0], full_disk))
     runs["full_disk"] = _run(*_resumed(config_file, full_disk, packed_files[0]),
                              max_file_bytes=1_000_000)
     results = dict(zip(runs, run_tools_forked(runs.values(), preload=PRELOAD)))
