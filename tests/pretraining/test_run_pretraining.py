@@ -14,12 +14,25 @@ from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import run_tool
 from tests.pretraining.tiny_runs import CONFIG, options
 
-#: The runs whose claims are about data, batching, steps and stopping, not about
-#: XLA, run their steps uncompiled (XLA compiles each run again: seconds of CPU,
-#: once per batch shape when bucketing). The default, compiled, is the first
-#: test's (a killed run resumes exactly) and the evaluations'; the trainer's
-#: tests compare the compiled steps with these (tests/training).
+#: The runs whose claims are about data, batching, steps, evaluation and stopping,
+#: not about XLA, run their steps uncompiled (XLA compiles each run again: seconds
+#: of CPU, once per batch shape when bucketing). The default, compiled, is the
+#: first test's (a killed run resumes exactly, traced once, then evaluated); the
+#: trainer's tests compare the compiled steps with these (tests/training).
 NOT_COMPILED = dict(jit_compile=False)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def grappler_off():
+    """TensorFlow's graph optimizer off for these runs: it spends seconds on each
+    run's new step functions, and no check here is about it."""
+    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
+                                                                 False)
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    yield
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
 
 
 def google_weights(path):
@@ -111,7 +124,7 @@ def test_packed_and_unpacked_evaluation_give_the_same_numbers(
     results = {}
     for name, files in (("unpacked", unpacked_files), ("packed", packed_files)):
         summary = run_pretraining(options(config_file, tmp_path / name, do_eval=True,
-                                          eval_input_file=",".join(files)))
+                                          eval_input_file=",".join(files), **NOT_COMPILED))
         results[name] = summary["eval"]
         assert json.loads((tmp_path / name / "eval_results.json").read_text()) == \
             summary["eval"]
