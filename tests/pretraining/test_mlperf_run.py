@@ -21,6 +21,17 @@ pytest.importorskip("mlperf_logging")
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module", autouse=True)
+def grappler_off():
+    """TensorFlow's graph optimizer off for these runs: it spends seconds on each
+    run's new step and evaluation functions, and no check here is about it."""
+    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
+                                                                 False)
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+    yield
+    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
+
+
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     """The conftest's, with two layers: evaluations whose accuracy rises over
