@@ -228,11 +228,16 @@ class ForkServer:
     def __init__(self, preload=("tensorflow",)):
         from tests.conftest import tool_environment
 
+        import tempfile
+
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # The imports' native log lines stay out of the test run's output; the
+        # server's own errors come back in `_failure`.
+        self._log = tempfile.TemporaryFile()
         self._server = subprocess.Popen(
             [sys.executable, "-m", "tests.multi_worker.fork_server", str(theirs.fileno()),
              *preload], pass_fds=[theirs.fileno()], cwd=REPOSITORY,
-            env=tool_environment(), stdin=subprocess.DEVNULL)
+            env=tool_environment(), stdin=subprocess.DEVNULL, stderr=self._log)
         theirs.close()
         self._connection = ours
         self._request_lock = threading.Lock()
@@ -265,8 +270,14 @@ class ForkServer:
         with self._changed:
             self._changed.wait_for(lambda: pid in self._ended or self._closed, timeout)
             if pid not in self._ended and self._closed:
-                raise RuntimeError(f"the fork server ended before process {pid} did")
+                raise RuntimeError(f"the fork server ended before process {pid} did"
+                                   + self._failure())
             return self._ended.get(pid)
+
+    def _failure(self) -> str:
+        """The end of the server's stderr."""
+        self._log.seek(0)
+        return ": " + self._log.read().decode(errors="replace")[-3000:]
 
     def _start(self, tool: str, args, env, cwd, fds, terminal: bool) -> int:
         from tests.conftest import tool_environment
@@ -278,9 +289,9 @@ class ForkServer:
             socket.send_fds(self._connection, [json.dumps(request).encode()], fds)
             # The server imports before it answers the first request.
             if not self._changed.wait_for(lambda: self._started or self._closed, 600):
-                raise RuntimeError("the fork server did not answer")
+                raise RuntimeError("the fork server did not answer" + self._failure())
             if not self._started:
-                raise RuntimeError("the fork server ended")
+                raise RuntimeError("the fork server ended" + self._failure())
             return self._started.pop(0)
 
     def start_tool(self, tool: str, *args, env=None, cwd=None) -> ForkedProcess:
@@ -318,6 +329,7 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self._server.kill()
             self._server.wait()
+        self._log.close()
 
 
 @contextlib.contextmanager
