@@ -1,8 +1,7 @@
 """Imported for its effect: TensorFlow's graph optimizer off in this process
-(`tf.config.optimizer`), and in the children forked from it (`tests.forked_tools`
-preloads it). Each run's new step functions spend seconds in the optimizer, and
-the checks that use this are not about it."""
+and in the children forked from it (`tests.forked_tools` preloads this module),
+for runs whose checks are not about the optimizer (`tests.graph_options`)."""
 
-import tensorflow as tf
+from tests.graph_options import switch_off_grappler
 
-tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
+switch_off_grappler()

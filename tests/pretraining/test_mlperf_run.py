@@ -14,6 +14,7 @@ from packed_bert_tf.pretraining.mlperf import default_eval_interval_samples
 from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import write_unpacked_dataset
+from tests.graph_options import grappler_off
 from tests.pretraining.tiny_runs import TWO_LAYERS, options
 
 pytest.importorskip("mlperf_logging")
@@ -22,14 +23,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def grappler_off():
-    """TensorFlow's graph optimizer off for these runs: it spends seconds on each
-    run's new step and evaluation functions, and no check here is about it."""
-    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
-                                                                 False)
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    yield
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
+def _no_grappler():
+    with grappler_off():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.loop import NonFiniteLossError
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import run_tool
+from tests.graph_options import grappler_off
 from tests.pretraining.tiny_runs import CONFIG, options
 
 #: The runs whose claims are about data, batching, steps, evaluation and stopping,
@@ -25,14 +26,9 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module", autouse=True)
-def grappler_off():
-    """TensorFlow's graph optimizer off for these runs: it spends seconds on each
-    run's new step functions, and no check here is about it."""
-    before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
-                                                                 False)
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
-    yield
-    tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
+def _no_grappler():
+    with grappler_off():
+        yield
 
 
 def google_weights(path):

@@ -23,7 +23,7 @@ tf.config.set_logical_device_configuration(
 
 import numpy as np  # noqa: E402
 
-from tests.training.graph_options import grappler_off  # noqa: E402
+from tests.graph_options import grappler_off  # noqa: E402
 from tests.training.trainer_checks import (ONE_LAYER, make_trainer,  # noqa: E402
                                            max_relative_difference, micro_batches,
                                            random_features, weights)

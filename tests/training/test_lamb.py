@@ -12,7 +12,7 @@ import tensorflow as tf
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
 from tests.conftest import run_json_check
 from tests.training.numpy_lamb import numpy_lamb
-from tests.training.graph_options import grappler_off
+from tests.graph_options import grappler_off
 
 pytestmark = pytest.mark.slow
 

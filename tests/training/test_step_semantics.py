@@ -15,7 +15,7 @@ from packed_bert_tf.training.steps import (Clipping, StepCounting, clipping, cro
                                            updates_to_boundary)
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 from tests.training.numpy_lamb import numpy_lamb
-from tests.training.graph_options import grappler_off
+from tests.graph_options import grappler_off
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from packed_bert_tf.training import distribution
 from tests.conftest import REPOSITORY, forked_run, run_tools_forked
-from tests.training.graph_options import grappler_off
+from tests.graph_options import grappler_off
 from tests.training.test_trainer import _iterator
 from tests.training.trainer_checks import (make_trainer, max_relative_difference,
                                            micro_batches, random_features, weights)

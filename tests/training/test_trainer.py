@@ -3,7 +3,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import pretraining_losses
-from tests.training.graph_options import grappler_off
+from tests.graph_options import grappler_off
 from tests.training.trainer_checks import (make_trainer, max_relative_difference,
                                            micro_batches, random_features, weights)
 
