@@ -44,12 +44,42 @@ def _exit_status(code) -> int:
     return 1
 
 
-def _child(run: dict, stdout_path: str, stderr_path: str) -> None:
-    """In the forked child: becomes ``python TOOL ARGS`` and never returns."""
+def run_as_main(tool: str, args) -> int:
+    """Runs ``python TOOL ARGS`` in this (forked) process, as the interpreter
+    would, through its shutdown; the exit status."""
     import atexit
-    import resource
     import runpy
     import threading
+
+    try:
+        if tool.endswith(".py"):
+            sys.argv = [os.path.join(REPOSITORY, tool), *args]
+            sys.path[0] = REPOSITORY  # as `python SCRIPT`: the script's folder
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        else:  # as `python -m MODULE`: the working folder first on the path
+            sys.argv = [tool, *args]  # run_module puts the file's path
+            sys.path[0] = os.getcwd()
+            runpy.run_module(tool, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as error:
+        status = _exit_status(error.code)
+    except BaseException:  # as the interpreter does: the traceback, status 1
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    # The interpreter's shutdown: non-daemon threads, then atexit handlers.
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream, as at exit
+            pass
+    return status
+
+
+def _child(run: dict, stdout_path: str, stderr_path: str) -> None:
+    """In the forked child: becomes ``python TOOL ARGS`` and never returns."""
+    import resource
 
     status = 1
     try:
@@ -63,30 +93,7 @@ def _child(run: dict, stdout_path: str, stderr_path: str) -> None:
             target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             os.dup2(target, fd)
             os.close(target)
-        tool = run["tool"]
-        try:
-            if tool.endswith(".py"):
-                sys.argv = [os.path.join(REPOSITORY, tool), *run["args"]]
-                sys.path[0] = REPOSITORY  # as `python SCRIPT`: the script's folder
-                runpy.run_path(sys.argv[0], run_name="__main__")
-            else:  # as `python -m MODULE`: the working folder first on the path
-                sys.argv = [tool, *run["args"]]  # run_module puts the file's path
-                sys.path[0] = os.getcwd()
-                runpy.run_module(tool, run_name="__main__", alter_sys=True)
-            status = 0
-        except SystemExit as error:
-            status = _exit_status(error.code)
-        except BaseException:  # as the interpreter does: the traceback, status 1
-            sys.excepthook(*sys.exc_info())
-            status = 1
-        # The interpreter's shutdown: non-daemon threads, then atexit handlers.
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed stream, as at exit
-                pass
+        status = run_as_main(run["tool"], run["args"])
     except BaseException:  # before the tool ran: why, on the runner's stderr
         import traceback
 

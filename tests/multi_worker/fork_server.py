@@ -45,11 +45,9 @@ REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 def _child(request: dict, fds: list) -> None:
     """In the forked child: becomes ``python TOOL ARGS`` and never returns."""
-    import atexit
     import io
-    import runpy
 
-    from tests.forked_tools import _exit_status
+    from tests.forked_tools import run_as_main
 
     status = 1
     try:
@@ -76,28 +74,7 @@ def _child(request: dict, fds: list) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        tool = request["tool"]
-        try:
-            if tool.endswith(".py"):
-                sys.argv = [os.path.join(REPOSITORY, tool), *request["args"]]
-                sys.path[0] = REPOSITORY  # as `python SCRIPT`: the script's folder
-                runpy.run_path(sys.argv[0], run_name="__main__")
-            else:  # as `python -m MODULE`: the working folder first on the path
-                sys.argv = [tool, *request["args"]]
-                sys.path[0] = os.getcwd()
-                runpy.run_module(tool, run_name="__main__", alter_sys=True)
-            status = 0
-        except SystemExit as error:
-            status = _exit_status(error.code)
-        except BaseException:  # as the interpreter does: the traceback, status 1
-            sys.excepthook(*sys.exc_info())
-            status = 1
-        # The interpreter's shutdown: non-daemon threads, then atexit handlers.
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):  # a closed stream, as at exit
-                stream.flush()
+        status = run_as_main(request["tool"], request["args"])
     except BaseException:  # before the tool ran: why, on the child's stderr
         import traceback
 
