@@ -1,9 +1,13 @@
-"""The packed models under ``KERAS_BACKEND=jax``: packed equals unpacked per
-sequence, and one sequence never moves another, as under TensorFlow.
+"""The packed models under ``KERAS_BACKEND=jax`` and ``KERAS_BACKEND=torch``:
+packed equals unpacked per sequence, and one sequence never moves another,
+as under TensorFlow.
 
 The backend is chosen when Keras is imported, so the checks run in one
-subprocess for the whole module (tests/backends/jax_equivalence_check.py);
-the tests below read its results.
+subprocess per backend for the whole module
+(tests/backends/equivalence_check.py); the tests below read its results.
+Under PyTorch the bits check runs eagerly only (in ``torch.no_grad``):
+``torch.compile`` would add 20-45 s of CPU (see
+`tests.backends.equivalence_check.forward_passes`).
 """
 
 import importlib.util
@@ -15,29 +19,39 @@ import pytest
 
 from tests.conftest import REPOSITORY, tool_environment
 
-pytestmark = [pytest.mark.skipif(
-    importlib.util.find_spec("jax") is None,
-    reason="JAX is not installed (pip install 'jax[cpu]', part of the test extra)"),
-    pytest.mark.slow]
+pytestmark = pytest.mark.slow
+
+
+def backend(name, label, install):
+    """The backend ``name`` as a parameter, skipped where its package is missing."""
+    return pytest.param(name, marks=pytest.mark.skipif(
+        importlib.util.find_spec(name) is None,
+        reason=f"{label} is not installed ({install}, part of the test extra)"))
+
 
 MODELS = pytest.mark.parametrize("name", ["pretraining", "squad", "classifier"])
 #: The gradient tolerances of the TensorFlow tests (test_packed_equivalence.py,
 #: test_bert_squad.py, test_bert_classifier.py).
 GRADIENT_TOLERANCE = {"pretraining": 1e-5, "squad": 1e-4, "classifier": 1e-4}
+#: The forward passes of the bits check, per backend.
+FORWARD_PASSES = {"jax": ["eager", "jit"], "torch": ["eager"]}
 
 
-@pytest.fixture(scope="module")
-def results():
+@pytest.fixture(scope="module", params=[
+    backend("jax", "JAX", "pip install 'jax[cpu]'"),
+    backend("torch", "PyTorch", "pip install torch==2.13.0")])
+def results(request):
     result = subprocess.run(
-        [sys.executable, "-m", "tests.backends.jax_equivalence_check"],
+        [sys.executable, "-m", "tests.backends.equivalence_check"],
         capture_output=True, text=True, timeout=600, cwd=str(REPOSITORY),
-        env=tool_environment(KERAS_BACKEND="jax"))
+        env=tool_environment(KERAS_BACKEND=request.param))
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results["backend"] == request.param
+    return results
 
 
-def test_the_models_run_on_jax_without_tensorflow(results):
-    assert results["backend"] == "jax"
+def test_the_models_run_without_tensorflow(results):
     assert results["tensorflow_imported"] is False
 
 
@@ -60,11 +74,11 @@ def test_pretraining_losses_of_both_normalisations_and_accuracies(results):
     assert max(accuracies.values()) <= 1e-6, accuracies
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit"])
-def test_changing_one_sequence_leaves_the_others_bit_for_bit_unchanged(results, mode):
-    bits = results["pretraining"]["bits"][mode]
-    assert bits["sequences"] == 6
-    assert bits["changed_others"] == 0 and bits["unchanged_targets"] == 0, bits
+def test_changing_one_sequence_leaves_the_others_bit_for_bit_unchanged(results):
+    bits = results["pretraining"]["bits"]
+    assert list(bits) == FORWARD_PASSES[results["backend"]]
+    for mode, counts in bits.items():
+        assert counts == {"changed_others": 0, "unchanged_targets": 0, "sequences": 6}, mode
 
 
 def test_both_ablations_differ(results):

@@ -1,12 +1,13 @@
-"""Run as a script under the JAX backend of Keras: the packed
+"""Run as a script under the JAX or the PyTorch backend of Keras: the packed
 models' equivalence checks, printed as one JSON line.
 
-    KERAS_BACKEND=jax python -m tests.backends.jax_equivalence_check
+    KERAS_BACKEND=jax python -m tests.backends.equivalence_check
+    KERAS_BACKEND=torch python -m tests.backends.equivalence_check
 
 The backend is chosen when Keras is imported, hence a process of its own
-(see test_jax_backend.py). For the pre-training, SQuAD and classifier models
-(tiny config, no dropout), against standard BERT (``packed=False``) with the
-same weights on the same sequences one per row:
+(see test_backend_equivalence.py). For the pre-training, SQuAD and classifier
+models (tiny config, no dropout), against standard BERT (``packed=False``)
+with the same weights on the same sequences one per row:
 
 * ``outputs``: the largest difference of any sequence's outputs (hidden
   states and logits), and the largest output;
@@ -14,15 +15,19 @@ same weights on the same sequences one per row:
   pre-training losses, either masked-LM normalisation), packed against
   unpacked; ``accuracies``: the difference of the pre-training accuracies;
 * ``gradients``: the largest per-variable relative difference of the
-  gradients of ``compute_loss`` (see `tests.models.packed_batches.gradient_errors`);
-* ``changed_others`` / ``unchanged_targets``: changing one token of one
-  sequence, how many outputs of the other sequences changed in any bit, and
-  how many changed sequences kept theirs, eager and compiled (``jax.jit``);
+  gradients of ``compute_loss`` (see `tests.models.packed_batches.gradient_errors`),
+  by ``jax.value_and_grad`` under ``jax.jit`` or by ``torch.autograd``;
+* ``bits``: changing one token of one sequence, how many outputs of the
+  other sequences changed in any bit (``changed_others``), and how many
+  changed sequences kept theirs (``unchanged_targets``), per forward pass:
+  under JAX eager and ``jax.jit``, under PyTorch eager in ``torch.no_grad``
+  (see `forward_passes`);
 * ``ablations``: how far the packed model is off without the block-diagonal
   mask or with positions counted along the row (both must be far);
 * ``tensorflow_imported``: whether importing the package and running a
-  model and its loss imported TensorFlow (checked first:
-  ``keras.utils.set_random_seed``, used after, imports it when installed).
+  model and its loss imported TensorFlow (checked first: after it the
+  script makes TensorFlow unimportable, so that
+  ``keras.utils.set_random_seed`` does not import it).
 """
 
 import json
@@ -39,6 +44,7 @@ from tests.models.packed_batches import (TINY_CONFIG, gradient_errors, layout,
 
 S, D, M = 48, 3, 12
 SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)
+BACKEND = keras.backend.backend()
 
 
 def task_features(packs, max_sequences_per_pack, seed):
@@ -82,9 +88,16 @@ def per_sequence(name, outputs, placements):
 
 
 def loss_and_gradients(model, features):
-    """``compute_loss`` and its gradients, by the backend's own differentiation,
-    compiled (``jax.jit``): run eagerly, JAX compiles each op of the backward
-    pass for each new shape, several times the CPU."""
+    """``compute_loss`` (training mode) and its gradients by the backend's own
+    differentiation: under JAX ``jax.value_and_grad``, compiled (``jax.jit``:
+    run eagerly, JAX compiles each op of the backward pass for each new shape,
+    several times the CPU); under PyTorch ``torch.autograd.grad``, eager."""
+    if BACKEND == "torch":
+        import torch
+
+        trainable = [v.value for v in model.trainable_variables]
+        value = model.compute_loss(x=features, y_pred=model(features, training=True))
+        return float(value.detach()), torch.autograd.grad(value, trainable)
     import jax
 
     trainable = [v.value for v in model.trainable_variables]
@@ -132,17 +145,17 @@ def compare_with_unpacked(name, model_class, args, rng):
     result["gradients"] = max(gradient_errors(gradients, gradients_u))
     if name == "pretraining":
         for per_sequence_loss in (False, True):
-            losses = pretraining_losses(packed, packed_model(packed),
-                                        per_sequence=per_sequence_loss)
-            losses_u = pretraining_losses(unpacked, reference(unpacked),
-                                          per_sequence=per_sequence_loss)
-            for key in losses:
+            got, want = (
+                {key: ops.convert_to_numpy(value) for key, value in pretraining_losses(
+                    features, model(features), per_sequence=per_sequence_loss).items()}
+                for features, model in ((packed, packed_model), (unpacked, reference)))
+            for key in got:
                 label = f"{key},per_sequence={per_sequence_loss}"
                 if "accuracy" in key:
                     result.setdefault("accuracies", {})[label] = abs(
-                        float(losses[key]) - float(losses_u[key]))
+                        float(got[key]) - float(want[key]))
                 else:
-                    result["losses"][label] = relative_error(losses[key], losses_u[key])
+                    result["losses"][label] = relative_error(got[key], want[key])
         result["ablations"] = ablations(packed_model, reference, rng)
         result.update(bits_of_other_sequences(packed_model, rng))
     return result
@@ -168,18 +181,37 @@ def ablations(packed_model, reference, rng):
             "positions_along_the_row": off_by(along_row)}
 
 
-def bits_of_other_sequences(model, rng):
-    """Changes one token of each sequence in turn: do the others move in any bit?"""
+def forward_passes(model):
+    """The forward passes the bits check runs, by name: under JAX the model
+    called eagerly and ``jax.jit`` of its ``stateless_call``; under PyTorch
+    the model called eagerly in ``torch.no_grad`` only. ``torch.compile``
+    (Dynamo tracing the Keras layers' Python) adds about 20 s of CPU with the
+    ``aot_eager`` backend, which runs the eager kernels, and about 45 s with
+    ``inductor``."""
+    if BACKEND == "torch":
+        import torch
+
+        def no_grad(features):
+            with torch.no_grad():
+                return model(features)
+
+        return {"eager": no_grad}
     import jax
 
     trainable = [v.value for v in model.trainable_variables]
     non_trainable = [v.value for v in model.non_trainable_variables]
-    compiled = jax.jit(lambda features: model.stateless_call(trainable, non_trainable,
-                                                             features)[0])
+    return {"eager": model,
+            "jit": jax.jit(lambda features: model.stateless_call(trainable, non_trainable,
+                                                                 features)[0])}
+
+
+def bits_of_other_sequences(model, rng):
+    """Changes one token of each sequence in turn: do the others move in any
+    bit? Per forward pass (`forward_passes`)."""
     packs = random_packs(rng, 3, num_packs=2, sequence_length=S)
     features, placements = task_features(packs, D, seed=2)
     counts = {}
-    for mode, forward in (("eager", model), ("jit", compiled)):
+    for mode, forward in forward_passes(model).items():
         baseline = per_sequence("pretraining", forward(features), placements)
         changed_others = unchanged_targets = 0
         for target, place in enumerate(placements):
@@ -201,13 +233,17 @@ def bits_of_other_sequences(model, rng):
 
 
 def main():
-    results = {"backend": keras.backend.backend()}
+    results = {"backend": BACKEND}
     model = BertPretrainingModel(TINY_CONFIG)
     # The shapes of the comparisons' packed batch: JAX's eager op caches then
     # serve them.
     features, _ = task_features(mixed_packs(np.random.default_rng(1)), D, seed=0)
     model.compute_loss(x=features, y_pred=model(features))
     results["tensorflow_imported"] = "tensorflow" in sys.modules
+    if not results["tensorflow_imported"]:
+        # keras.utils.set_random_seed seeds TensorFlow too when it can import
+        # it: seconds of CPU for a framework nothing here runs.
+        sys.modules["tensorflow"] = None
     rng = np.random.default_rng(0)
     for name, model_class, args in (("pretraining", BertPretrainingModel, ()),
                                     ("squad", BertSquadModel, ()),
