@@ -39,8 +39,11 @@ setup(
         "mlperf-logging==4.1.68",
     ],
     extras_require={"test": ["pytest", "pytest-xdist>=3.8", "hypothesis",
-                             # tests/backends: the models under KERAS_BACKEND=jax.
-                             "jax[cpu]"],
+                             # tests/backends: the models under KERAS_BACKEND=jax
+                             # and KERAS_BACKEND=torch.
+                             "jax[cpu]",
+                             # The CPU build, 2.13.0+cpu, meets the pin: the tests need no GPU.
+                             "torch==2.13.0"],
                     # benchmarks/peer_benchmark.py: keras-hub's BERT beside ours.
                     "keras-hub": ["keras-hub==0.32.0"],
                     # What the tests and benchmarks compare against:
