@@ -68,7 +68,10 @@ class PackedModel(keras.Model):
 
     @jit_compile.setter
     def jit_compile(self, value):
-        replicas = self.distribute_strategy.num_replicas_in_sync
+        # Only TensorFlow's trainer has a tf.distribute strategy; the other
+        # backends compile their step on global arrays.
+        strategy = getattr(self, "distribute_strategy", None)
+        replicas = 1 if strategy is None else strategy.num_replicas_in_sync
         if value is True and replicas > 1:
             raise ValueError(
                 f"{type(self).__name__}.compile(jit_compile=True) under a strategy of "
