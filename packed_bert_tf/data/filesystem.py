@@ -31,6 +31,25 @@ def exists(path: str) -> bool:
     return os.path.exists(path) if is_local(path) else _gfile().exists(path)
 
 
+def isdir(path: str) -> bool:
+    return os.path.isdir(path) if is_local(path) else _gfile().isdir(path)
+
+
+def open_file(path: str, mode: str = "rb"):
+    """A file object: the built-in ``open`` locally, ``tf.io.gfile.GFile`` otherwise."""
+    return open(path, mode) if is_local(path) else _gfile().GFile(path, mode)
+
+
+def file_errors(path: str) -> tuple:
+    """What reading `path` raises when the file is unreadable: `OSError`, and
+    TensorFlow's ``OpError`` for a path it reads."""
+    if is_local(path):
+        return (OSError,)
+    import tensorflow as tf
+
+    return (OSError, tf.errors.OpError)
+
+
 def remove(path: str) -> None:
     """Removes a file."""
     if is_local(path):

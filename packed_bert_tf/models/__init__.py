@@ -4,10 +4,10 @@ Google checkpoint and keras-hub weight I/O, ``.keras`` loading and SavedModel
 export for serving.
 
 The models import no TensorFlow (their layers are `keras.ops`), so they run
-on any Keras backend. The I/O, which is TensorFlow by nature (Google
-checkpoints, SavedModel export, the file checks of `load_model`, and the
-keras-hub conversion that goes through the checkpoint names), is imported on
-first use of its names.
+on any Keras backend. The I/O is imported on first use of its names: Google
+checkpoints and SavedModel export, TensorFlow by nature; the keras-hub
+conversion, which goes through the checkpoint names (and keras-hub imports
+TensorFlow itself); and `load_model`, which reads local files without it.
 """
 
 import importlib

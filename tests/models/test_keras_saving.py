@@ -113,3 +113,51 @@ def test_the_projects_optimizers_and_schedules_are_registered(tmp_path):
     assert type(loaded.optimizer) is AdamW
     assert loaded.optimizer.get_config() == model.optimizer.get_config()
     assert loaded.optimizer.weight_decay_exclusions == ["LayerNorm", "layer_norm", "bias"]
+
+
+def test_an_unregistered_custom_object_is_one_line(tmp_path, monkeypatch):
+    # As in a process that saved the model and one that never imported its
+    # module: the registrations removed after saving.
+    @keras.saving.register_keras_serializable(package="tests")
+    class Doubling(keras.layers.Layer):
+        def call(self, inputs):
+            return 2 * inputs
+
+    @keras.saving.register_keras_serializable(package="tests")
+    class Halving(keras.layers.Layer):
+        def call(self, inputs):
+            return inputs / 2
+
+    @keras.saving.register_keras_serializable(package="tests")
+    class ConstantRate(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return 0.1
+
+        def get_config(self):
+            return {}
+
+    inputs = keras.Input((3,))
+    model = keras.Model(inputs, Halving()(Doubling()(inputs)))
+    model.compile(optimizer=keras.optimizers.SGD(ConstantRate()), loss="mse")
+    path = str(tmp_path / "custom.keras")
+    model.save(path)
+    ones = np.ones((1, 3), np.float32)
+    np.testing.assert_array_equal(load_model(path)(ones), ones)
+
+    registry = keras.saving.get_custom_objects()
+    monkeypatch.delitem(registry, "tests>ConstantRate")
+    with pytest.raises(ValueError) as error:
+        load_model(path)
+    assert str(error.value) == (f"{path}: needs the custom object 'tests>ConstantRate', "
+                                f"which is not registered in this process (import the "
+                                f"module that defines it)")
+    # Without the compile options the schedule is not needed.
+    np.testing.assert_array_equal(load_model(path, compile=False)(ones), ones)
+    monkeypatch.delitem(registry, "tests>Doubling")
+    monkeypatch.delitem(registry, "tests>Halving")
+    with pytest.raises(ValueError) as error:
+        load_model(path)
+    assert str(error.value) == (f"{path}: needs the custom objects 'tests>Doubling', "
+                                f"'tests>Halving', 'tests>ConstantRate', which are not "
+                                f"registered in this process (import the modules that "
+                                f"define them)")
