@@ -1,16 +1,23 @@
-"""docs/layers.md runs: its Python blocks, in order, in one namespace, and what
-they claim holds."""
+"""docs/layers.md runs under TensorFlow: its Python blocks, in order, in one
+namespace, and what they claim holds.
+
+(The blocks not marked TensorFlow only run under JAX in
+tests/backends/test_cross_backend.py, which reads them with
+`backend_neutral_blocks`: this module imports TensorFlow only in its tests.)
+"""
 
 import pathlib
 import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 pytestmark = pytest.mark.slow  # the page trains, saves and exports two models
 
 DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "layers.md"
+#: The first line of a block that runs under TensorFlow only.
+TENSORFLOW_ONLY = "# TensorFlow only"
 
 
 def python_blocks(text: str) -> list:
@@ -18,9 +25,27 @@ def python_blocks(text: str) -> list:
     return re.findall(r"^```python\n(.*?)^```$", text, flags=re.DOTALL | re.MULTILINE)
 
 
+def backend_neutral_blocks(text: str) -> list:
+    """(index, code) of the ```python blocks not marked `TENSORFLOW_ONLY`, in order."""
+    return [(index, block) for index, block in enumerate(python_blocks(text))
+            if not block.startswith(TENSORFLOW_ONLY)]
+
+
 def test_python_blocks_are_found():
     blocks = python_blocks("a\n```python\nx = 1\n```\n```sh\nls\n```\n```python\ny\n```\n")
     assert blocks == ["x = 1\n", "y\n"]
+    text = "```python\nx = 1\n```\n```python\n# TensorFlow only: export\ny\n```\n"
+    assert backend_neutral_blocks(text) == [(0, "x = 1\n")]
+
+
+def test_only_the_savedmodel_export_is_marked_tensorflow_only():
+    blocks = python_blocks(DOC.read_text())
+    marked = [block for block in blocks if block.startswith(TENSORFLOW_ONLY)]
+    assert len(blocks) == 7 and len(marked) == 2
+    assert all("export_for_serving(" in block for block in marked)
+    # The other blocks name no TensorFlow: they run under any backend.
+    for _, block in backend_neutral_blocks(DOC.read_text()):
+        assert not re.search(r"\btf\.|tensorflow|export_for_serving", block), block
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +83,8 @@ def test_packed_logits_and_loss_equal_unpacked(namespace):
     packed, unpacked = model(namespace["packed"]), model(namespace["unpacked"])
     assert np.abs(packed[0, 6:15] - unpacked[1, :9]).max() <= 1e-5
     one_sequence = dict(namespace["packed"])
-    one_sequence["input_mask"] = tf.cast(one_sequence["input_mask"] > 0, tf.int32)
+    one_sequence["input_mask"] = ops.cast(ops.greater(one_sequence["input_mask"], 0),
+                                          "int32")
     assert np.abs(model(one_sequence)[0, 6:15] - unpacked[1, :9]).max() > 1e-3
 
 
@@ -68,6 +94,8 @@ def test_fit_lowers_the_loss(namespace):
 
 
 def test_saved_and_served_models_give_the_models_outputs(namespace):
+    import tensorflow as tf
+
     model, packed = namespace["model"], namespace["packed"]
     np.testing.assert_array_equal(namespace["restored"](packed), model(packed))
     np.testing.assert_allclose(namespace["served"], model(packed), rtol=0, atol=1e-6)
