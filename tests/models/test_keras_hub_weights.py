@@ -48,7 +48,7 @@ def _randomize(variables, seed):
         variable.assign((offset + 0.2 * rng.standard_normal(shape)).astype(np.float32))
 
 
-def _tiny_backbone(keras_hub, seed=0, **overrides):
+def tiny_backbone(keras_hub, seed=0, **overrides):
     config = dict(vocabulary_size=TINY_CONFIG.vocab_size, num_layers=2, num_heads=4,
                   hidden_dim=H, intermediate_dim=TINY_CONFIG.intermediate_size,
                   dropout=0.0, max_sequence_length=TINY_CONFIG.max_position_embeddings)
@@ -60,7 +60,7 @@ def _tiny_backbone(keras_hub, seed=0, **overrides):
 
 @pytest.fixture(scope="module")
 def backbone(keras_hub):
-    return _tiny_backbone(keras_hub, name="tiny_bert")
+    return tiny_backbone(keras_hub, name="tiny_bert")
 
 
 @pytest.fixture(scope="module")
@@ -225,7 +225,7 @@ def test_writing_a_squad_model_leaves_the_pooler_and_reports_it(keras_hub):
     model = BertSquadModel(TINY_CONFIG)
     model.build()
     _randomize(model.weights, seed=5)
-    backbone = _tiny_backbone(keras_hub, seed=6)
+    backbone = tiny_backbone(keras_hub, seed=6)
     pooler_before = np.asarray(backbone.pooled_dense.kernel).copy()
     report = write_keras_hub_backbone(model, backbone)
     assert report.missing == POOLER and report.unused == tuple(sorted(SQUAD_HEAD))
@@ -260,13 +260,13 @@ def test_config_mismatch_names_every_difference_and_assigns_nothing(backbone):
 
 
 def test_a_backbone_that_computes_something_else_is_refused(keras_hub):
-    erf_gelu = _tiny_backbone(keras_hub)
+    erf_gelu = tiny_backbone(keras_hub)
     erf_gelu.transformer_layers[0].activation = keras.activations.gelu  # exact erf form
     with pytest.raises(ValueError, match="transformer_layer_0's activation is not the "
                                          "tanh-approximated GELU"):
         bert_config_from_keras_hub(erf_gelu)
 
-    epsilon = _tiny_backbone(keras_hub)
+    epsilon = tiny_backbone(keras_hub)
     epsilon.embeddings_layer_norm.epsilon = 1e-5
     with pytest.raises(ValueError, match="embeddings_layer_norm has layer-norm epsilon "
                                          "1e-05, the models here 1e-12"):
