@@ -9,8 +9,8 @@ caller expects, or that needs a custom object this process has not
 registered (a file written by another program, or under another backend),
 fails with one line naming the file before anything is built.
 
-A ``.keras`` file holds no backend: one saved under TensorFlow loads under
-JAX or PyTorch and computes the same. Local paths are read with plain file
+A ``.keras`` file holds no backend: a model saved under TensorFlow loads
+under JAX and computes the same. Local paths are read with plain file
 access (`packed_bert_tf.data.filesystem`), so checking and loading a local
 file imports no TensorFlow.
 """
@@ -27,7 +27,8 @@ from packed_bert_tf.data import filesystem
 #: The member of a ``.keras`` archive that describes the model.
 CONFIG_MEMBER = "config.json"
 
-#: Packages whose objects Keras imports by itself when it loads a file.
+#: Top-level modules whose objects Keras finds without a registration (it
+#: imports its own, keras-hub's and the like itself; Python's builtins).
 _IMPORTED_BY_KERAS = ("keras", "keras_hub", "keras_cv", "keras_nlp", "builtins")
 
 
