@@ -42,6 +42,8 @@ flags.DEFINE_integer("batch_size", 32, "Rows per step (run_classifier.py's "
                      "--train_batch_size default).")
 flags.DEFINE_integer("steps_per_chunk", 10, "Steps per timed chunk.")
 flags.DEFINE_integer("chunks", 8, "Timed chunks per trainer (alternated).")
+flags.DEFINE_bool("jit_compile", True, "XLA-compile the trainers' steps, as run_classifier.py "
+                  "does by default (--nojit_compile: a quick check of the script).")
 define_write_markdown()
 
 
@@ -78,7 +80,8 @@ def make_trainer(packs, packed, vocab_size, task):
     model = BertClassifierModel(config, task.num_labels, packed=packed)
     model.build()
     trainer = Trainer(model, create_optimizer("adamw", 5e-5),
-                      task=classifier_task.classification_task(task.is_regression))
+                      task=classifier_task.classification_task(task.is_regression),
+                      jit_compile=FLAGS.jit_compile)
     dataset = train_dataset_fn(
         packs, global_batch_size=FLAGS.batch_size, steps_per_update=1, seed=0)(
         tf.distribute.InputContext())
@@ -125,7 +128,7 @@ def markdown(rows, max_sequences_per_pack) -> str:
         "examples per row; unpacked: one example per row padded to S. Model: "
         f"{FLAGS.num_layers} layers, hidden {FLAGS.hidden_size}, {FLAGS.num_heads} heads, "
         f"intermediate {FLAGS.intermediate_size}; {FLAGS.batch_size} rows per step, "
-        "AdamW, XLA; the trainer of run_classifier.py, one per layout in one process, "
+        f"AdamW, {'XLA' if FLAGS.jit_compile else 'no XLA'}; the trainer of run_classifier.py, one per layout in one process, "
         f"{FLAGS.chunks} alternated chunks of {FLAGS.steps_per_chunk} steps each after "
         "one chunk of compilation. Examples/s over an epoch = rows/s x the layout's "
         "examples per row.",
