@@ -36,6 +36,7 @@ mostly letters. Code, grammar rules and headings fail those tests.
 from __future__ import annotations
 
 import ast
+import collections
 import contextlib
 import importlib
 import inspect
@@ -168,9 +169,30 @@ def source_docstrings(module) -> Iterator[str]:
             tree = ast.parse(reader.read())
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            yield ast.get_docstring(node)
+    for node in _definitions(tree):
+        yield ast.get_docstring(node)
+
+
+#: The fields of a node that hold statements: only these can hold a class or
+#: function definition (a lambda is an expression, not a definition).
+_STATEMENT_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
+_DEFINITIONS = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _definitions(tree: ast.AST) -> Iterator[ast.AST]:
+    """The class and function definitions of a tree in `ast.walk`'s order
+    (breadth first), walking only the statements: the expressions, most of
+    a tree's nodes, hold none, and leaving them out leaves that order as it is."""
+    queue = collections.deque([tree])
+    while queue:
+        node = queue.popleft()
+        if isinstance(node, _DEFINITIONS):
+            yield node
+        for field in node._fields:
+            if field in _STATEMENT_FIELDS:
+                children = getattr(node, field)
+                if isinstance(children, list):
+                    queue.extend(children)
 
 
 def source_comments(module) -> Iterator[str]:
