@@ -72,6 +72,8 @@ flags.DEFINE_string("histogram", "wikipedia_512", "Length histogram (name or pat
 # Timing.
 flags.DEFINE_integer("repetitions", 20, "Interleaved repetitions per model.")
 flags.DEFINE_integer("seed", 0, "Seed of the weights and the batches.")
+flags.DEFINE_bool("jit_compile", True, "XLA-compile the three train steps (the published "
+                  "figures); --nojit_compile: a quick check of the script.")
 define_write_markdown()
 
 MODELS = ("keras-hub", "packed", "unpacked")
@@ -167,11 +169,12 @@ def keras_hub_features(arrays):
 
 # ------------------------------------------------------------------ steps
 def train_step(loss_of, variables):
-    """XLA-compiled forward + backward + Adam on ``variables``."""
+    """Forward + backward + Adam on ``variables``, XLA-compiled unless
+    --nojit_compile."""
     optimizer = keras.optimizers.Adam(1e-4)
     optimizer.build(variables)
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=FLAGS.jit_compile)
     def step(batch):
         with tf.GradientTape() as tape:
             loss = loss_of(batch)
@@ -265,7 +268,8 @@ def markdown(results, plan, packed_tokens, unpacked_tokens) -> str:
     precision = MIXED_PRECISION[FLAGS.mixed_precision]
     lines = [
         *section_header(
-            f"Packed BERT against keras-hub's BertMaskedLM, step time ({precision}, XLA, CPU)",
+            f"Packed BERT against keras-hub's BertMaskedLM, step time ({precision}, "
+            f"{'XLA' if FLAGS.jit_compile else 'no XLA'}, CPU)",
             flags_shown=("num_layers", "hidden_size", "num_heads", "intermediate_size",
                          "vocab_size", "batch_size", "sequence_length",
                          "max_sequences_per_pack", "max_predictions_per_row",
@@ -273,7 +277,7 @@ def markdown(results, plan, packed_tokens, unpacked_tokens) -> str:
         f"Hidden {FLAGS.hidden_size}, {FLAGS.num_heads} heads, intermediate "
         f"{FLAGS.intermediate_size}, vocab {FLAGS.vocab_size}, dropout {FLAGS.dropout}; batch {B} x {S} "
         f"tokens with M = {M} masked-LM slots per row, random weights, policy "
-        f"`{precision}`, `jit_compile=True`, one step = forward + backward + Adam. "
+        f"`{precision}`, `jit_compile={FLAGS.jit_compile}`, one step = forward + backward + Adam. "
         "keras-hub: `BertMaskedLM` on `BertBackbone` (TensorFlow backend) on unpacked "
         "rows with a padding mask, weighted sparse cross entropy; packed: our "
         "`BertPretrainingModel(packed=True)` on packed rows (at most "
