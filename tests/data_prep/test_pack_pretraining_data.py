@@ -6,6 +6,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -17,14 +18,18 @@ from packed_bert_tf.data import filesystem, pack_pipeline, record_files, tfrecor
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
 from data_prep.process_tree import descendants
 from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, forked_run,
-                            run_tool, run_tools_forked, tool_command, tool_environment,
-                            write_unpacked_dataset)
+                            run_tool, run_tools_forked, start_tool, tool_command,
+                            tool_environment, write_unpacked_dataset)
 
 pytestmark = pytest.mark.slow
 
 # Fast, single-process Beam for the error cases; the default (multi-process)
 # runner is exercised by the first test.
 IN_MEMORY = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+
+#: The line the tool prints (stderr, not a terminal) every 10 s of packing.
+PROGRESS_LINE = re.compile(
+    r"packing, written: [0-9.,]+ MB, [0-9.,]+ MB/s, ([0-9]+ min )?[0-9]+ s")
 
 
 def _run(module, *args, tmp_path, python_options=()):
@@ -46,7 +51,12 @@ def _pack_arguments(unpacked, output_dir, *extra):
 @pytest.fixture(scope="module")
 def packed_runs(tmp_path_factory, unpacked_files):
     """Two default (multi-process) runs at once: with default flags as a user
-    runs the tool, and with --verbosity=1 and -X importtime."""
+    runs the tool, and with --verbosity=1 and -X importtime. The second is also
+    the running run a second run into its folder is refused by: its workers
+    are held (stopped) while that one starts (`_refused_while_held`).
+
+    Returns the folder, the two runs' ToolResults, and the refused run's with
+    the pid of the verbose run."""
     tmp_path = tmp_path_factory.mktemp("packed")
     quiet = subprocess.Popen(
         tool_command("data_prep.pack_pretraining_data",
@@ -54,32 +64,76 @@ def packed_runs(tmp_path_factory, unpacked_files):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=tool_environment(tmp_path))
     # -X importtime lists the launching process's imports (not the workers').
-    verbose = run_tool("data_prep.pack_pretraining_data",
-                       *_pack_arguments(unpacked_files, tmp_path / "verbose"),
-                       "--verbosity=1", tmp_path=tmp_path,
-                       python_options=("-X", "importtime"))
+    verbose = start_tool("data_prep.pack_pretraining_data",
+                         *_pack_arguments(unpacked_files, tmp_path / "verbose"),
+                         "--verbosity=1", tmp_path=tmp_path,
+                         python_options=("-X", "importtime"))
+    # Its stderr (imports, Beam's logging) is read meanwhile: a full pipe
+    # would stop the run.
+    stderr = []
+    reader = threading.Thread(target=lambda: stderr.append(verbose.stderr.read()),
+                              daemon=True)
+    reader.start()
+    try:
+        first_line = verbose.stdout.readline()
+        refused = _refused_while_held(verbose, first_line, unpacked_files,
+                                      tmp_path / "verbose", tmp_path)
+        rest = verbose.stdout.read()
+        verbose.wait(timeout=300)
+        reader.join(timeout=60)
+    finally:
+        if verbose.poll() is None:
+            verbose.kill()
+    verbose_pid = verbose.pid
+    verbose = ToolResult(verbose.returncode, first_line + rest, "".join(stderr))
     stdout, stderr = quiet.communicate(timeout=300)
-    return tmp_path, ToolResult(quiet.returncode, stdout, stderr), verbose
+    return (tmp_path, ToolResult(quiet.returncode, stdout, stderr), verbose,
+            (refused, verbose_pid))
+
+
+def _refused_while_held(first, first_line, unpacked_files, output_dir, tmp_path):
+    """Runs the tool into the output folder of `first`, a default run whose
+    first line of stdout was `first_line`, while `first`'s workers are stopped;
+    the refused run's ToolResult."""
+    assert first_line.startswith("packing 3 files")  # the lock is held
+    workers, deadline = [], time.monotonic() + 120
+    try:
+        while not workers:
+            assert first.poll() is None and time.monotonic() < deadline
+            workers = list(descendants(first.pid))
+            time.sleep(0.005)
+        for pid in workers:
+            os.kill(pid, signal.SIGSTOP)
+        return _pack(unpacked_files, output_dir, tmp_path, "--overwrite", *IN_MEMORY)
+    finally:
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
 
 
 @pytest.fixture(scope="module")
 def packed_dir(packed_runs):
-    tmp_path, result, _ = packed_runs
+    tmp_path, result, _, _ = packed_runs
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp_path / "out", result.stdout
 
 
 def test_a_default_run_prints_a_few_lines_of_its_own(packed_runs):
-    _, result, _ = packed_runs
+    _, result, _, _ = packed_runs
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stderr == ""
+    # Nothing but the tool's progress, printed only when a run takes 10 s (a
+    # loaded machine's).
+    assert [line for line in result.stderr.splitlines()
+            if not PROGRESS_LINE.fullmatch(line)] == [], result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 3, result.stdout
     assert lines[0].startswith("packing 3 files (") and lines[1].startswith("packed 900 ")
 
 
 def test_verbosity_brings_back_beam_and_tensorflow_detail(packed_runs):
-    tmp_path, _, verbose = packed_runs
+    tmp_path, _, verbose, _ = packed_runs
     assert verbose.returncode == 0, verbose.stderr[-3000:]
     assert len(verbose.stderr.splitlines()) > 50
     assert "sdk_worker" in verbose.stderr  # Beam's workers' logging
@@ -91,7 +145,7 @@ def test_verbosity_brings_back_beam_and_tensorflow_detail(packed_runs):
 
 def test_the_launching_process_never_imports_tensorflow(packed_runs):
     # Seconds of start-up saved: only the workers read and write records.
-    _, _, verbose = packed_runs
+    _, _, verbose, _ = packed_runs
     imports = [line.rsplit("|", 1)[-1].strip() for line in verbose.stderr.splitlines()
                if line.startswith("import time:")]
     assert "apache_beam" in imports  # the listing is there
@@ -611,40 +665,22 @@ def _command_line(pid):
         return ""
 
 
-def test_a_second_run_into_the_folder_of_a_running_one_is_refused(unpacked_files,
-                                                                   tmp_path):
-    # The first run is held (its workers stopped) while the second starts: the
-    # second is refused, naming the first, and the first ends complete.
-    output_dir = tmp_path / "out"
-    first = subprocess.Popen(
-        tool_command("data_prep.pack_pretraining_data",
-                     *_pack_arguments(unpacked_files, output_dir)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=tool_environment(tmp_path))
-    assert first.stdout.readline().startswith("packing 3 files")  # the lock is held
-    workers, deadline = [], time.monotonic() + 120
-    try:
-        while not workers:
-            assert first.poll() is None and time.monotonic() < deadline
-            workers = list(descendants(first.pid))
-            time.sleep(0.005)
-        for pid in workers:
-            os.kill(pid, signal.SIGSTOP)
-        second = _pack(unpacked_files, output_dir, tmp_path, "--overwrite", *IN_MEMORY)
-    finally:
-        for pid in workers:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                pass
+def test_a_second_run_into_the_folder_of_a_running_one_is_refused(packed_runs,
+                                                                   unpacked_files):
+    # The first run (packed_runs' verbose one) is held (its workers stopped)
+    # while the second starts: the second is refused, naming the first, and
+    # the first ends complete.
+    tmp_path, _, first, (second, first_pid) = packed_runs
+    output_dir = tmp_path / "verbose"
     assert second.returncode == 1
     assert re.fullmatch(rf"pack_pretraining_data: --output_dir={re.escape(str(output_dir))}"
-                        rf" is in use by pid {first.pid} on host .*; wait for it or remove "
+                        rf" is in use by pid {first_pid} on host .*; wait for it or remove "
                         rf"{re.escape(str(output_dir / '.lock'))}", second.last_line)
-    stdout, stderr = first.communicate(timeout=300)
-    assert first.returncode == 0, stderr[-3000:]
+    assert first.returncode == 0, first.stderr[-3000:]
     assert sorted(os.listdir(output_dir)) == [
         "packing_stats.json", "part-00000-of-00002.tfrecord",
         "part-00001-of-00002.tfrecord"]  # complete, and the lock gone
-    assert _run("verify_packing", f"--unpacked={','.join(unpacked_files)}",
-                f"--packed={output_dir}/*", tmp_path=tmp_path).returncode == 0
+    report = verify_packing(unpacked_files, [str(output_dir / name)
+                                             for name in sorted(os.listdir(output_dir))
+                                             if name.startswith("part-")])
+    assert report.packed_sequences == report.unpacked_sequences == 900
