@@ -11,19 +11,22 @@ import json
 import os
 import shutil
 import socket
-import time
+import subprocess
+import sys
+import tempfile
 
 import pytest
 
 from data_prep.local_portable_runner import local_portable_runner
 from packed_bert_tf.data.verify import verify_packing
 from tests.conftest import (
+    REPOSITORY,
     SMALL_PREDICTIONS,
     SMALL_SEQ_LENGTH,
-    finish_tool,
+    ToolResult,
+    forked_run,
     one_line_error_problems,
     run_tool,
-    start_tool,
     tool_environment,
     write_unpacked_dataset,
 )
@@ -70,19 +73,91 @@ def _without_timings(stats):
     return stats
 
 
+def _unused_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+#: Runs on a service that is not there or not named: flags and the error line.
+UNREACHABLE = [
+    (["--runner=PortableRunner", "--job_endpoint=localhost:{port}",
+      "--job_server_timeout=2"],
+     "--job_endpoint=localhost:{port}: no job service answered within 2 s"),
+    (["--runner=PortableRunner"], "--runner=PortableRunner needs --job_endpoint="),
+    (["--runner=PortableRunner", "--job_endpoint={job_endpoint}",
+      "--environment_type=EXTERNAL", "--environment_config=localhost:{port}"],
+     ("--environment_config: the runner could not reach a service it needs at "
+      "127.0.0.1:{port}")),
+]
+
+
+@pytest.fixture(scope="module")
+def forked_runs(services, dataset, tmp_path_factory):
+    """The module's tool runs but those that list their imports (-X importtime
+    needs a process of its own): one after the other, each in a child forked
+    from one process that imported Beam once (`tests.data_prep.timed_forks`;
+    seconds of CPU a process). Returns, by name, the run's folder, its
+    ToolResult, its wall seconds and (the unreachable runs) its port."""
+    root = tmp_path_factory.mktemp("forked")
+    runs, folders, ports = {}, {}, {}
+    for scope in ("groups", "global"):
+        folder = folders[f"default_{scope}"] = root / f"default_{scope}"
+        folder.mkdir()
+        runs[f"default_{scope}"] = forked_run(
+            TOOL, *_arguments(folder / "default", f"--packing_scope={scope}"),
+            cwd=dataset, tmp_path=folder)
+
+    folder = folders["failing"] = root / "failing"
+    data = folder / "data"
+    shutil.copytree(dataset / "data", data)
+    last = data / f"unpacked-{NUM_FILES - 1:03d}.tfrecord"
+    corrupt = bytearray(last.read_bytes())
+    corrupt[len(corrupt) // 2] ^= 0xFF
+    last.write_bytes(bytes(corrupt))
+    # Two groups of two files: the first group's shards are written under
+    # temporary names before the second group fails.
+    runs["failing"] = forked_run(TOOL, *_arguments(folder / "out", "--files_per_group=2",
+                                                   *services.pipeline_args),
+                                 cwd=folder, tmp_path=folder)
+
+    for index, (flags, _) in enumerate(UNREACHABLE):
+        name = f"unreachable_{index}"
+        folder = folders[name] = root / name
+        folder.mkdir()
+        ports[name] = _unused_port()
+        values = {"port": ports[name], "job_endpoint": services.job_endpoint}
+        runs[name] = forked_run(TOOL, *_arguments(folder / "out"),
+                                *[flag.format(**values) for flag in flags],
+                                cwd=dataset, tmp_path=folder)
+
+    with tempfile.TemporaryDirectory() as spec_folder:
+        spec = os.path.join(spec_folder, "runs.json")
+        with open(spec, "w") as stream:
+            json.dump({"preload": ["apache_beam", PIPELINE_MODULE],
+                       "runs": list(runs.values())}, stream)
+        done = subprocess.run([sys.executable, "-m", "tests.data_prep.timed_forks", spec],
+                              capture_output=True, text=True, timeout=600,
+                              cwd=str(REPOSITORY), env=tool_environment())
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    return {name: (folders[name], ToolResult(**{key: result[key] for key in
+                                                ("returncode", "stdout", "stderr")}),
+                   result["seconds"], ports.get(name))
+            for name, result in zip(runs, results)}
+
+
 @pytest.mark.parametrize("scope", ["groups", "global"])
 def test_the_portable_runner_writes_the_default_runners_bytes(services, dataset,
-                                                              tmp_path, scope):
-    default_dir, portable_dir = tmp_path / "default", tmp_path / "portable"
-    default = start_tool(TOOL, *_arguments(default_dir, f"--packing_scope={scope}"),
-                         cwd=dataset, tmp_path=tmp_path)
+                                                              forked_runs, tmp_path, scope):
+    folder, default, _, _ = forked_runs[f"default_{scope}"]
+    default_dir, portable_dir = folder / "default", tmp_path / "portable"
     # Relative paths: the SDK workers run in a folder of their own, so the tool
     # must resolve them first. -X importtime: the launching process's imports.
     portable = run_tool(TOOL, *_arguments(portable_dir, f"--packing_scope={scope}",
                                           "--verbosity=0", *services.pipeline_args),
                         cwd=dataset, tmp_path=tmp_path, python_options=("-X", "importtime"),
                         timeout=120)
-    default = finish_tool(default, timeout=120)
     assert default.returncode == 0, default.stderr[-3000:]
     assert portable.returncode == 0, portable.stderr[-3000:]
 
@@ -116,51 +191,25 @@ def test_the_portable_runner_writes_the_default_runners_bytes(services, dataset,
     assert "| tensorflow\n" not in pool_log
 
 
-def test_a_failing_portable_run_removes_its_files(services, dataset, tmp_path):
-    data = tmp_path / "data"
-    shutil.copytree(dataset / "data", data)
-    last = data / f"unpacked-{NUM_FILES - 1:03d}.tfrecord"
-    corrupt = bytearray(last.read_bytes())
-    corrupt[len(corrupt) // 2] ^= 0xFF
-    last.write_bytes(bytes(corrupt))
-    output_dir = tmp_path / "out"
-    # Two groups of two files: the first group's shards are written under
-    # temporary names before the second group fails.
-    result = run_tool(TOOL, *_arguments(output_dir, "--files_per_group=2",
-                                        *services.pipeline_args),
-                      cwd=tmp_path, tmp_path=tmp_path, timeout=120)
+def test_a_failing_portable_run_removes_its_files(forked_runs):
+    # Two groups of two files, the last file corrupt: the first group's shards
+    # are written under temporary names before the second group fails.
+    folder, result, _, _ = forked_runs["failing"]
     assert one_line_error_problems(result, "pack_pretraining_data",
                                    "unpacked-003.tfrecord: record ") == []
-    assert [path for path in output_dir.rglob("*") if path.is_file()] == []
+    assert [path for path in (folder / "out").rglob("*") if path.is_file()] == []
 
 
-def _unused_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.mark.parametrize("flags, expected", [
-    (["--runner=PortableRunner", "--job_endpoint=localhost:{port}",
-      "--job_server_timeout=2"],
-     "--job_endpoint=localhost:{port}: no job service answered within 2 s"),
-    (["--runner=PortableRunner"], "--runner=PortableRunner needs --job_endpoint="),
-    (["--runner=PortableRunner", "--job_endpoint={job_endpoint}",
-      "--environment_type=EXTERNAL", "--environment_config=localhost:{port}"],
-     ("--environment_config: the runner could not reach a service it needs at "
-      "127.0.0.1:{port}")),
-])
-def test_unreachable_services_are_one_line_in_bounded_time(services, dataset, tmp_path,
+@pytest.mark.parametrize("flags, expected", UNREACHABLE)
+def test_unreachable_services_are_one_line_in_bounded_time(services, forked_runs,
                                                            flags, expected):
-    values = {"port": _unused_port(), "job_endpoint": services.job_endpoint}
-    start = time.monotonic()
-    result = run_tool(TOOL, *_arguments(tmp_path / "out"),
-                      *[flag.format(**values) for flag in flags],
-                      cwd=dataset, tmp_path=tmp_path, timeout=60)
-    assert time.monotonic() - start < 30
+    name = f"unreachable_{UNREACHABLE.index((flags, expected))}"
+    folder, result, seconds, port = forked_runs[name]
+    values = {"port": port, "job_endpoint": services.job_endpoint}
+    assert seconds < 30
     assert one_line_error_problems(result, "pack_pretraining_data",
                                    expected.format(**values)) == []
-    assert not [path for path in (tmp_path / "out").rglob("*") if path.is_file()]
+    assert not [path for path in (folder / "out").rglob("*") if path.is_file()]
 
 
 def test_finalize_is_safe_to_run_again(unpacked_files, tmp_path):
