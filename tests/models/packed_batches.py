@@ -125,11 +125,19 @@ def gradient_errors(got, want):
     """Per variable: max |got - want| over max |want|.
 
     The denominator is floored at 1e-3 of the largest gradient entry of all
-    variables: the attention key bias has a zero gradient in exact arithmetic
-    (softmax ignores a per-query constant), so its float32 values are noise.
+    variables. Some gradients are zero in exact arithmetic, because softmax
+    ignores a constant added to all its logits: the attention key bias (a
+    constant per query), and under a span loss the span head's bias and the
+    last layer norm's beta (a constant per position). Their float32 values
+    are rounding noise, below 1e-6 of the largest entry: such a variable is
+    compared on the scale of that largest entry.
     """
     got = [ops.convert_to_numpy(g).astype(np.float64) for g in got]
     want = [ops.convert_to_numpy(w).astype(np.float64) for w in want]
-    floor = 1e-3 * max(np.abs(w).max() for w in want)
-    return [float(np.abs(g - w).max() / max(np.abs(w).max(), floor))
-            for g, w in zip(got, want)]
+    largest = max(np.abs(w).max() for w in want)
+    errors = []
+    for g, w in zip(got, want):
+        scale = np.abs(w).max()
+        scale = largest if scale <= 1e-6 * largest else max(scale, 1e-3 * largest)
+        errors.append(float(np.abs(g - w).max() / scale))
+    return errors

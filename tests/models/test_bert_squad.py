@@ -75,7 +75,7 @@ def test_packed_loss_and_gradients_equal_unpacked(models):
     (packed_losses, packed_gradients), (losses, gradients) = results
     for name, value in losses.items():
         np.testing.assert_allclose(packed_losses[name], value, rtol=1e-5, err_msg=name)
-    assert max(gradient_errors(packed_gradients, gradients)) < 1e-4
+    assert max(gradient_errors(packed_gradients, gradients)) < 1e-5
 
 
 def test_outputs_and_dtypes_under_mixed_precision():
