@@ -7,8 +7,13 @@ separate process (see test_distributed_loss.py).
 
 import dataclasses
 import json
+import os
 
-import tensorflow as tf
+# XLA's backend at its lowest optimisation level: the compiled steps' numbers
+# are checked, not their speed, and each compilation costs about a third less.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
+
+import tensorflow as tf  # noqa: E402
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
@@ -19,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from packed_bert_tf.layers import loss_normalisers, pretraining_losses  # noqa: E402
 from packed_bert_tf.models import BertPretrainingModel  # noqa: E402
+from tests.graph_options import switch_off_grappler  # noqa: E402
 from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
                                          layout, random_packs, relative_error)
 
@@ -30,6 +36,7 @@ LEARNING_RATE = 0.1
 
 
 def main():
+    switch_off_grappler()  # seconds of CPU a function, and not what is checked
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     rng = np.random.default_rng(0)
     # Replica 0 gets two packs of one sequence, replica 1 two packs of three:
@@ -99,8 +106,10 @@ def main():
     # model.fit under the strategy: one SGD step equals the single-device step.
     _, want_gradients = replica_step(features, False, True)
     before = [v.numpy() for v in variables]
+    # Eagerly: the replicas' step and reductions are fit's own either way, and
+    # tracing it costs seconds (keras_fit_check.py fits every model traced).
     with strategy.scope():
-        model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE))
+        model.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE), run_eagerly=True)
     model.fit(tf.data.Dataset.from_tensors(features), epochs=1, verbose=0)
     steps = [(b - v.numpy()) / LEARNING_RATE for b, v in zip(before, variables)]
     results["fit_sgd_step"] = max(gradient_errors(steps, want_gradients))
