@@ -17,7 +17,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    return squad_data.write_learnable_files(tmp_path_factory.mktemp("squad"))
+    # One layer learns the task, and compiles and traces in half the time of two.
+    return squad_data.write_learnable_files(tmp_path_factory.mktemp("squad"),
+                                            num_hidden_layers=1)
 
 
 def options(files, output_dir, **overrides):
@@ -30,12 +32,12 @@ def options(files, output_dir, **overrides):
 
 
 # The packed run trains and predicts compiled (the default), the others without
-# XLA: compiling each bucket's steps costs more than training.
+# XLA: compiling each bucket's steps costs more than training. 48 steps of 8 rows
+# of 3 sequences packed (cheap once compiled), 36 of 16 sequences unpacked.
 @pytest.mark.parametrize("batching, batch_size, epochs, jit_compile", [
-    ("packed", 8, 30, True), ("padded", 16, 12, False), ("bucketed", 16, 12, False)])
+    ("packed", 8, 12, True), ("padded", 16, 6, False), ("bucketed", 16, 6, False)])
 def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch_size,
                                                 epochs, jit_compile):
-    # About the same number of sequences either way (packing factor about 2.7).
     summary = run_squad(options(files, tmp_path, do_train=True, do_predict=True,
                                 batching=batching, train_batch_size=batch_size,
                                 num_train_epochs=epochs, bucket_boundaries=(8, 16, 32),
