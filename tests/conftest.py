@@ -81,6 +81,8 @@ class ToolResult:
     returncode: int
     stdout: str
     stderr: str
+    #: Its wall time, where the runner timed it (`run_tools_forked` does).
+    seconds: float | None = None
 
     @property
     def last_line(self) -> str:
@@ -184,7 +186,9 @@ def forked_run(tool: str, *args, cwd=None, tmp_path=None, env=None,
 def run_tools_forked(runs, *, preload=(), timeout: float = 600) -> list:
     """Runs each of `runs` (`forked_run`'s) as `run_tool` would, one after the
     other, each in a child forked from one process that imported ``preload``
-    (TensorFlow, ...) once: `tests.forked_tools`. Returns their ToolResults."""
+    (TensorFlow, ...) once: `tests.forked_tools`. Returns their ToolResults,
+    each with its wall time (``seconds``: the child's alone, without the
+    imports it shares)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:

@@ -20,7 +20,8 @@ subprocess (`tests.conftest.run_tool`).
       SPEC: {"preload": [module, ...], "runs": [{"tool": "run_pretraining.py"
              or "data_prep.NAME", "args": [...], "env": {...}, "cwd": folder,
              "max_file_bytes": null or a number}, ...]}
-      prints one JSON line: [{"returncode", "stdout", "stderr"}, ...]
+      prints one JSON line: [{"returncode", "stdout", "stderr", "seconds"}, ...]
+      (seconds: the child's wall time, from its fork to its exit)
 
 See `tests.conftest.run_tools_forked`.
 """
@@ -29,6 +30,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 #: The repository root (run_pretraining.py is there).
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -116,16 +118,19 @@ def run_all(runs: list) -> list:
             stderr_path = os.path.join(folder, f"{index}.err")
             sys.stdout.flush()
             sys.stderr.flush()
+            start = time.monotonic()
             pid = os.fork()
             if pid == 0:
                 _child(run, stdout_path, stderr_path)
             _, status = os.waitpid(pid, 0)
+            seconds = time.monotonic() - start
             outputs = []
             for path in (stdout_path, stderr_path):
                 with open(path, encoding="utf-8", errors="replace") as stream:
                     outputs.append(stream.read())
             results.append({"returncode": os.waitstatus_to_exitcode(status),
-                            "stdout": outputs[0], "stderr": outputs[1]})
+                            "stdout": outputs[0], "stderr": outputs[1],
+                            "seconds": seconds})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return results

@@ -11,22 +11,18 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
-import tempfile
 
 import pytest
 
 from data_prep.local_portable_runner import local_portable_runner
 from packed_bert_tf.data.verify import verify_packing
 from tests.conftest import (
-    REPOSITORY,
     SMALL_PREDICTIONS,
     SMALL_SEQ_LENGTH,
-    ToolResult,
     forked_run,
     one_line_error_problems,
     run_tool,
+    run_tools_forked,
     tool_environment,
     write_unpacked_dataset,
 )
@@ -96,7 +92,7 @@ UNREACHABLE = [
 def forked_runs(services, dataset, tmp_path_factory):
     """The module's tool runs but those that list their imports (-X importtime
     needs a process of its own): one after the other, each in a child forked
-    from one process that imported Beam once (`tests.data_prep.timed_forks`;
+    from one process that imported Beam once (`tests.conftest.run_tools_forked`;
     seconds of CPU a process). Returns, by name, the run's folder, its
     ToolResult, its wall seconds and (the unreachable runs) its port."""
     root = tmp_path_factory.mktemp("forked")
@@ -131,19 +127,8 @@ def forked_runs(services, dataset, tmp_path_factory):
                                 *[flag.format(**values) for flag in flags],
                                 cwd=dataset, tmp_path=folder)
 
-    with tempfile.TemporaryDirectory() as spec_folder:
-        spec = os.path.join(spec_folder, "runs.json")
-        with open(spec, "w") as stream:
-            json.dump({"preload": ["apache_beam", PIPELINE_MODULE],
-                       "runs": list(runs.values())}, stream)
-        done = subprocess.run([sys.executable, "-m", "tests.data_prep.timed_forks", spec],
-                              capture_output=True, text=True, timeout=600,
-                              cwd=str(REPOSITORY), env=tool_environment())
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(done.stdout.strip().splitlines()[-1])
-    return {name: (folders[name], ToolResult(**{key: result[key] for key in
-                                                ("returncode", "stdout", "stderr")}),
-                   result["seconds"], ports.get(name))
+    results = run_tools_forked(runs.values(), preload=["apache_beam", PIPELINE_MODULE])
+    return {name: (folders[name], result, result.seconds, ports.get(name))
             for name, result in zip(runs, results)}
 
 
