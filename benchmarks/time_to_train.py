@@ -75,6 +75,11 @@ flags.DEFINE_integer("eval_dupe_factor", 2, "Passes over the held-out text: the 
                      "evaluation set is picked from must hold --num_eval_samples.")
 flags.DEFINE_integer("num_eval_samples", 500, "Evaluation sequences (MLPerf: 10,000), "
                      "picked evenly through the held-out records.")
+flags.DEFINE_list("pack_beam_options", [],
+                  "Beam pipeline options of the packing tool, comma-separated (default: "
+                  "its own, the local runner with a process per core; "
+                  "--direct_running_mode=in_memory packs in the tool's process, for a small "
+                  "--max_documents). The data does not depend on them.")
 flags.DEFINE_integer("data_seed", 12345, "create_pretraining_data's --random_seed of the "
                      "training records (the held-out records: + 1).")
 # Runs.
@@ -192,7 +197,8 @@ def build_data(folder: str) -> dict:
     for source, target in (("unpacked/train.tfrecord", "packed"),
                            ("eval/eval.tfrecord", "eval_packed")):
         run_tool([python, "-m", "data_prep.pack_pretraining_data",
-             f"--input_file={folder}/{source}", f"--output_dir={folder}/{target}", *sizes],
+             f"--input_file={folder}/{source}", f"--output_dir={folder}/{target}", *sizes,
+             *FLAGS.pack_beam_options],
             os.path.join(folder, f"pack_{target}.log"))
     json.dump(spec, open(marker, "w"))
     return json.load(open(stats_file))

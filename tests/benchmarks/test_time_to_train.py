@@ -5,7 +5,9 @@ The script runs in a process that imported TensorFlow and Beam once, and each
 tool it starts (the data-prep tools, run_pretraining.py) is a child forked from
 there (`tests.forked_tools`), as ``python TOOL ARGS`` runs it, rather than a new
 interpreter that imports them again (seconds of CPU each, eight tools); the
-runs have TensorFlow's graph optimizer off."""
+runs have TensorFlow's graph optimizer off. The packing tool runs its Beam
+pipeline in its own process (``--pack_beam_options``), not in a worker process
+per core that imports TensorFlow again."""
 
 import json
 import subprocess
@@ -98,7 +100,8 @@ def benchmark(tmp_path_factory):
         "--dupe_factor=2", "--eval_dupe_factor=3", "--num_eval_samples=64",
         "--train_batch_size=8", "--steps_per_update=3", "--num_train_steps=48",
         "--num_warmup_steps=6", "--eval_interval_samples=150", "--nojit_compile",
-        f"--stop_threshold={THRESHOLD}"]
+        f"--stop_threshold={THRESHOLD}",
+        "--pack_beam_options=--direct_running_mode=in_memory"]
     result = subprocess.run([sys.executable, "-c", FORKING_SCRIPT, *args],
                             capture_output=True, text=True, timeout=600,
                             cwd=str(REPOSITORY), env=tool_environment(root))
