@@ -5,8 +5,10 @@ Ctrl-C is typed into a pseudo-terminal, as a user's terminal sends it: SIGINT to
 the whole foreground process group, the script and its stderr filter alike (a
 background job of a non-interactive shell would ignore it). The runs are
 processes forked from one that imported TensorFlow once
-(`tests.multi_worker.fork_server`): the terminal is the controlling terminal of
-the Ctrl-C run's own session, the SIGTERM run writes into pipes.
+(`tests.multi_worker.fork_server`), with TensorFlow's graph optimizer off (no
+check is about it; it costs each run seconds of CPU): the terminal is the
+controlling terminal of the Ctrl-C run's own session, the SIGTERM run writes into
+pipes.
 """
 
 import os
@@ -27,8 +29,8 @@ from tests.pretraining.tiny_runs import P, S
 pytestmark = pytest.mark.slow
 
 #: Long enough that a signal sent at step 2 comes while it trains (steps take
-#: about 20 ms here).
-STEPS = 60
+#: about 20 ms here; each costs the straight and resumed runs CPU).
+STEPS = 30
 
 
 def _flags(config_file, input_file, output_dir):
@@ -40,8 +42,9 @@ def _flags(config_file, input_file, output_dir):
             "--save_checkpoints_steps=0", "--seed=1", "--nojit_compile"]
 
 
-#: What the runs' server imports once.
-PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run")
+#: What the runs' server imports once (the last one switches the graph optimizer
+#: off for the children forked after it).
+PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "tests.pretraining.grappler_off")
 
 
 def _in_a_terminal(started, *, interrupt_after: bytes, timeout: float = 240):
