@@ -105,17 +105,19 @@ def test_training_is_deterministic_and_each_epoch_holds_every_record_once(
         unpacked_files, raw):
     records, index = raw
 
-    def run(seed):
-        return list(_dataset(unpacked_files, token_budget=512, seed=seed, num_epochs=2)
-                    .as_numpy_iterator())
+    def run(seed, num_epochs=2):
+        return list(_dataset(unpacked_files, token_budget=512, seed=seed,
+                             num_epochs=num_epochs).as_numpy_iterator())
 
-    first, again, other = run(3), run(3), run(4)
+    first, again = run(3), run(3)
     assert len(first) == len(again)
     for a, b in zip(first, again):
         for name in a:
             np.testing.assert_array_equal(a[name], b[name])
-    assert [_record_ids(b, index) for b in first] != [_record_ids(b, index) for b in other]
     epochs = _epochs(first, len(records["input_ids"]))
+    # Another seed, another order: its first epoch against this one's.
+    assert [_record_ids(b, index) for b in epochs[0]] != [
+        _record_ids(b, index) for b in run(4, num_epochs=1)]
     assert len(epochs) == 2
     for epoch in epochs:
         ids = [i for batch in epoch for i in _record_ids(batch, index)]
@@ -264,7 +266,8 @@ print(json.dumps({
 
 
 def test_mirrored_strategy_gives_each_replica_its_share_of_a_step(unpacked_files):
-    got = run_json_check("-c", MIRRORED_SCRIPT, json.dumps(unpacked_files))
+    # One file is enough to deal out (the pipeline is one input pipeline).
+    got = run_json_check("-c", MIRRORED_SCRIPT, json.dumps(unpacked_files[:1]))
     # distribute_datasets_from_function deals the pipeline's batches to the
     # replicas in turn: step t is batches 2t and 2t + 1, of one shape.
     assert got["steps"] * 2 == got["direct"] and got["same"] and got["one_shape"]
