@@ -1,3 +1,5 @@
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -22,18 +24,49 @@ def _iterator(elements):
     return iter(tf.data.Dataset.from_tensor_slices(stacked))
 
 
-def test_accumulated_micro_batches_take_the_big_batch_step():
+CHUNKS = (1, 3, 2, 1)
+
+
+@functools.lru_cache(maxsize=None)
+def k2_elements() -> list:
+    """One element per update of the K = 2 runs: [2, 2 packs, ...], 4 random
+    packs each (made on first use: no TensorFlow op at collection)."""
+    return [micro_batches(random_features(seed, 4), 2) for seed in range(sum(CHUNKS))]
+
+
+@pytest.fixture(scope="module")
+def uncompiled_run():
+    """The uncompiled trainer (K = 2) on `k2_elements`' first 4 updates: the
+    result of the first update, the weights after it and after the fourth;
+    then the result of 4 more updates at a learning rate of 1e30 (a variable
+    of the optimizer: the same step function runs), after which the weights
+    blow up."""
     # Uncompiled (here and below where the claim is not about XLA): tracing
-    # alone costs seconds, XLA more again.
-    features = random_features(0, 8)
-    big = make_trainer(steps_per_update=1, jit_compile=False)
-    big.train_steps(_iterator([micro_batches(features, 1)]), 1)
-    accumulated = make_trainer(steps_per_update=4, jit_compile=False)
-    result = accumulated.train_steps(_iterator([micro_batches(features, 4)]), 1)
-    assert max_relative_difference(weights(accumulated), weights(big)) < 1e-5
+    # alone costs seconds, XLA more again; one step function serves three tests.
+    trainer = make_trainer(steps_per_update=2, jit_compile=False)
+    iterator = _iterator(k2_elements()[:4])
+    first = trainer.train_steps(iterator, 1)
+    after_first = weights(trainer)
+    trainer.train_steps(iterator, 3)
+    after_fourth = weights(trainer)
+    trainer.optimizer.learning_rate = 1e30
+    blown_up = trainer.train_steps(_iterator(k2_elements()[:4]), 4)
+    return first, after_first, after_fourth, blown_up
+
+
+def test_accumulated_micro_batches_take_the_big_batch_step(uncompiled_run):
+    features = random_features(0, 4)  # k2_elements()[0], as one batch
+    result, accumulated_weights, _, _ = uncompiled_run
+    # The big batch's step, taken by hand (eager: no step function to trace)
+    # from the same initial weights (same seed) and optimizer.
+    big = make_trainer(jit_compile=False)
+    variables = big.model.trainable_variables
+    with tf.GradientTape() as tape:
+        want = pretraining_losses(features, big.model(features, training=True))
+    gradients = [tf.convert_to_tensor(g) for g in tape.gradient(want["loss"], variables)]
+    big.optimizer.apply_gradients(zip(gradients, variables))
+    assert max_relative_difference(accumulated_weights, weights(big)) < 1e-5
     # Metrics are the update's means, as for the big batch.
-    model = make_trainer().model  # the same initial weights (same seed)
-    want = pretraining_losses(features, model(features, training=True))
     assert result.metrics["loss"] == pytest.approx(float(want["loss"]), rel=1e-5)
     assert result.metrics["masked_lm_accuracy"] == pytest.approx(
         float(want["masked_lm_accuracy"]), abs=1e-6)
@@ -42,34 +75,29 @@ def test_accumulated_micro_batches_take_the_big_batch_step():
     assert result.statistics["padded_tokens"] == features["input_mask"].size
 
 
-CHUNKS = (1, 3, 2, 1)
-
-
 @pytest.fixture(scope="module")
 def compiled_run():
-    """One XLA-compiled trainer (K = 2) run in chunks of several sizes, and its
-    weights after the first two chunks (4 updates): compiling it is most of
-    the cost of the two tests that read it."""
-    elements = [micro_batches(random_features(seed, 4), 2) for seed in range(sum(CHUNKS))]
+    """One XLA-compiled trainer (K = 2) run on `k2_elements` in chunks of several
+    sizes, and its weights after the first two chunks (4 updates): compiling
+    it is most of the cost of the two tests that read it."""
     trainer = make_trainer(steps_per_update=2, jit_compile=True)
-    iterator = _iterator(elements)
+    iterator = _iterator(k2_elements())
     results, weights_after = [], {}
     for chunk in CHUNKS:
         results.append(trainer.train_steps(iterator, chunk))
         weights_after[sum(result.num_steps for result in results)] = weights(trainer)
-    return trainer, elements, results, weights_after
+    return trainer, results, weights_after
 
 
-def test_xla_and_eager_graphs_take_the_same_steps(compiled_run):
-    compiled, elements, _, weights_after = compiled_run
+def test_xla_and_eager_graphs_take_the_same_steps(compiled_run, uncompiled_run):
+    compiled, _, weights_after = compiled_run
     assert compiled.jit_compile
-    plain = make_trainer(steps_per_update=2, jit_compile=False)
-    plain.train_steps(_iterator(elements[:4]), 4)
-    assert max_relative_difference(weights_after[4], weights(plain)) < 1e-4
+    _, _, plain_weights, _ = uncompiled_run
+    assert max_relative_difference(weights_after[4], plain_weights) < 1e-4
 
 
 def test_one_trace_for_the_whole_run_whatever_the_chunk_sizes(compiled_run):
-    trainer, _, results, _ = compiled_run
+    trainer, results, _ = compiled_run
     for chunk, result in zip(CHUNKS, results):
         assert result.num_steps == chunk and result.first_nonfinite_step == -1
     # The global step counts micro-batches (MLPerf's), the optimizer updates.
@@ -79,11 +107,9 @@ def test_one_trace_for_the_whole_run_whatever_the_chunk_sizes(compiled_run):
     assert trainer._accumulate.experimental_get_tracing_count() == 1
 
 
-def test_a_nan_loss_is_reported_with_its_step():
-    # Weights blow up after one update.
-    trainer = make_trainer(learning_rate=1e30, jit_compile=False)
-    elements = [micro_batches(random_features(seed, 4), 1) for seed in range(4)]
-    result = trainer.train_steps(_iterator(elements), 4)
+def test_a_nan_loss_is_reported_with_its_step(uncompiled_run):
+    # Weights blow up after one update at the rate of 1e30.
+    _, _, _, result = uncompiled_run
     assert result.first_nonfinite_step in (1, 2)
     assert not np.isfinite(result.metrics["loss"])
 
