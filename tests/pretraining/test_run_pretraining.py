@@ -18,7 +18,7 @@ from tests.pretraining.tiny_runs import CONFIG, options
 #: The runs whose claims are about data, batching, steps, evaluation and stopping,
 #: not about XLA, run their steps uncompiled (XLA compiles each run again: seconds
 #: of CPU, once per batch shape when bucketing). The default, compiled, is the
-#: first test's (a killed run resumes exactly, traced once, then evaluated); the
+#: first test's training runs (a killed run resumes exactly, traced once); the
 #: trainer's tests compare the compiled steps with these (tests/training).
 NOT_COMPILED = dict(jit_compile=False)
 
@@ -109,7 +109,8 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
         "sequences"] == straight["train"]["sequences"]
     # So does an evaluation of the trained run.
     run_pretraining(options(config_file, killed_dir, do_eval=True,
-                            eval_input_file=packed_files[0], max_eval_steps=1))
+                            eval_input_file=packed_files[0], max_eval_steps=1,
+                            **NOT_COMPILED))
     written = json.loads((killed_dir / "train_summary.json").read_text())
     assert written["train"] == json.loads(json.dumps(rerun["train"]))
     assert written["eval"]["steps"] == 1
@@ -188,13 +189,30 @@ def test_the_script_reports_bad_input_in_one_line(tmp_path):
         "run_pretraining: --bert_config_file=/nonexistent.json: no such file"
 
 
+def length_aware_flags(unpacked_files, batching) -> dict:
+    return dict(do_train=True, input_file=",".join(unpacked_files), batching=batching,
+                bucket_boundaries=(16, 32, 64), pool_size=64, num_train_steps=6,
+                **NOT_COMPILED)
+
+
+@pytest.fixture(scope="module")
+def padded_run(config_file, unpacked_files, tmp_path_factory):
+    """A padded run of six steps: its folder and summary. The padded case of
+    length-aware batching checks the summary; the resume with other flags goes
+    on in the folder (one run fewer to trace)."""
+    output_dir = tmp_path_factory.mktemp("padded")
+    return output_dir, run_pretraining(options(
+        config_file, output_dir, **length_aware_flags(unpacked_files, "padded")))
+
+
 @pytest.mark.parametrize("batching", ["bucketed", "padded"])
 def test_length_aware_batching_trains_on_unpacked_records(config_file, unpacked_files,
-                                                          tmp_path, batching):
-    summary = run_pretraining(options(
-        config_file, tmp_path, do_train=True, input_file=",".join(unpacked_files),
-        batching=batching, bucket_boundaries=(16, 32, 64), pool_size=64,
-        num_train_steps=6, **NOT_COMPILED))
+                                                          tmp_path, batching, request):
+    if batching == "padded":
+        summary = request.getfixturevalue("padded_run")[1]
+    else:
+        summary = run_pretraining(options(config_file, tmp_path,
+                                          **length_aware_flags(unpacked_files, batching)))
     train = summary["train"]
     assert train["final_step"] == 6 and train["train_steps_function_traces"] == 1
     # Bucketing pads less: occupancy above the padded batches' (about 0.6 here).
@@ -275,11 +293,10 @@ def test_steps_count_micro_batches_as_in_the_mlperf_reference(config_file, unpac
 
 
 def test_a_resume_with_other_flags_is_refused_naming_each(config_file, unpacked_files,
-                                                           tmp_path):
-    train = dict(do_train=True, input_file=unpacked_files[0], batching="padded",
-                 num_train_steps=3, jit_compile=False)
-    first = run_pretraining(options(config_file, tmp_path, **train))
-    assert first["train"]["final_step"] == 3
+                                                           padded_run):
+    tmp_path, first = padded_run
+    train = length_aware_flags(unpacked_files, "padded")
+    assert first["train"]["final_step"] == 6
     written = json.loads((tmp_path / "trajectory.json").read_text())["segments"]
     assert [(s["start_step"], s["rows_per_update"]) for s in written] == [(0, 4)]
     assert written[0]["values"]["--train_batch_size"] == 4
@@ -288,19 +305,19 @@ def test_a_resume_with_other_flags_is_refused_naming_each(config_file, unpacked_
     CONFIG.__class__(**{**CONFIG.to_dict(), "hidden_dropout_prob": 0.0}).to_json_file(
         str(other_config))
     with pytest.raises(ValueError, match=(
-            rf"^--output_dir={tmp_path} was trained to step 3 with other values: "
+            rf"^--output_dir={tmp_path} was trained to step 6 with other values: "
             r"--bert_config_file \(hidden_dropout_prob 0.1 \(now 0.0\)\); --seed 3 "
             r"\(now 4\); --train_batch_size 4 \(now 8\)\. Resume with the same flags, or "
             r"pass --resume_with_changed_flags to go on with these \(the records already "
             r"read are skipped\)$")):
         run_pretraining(options(other_config, tmp_path, **{
-            **train, "num_train_steps": 6, "train_batch_size": 8, "seed": 4}))
+            **train, "num_train_steps": 12, "train_batch_size": 8, "seed": 4}))
     assert json.loads((tmp_path / "trajectory.json").read_text())["segments"] == written
 
-    # Asked for: a second segment; the 3 updates of 4 records are what it skips.
+    # Asked for: a second segment; the 6 updates of 4 records are what it skips.
     resumed = run_pretraining(options(config_file, tmp_path, **{
-        **train, "num_train_steps": 6, "train_batch_size": 8,
+        **train, "num_train_steps": 12, "train_batch_size": 8,
         "resume_with_changed_flags": True}))
-    assert (resumed["train"]["start_step"], resumed["train"]["final_step"]) == (3, 6)
+    assert (resumed["train"]["start_step"], resumed["train"]["final_step"]) == (6, 12)
     segments = json.loads((tmp_path / "trajectory.json").read_text())["segments"]
-    assert [(s["start_step"], s["rows_per_update"]) for s in segments] == [(0, 4), (3, 8)]
+    assert [(s["start_step"], s["rows_per_update"]) for s in segments] == [(0, 4), (6, 8)]
