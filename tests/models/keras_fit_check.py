@@ -23,6 +23,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from packed_bert_tf.models import export_for_serving  # noqa: E402
+from tests.graph_options import switch_off_grappler  # noqa: E402
 from tests.models.model_cases import MODEL_CASES, S, as_tensors  # noqa: E402
 from tests.models.packed_batches import gradient_errors, relative_error  # noqa: E402
 
@@ -88,6 +89,7 @@ def check(case, strategy) -> dict:
 
 
 def main():
+    switch_off_grappler()  # seconds of CPU a function, and not what is checked
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     print(json.dumps({case.name: check(case, strategy) for case in MODEL_CASES},
                      default=float))
