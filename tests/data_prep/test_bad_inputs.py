@@ -3,7 +3,7 @@ TF_CPP_MIN_LOG_LEVEL unset): one line naming the file, flag or record, a
 non-zero exit, no traceback, no Beam or TensorFlow output, no output file.
 
 The cases run one after the other, each in a process of its own forked from one
-that imported TensorFlow and Beam once (`tests.forked_tools`: each run is the
+that imported TensorFlow, Beam and the tools' packing libraries once (`tests.forked_tools`: each run is the
 tool's ``__main__`` with its own argv, flags, output and exit status); one
 case runs as a plain subprocess too."""
 
@@ -152,8 +152,11 @@ def _output_folder(root, index):
     return root / f"out{index}"
 
 
-#: What the tools import that takes seconds: imported once for all the cases.
-PRELOAD = ("tensorflow", "apache_beam")
+#: What the tools import that takes seconds: imported once for all the cases
+#: (the packing libraries import SciPy's optimizers, about 0.5 s a case; they print
+#: nothing as they import).
+PRELOAD = ("tensorflow", "apache_beam", "packed_bert_tf.data.pack_pipeline",
+           "packed_bert_tf.data.verify")
 
 
 def _run_all(root, cases):
