@@ -25,8 +25,11 @@ from tests.conftest import finish_tool
 
 #: The strategy flag value of the worker processes.
 MULTI = "multi_worker_mirrored"
-#: What the tests' fork server imports once: the front ends' libraries.
-PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "packed_bert_tf.squad.run")
+#: What the tests' fork server imports once: the front ends' libraries, and
+#: TensorFlow's graph optimizer off in every run (seconds of CPU a process;
+#: no check here is about it).
+PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "packed_bert_tf.squad.run",
+           "tests.pretraining.grappler_off")
 
 
 def free_ports(count: int) -> list:
