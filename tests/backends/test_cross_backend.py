@@ -11,7 +11,6 @@ below compare.
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -103,14 +102,10 @@ def tensorflow_side(tmp_path_factory):
 @pytest.fixture(scope="module")
 def results(tensorflow_side):
     folder, _ = tensorflow_side
-    # XLA's backend optimisations off: the JAX side runs the page and loads
-    # models eagerly, compiling each op for each shape once and running it
-    # a few times (CPU 51 s -> 39 s); the results stay within the tolerances.
-    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0"
     result = subprocess.run(
         [sys.executable, "-m", "tests.backends.cross_backend_check", str(folder)],
         capture_output=True, text=True, timeout=600, cwd=str(REPOSITORY),
-        env=tool_environment(KERAS_BACKEND="jax", XLA_FLAGS=flags.strip()))
+        env=tool_environment(KERAS_BACKEND="jax"))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -12,13 +12,8 @@ configured before TensorFlow runs any op.
 
 import dataclasses
 import json
-import os
 
-# XLA's backend at its lowest optimisation level: the compiled steps' numbers
-# are checked, not their speed, and each compilation costs about a third less.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
-
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],

@@ -15,14 +15,9 @@ the single-device references run eagerly.
 """
 
 import json
-import os
 import sys
 
-# XLA's backend at its lowest optimisation level: the compiled steps' numbers
-# are checked, not their speed, and each compilation costs about a third less.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
-
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0],
