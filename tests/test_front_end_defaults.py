@@ -1,12 +1,16 @@
 """Each front end's flag defaults are its options dataclass's (one place each)."""
 
+import dataclasses
+import importlib
 import json
+import os
+import sys
 
 import pytest
 
-from tests.conftest import run_json_check
+from tests.conftest import REPOSITORY
 
-pytestmark = pytest.mark.slow  # a process that imports TensorFlow
+pytestmark = pytest.mark.slow  # imports TensorFlow (a worker that has not yet)
 
 FRONT_ENDS = [
     ("run_pretraining", "packed_bert_tf.pretraining.run", "PretrainingOptions",
@@ -16,14 +20,14 @@ FRONT_ENDS = [
      ["progress_bar"]),
 ]
 
-# One process imports the packages (TensorFlow) once; each front end defines
-# its flags in a child forked from it, as absl's FLAGS are one per process.
-_SCRIPT = """
-import dataclasses, importlib, json, os, sys
-from absl import flags
-from packed_bert_tf.training.flags import options_from_flags
 
-def check(script, module, options):
+def _check(script: str, module: str, options: str) -> dict:
+    """In a forked child: the front end's flags, defined and parsed with no
+    arguments, against its options' defaults."""
+    from absl import flags
+
+    from packed_bert_tf.training.flags import options_from_flags
+
     sys.argv = [script + ".py"]
     front_end = importlib.import_module(script)
     options = getattr(importlib.import_module(module), options)
@@ -36,33 +40,37 @@ def check(script, module, options):
                        if from_flags[name] != defaults[name]},
             "without_flag": [name for name in fields if name not in flags.FLAGS]}
 
-cases = json.loads(sys.argv[1])
-for _, module, _ in cases:
-    importlib.import_module(module)
-results = {}
-for script, module, options in cases:
+
+def _in_a_child(script: str, module: str, options: str) -> dict:
+    """`_check` in a child forked from this process: absl's FLAGS are one per
+    process, and the front ends define flags of the same names. The packages
+    (TensorFlow) are imported here once; the child runs no TensorFlow."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read)
         try:
-            text = json.dumps(check(script, module, options))
-        except BaseException as error:
+            text = json.dumps(_check(script, module, options))
+        except BaseException as error:  # noqa: BLE001 - the parent reports it
             text = json.dumps({"error": repr(error)})
         with os.fdopen(write, "w") as pipe:
             pipe.write(text)
         os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
-        results[script] = json.loads(pipe.read())
+        text = pipe.read()
     os.waitpid(pid, 0)
-print(json.dumps(results))
-"""
+    return json.loads(text)
 
 
 @pytest.fixture(scope="module")
 def results():
-    return run_json_check("-c", _SCRIPT, json.dumps([case[:3] for case in FRONT_ENDS]))
+    if str(REPOSITORY) not in sys.path:  # the front ends are scripts of the repository
+        sys.path.insert(0, str(REPOSITORY))
+    for _, module, _, _ in FRONT_ENDS:
+        importlib.import_module(module)
+    return {script: _in_a_child(script, module, options)
+            for script, module, options, _ in FRONT_ENDS}
 
 
 @pytest.mark.parametrize("script, module, options, without_flag", FRONT_ENDS)
