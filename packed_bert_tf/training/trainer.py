@@ -245,11 +245,14 @@ class Trainer:
             gradients
 
     def _accumulate_gradients(self, features, normalisers):
-        """Forward and backward over the K micro-batches of one replica; sums."""
-        steps = self.steps_per_update
-        results, gradients = self._micro_step(
-            {name: value[0] for name, value in features.items()}, normalisers)
-        for index in tf.range(1, steps):
+        """Forward and backward over the K micro-batches of one replica; sums.
+
+        One loop from zeros: the forward and backward pass is traced once,
+        as the loop's body (0 + x is x, so the sums are those of the
+        micro-batches themselves)."""
+        results = {name: tf.zeros((), tf.float32) for name in self.metric_names}
+        gradients = [tf.zeros_like(v) for v in self.model.trainable_variables]
+        for index in tf.range(self.steps_per_update):
             micro_results, micro_gradients = self._micro_step(
                 {name: value[index] for name, value in features.items()}, normalisers)
             results = {name: results[name] + micro_results[name] for name in results}
