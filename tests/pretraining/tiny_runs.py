@@ -19,9 +19,6 @@ S, P, D = SMALL_SEQ_LENGTH, SMALL_PREDICTIONS, 3
 CONFIG = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=1,
                     num_attention_heads=2, intermediate_size=64,
                     max_position_embeddings=S)
-#: Two layers, for runs that must learn something within a few steps (MLPerf's
-#: evaluations: one layer's masked-LM accuracy stays 0 over 12 steps).
-TWO_LAYERS = BertConfig(**{**CONFIG.to_dict(), "num_hidden_layers": 2})
 
 
 def pack_files(unpacked_files, folder: pathlib.Path) -> list:
