@@ -244,12 +244,14 @@ def efficiency_markdown(rows, num_sequences, max_sequences_per_pack) -> list[str
         "(`benchmarks/grain_packers.py`); "
         "a window is emitted only when every one of its B bins holds a sequence, so the "
         "greedy baselines have at least as many sequences in flight as our buffer "
-        f"(between B and {D} B when they emit; ours holds at most B). Offline optimal "
-        "plan: `pack_histogram(histogram_from_lengths(lengths, S), S, D, \"optimal\")` on "
+        f"(between B and {D} B when they emit; ours holds at most B).",
+        "",
+        "Offline optimal plan: `pack_histogram(histogram_from_lengths(lengths, S), S, D, \"optimal\")` on "
         "the whole sample, timed with `assign_sequences` (concrete packs, as the "
         "streaming rows make). LP bound: ceil of the plan's LP lower bound in packs; its "
         "efficiency is total tokens / (LP bound x S) with the fractional bound "
-        + ", ".join(f"{r['histogram']} {r['lp_fractional']:,.2f}" for r in bounds) + ". "
+        + ", ".join(f"{r['histogram']} {r['lp_fractional']:,.2f}" for r in bounds) + ".",
+        "",
         "Gap: packs above the LP bound. Waits: later sequences read while a sequence "
         "waited for its pack to be emitted (`StreamPacking.waits`). Time: wall seconds, "
         "one run, of the decision alone for ours and the offline plan (which sequences "
