@@ -31,6 +31,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture(scope="module")
+def grappler_off_for_module():
+    """TensorFlow's graph optimizer off for a module's tests, restored after
+    (`tests.graph_options`): each new step or evaluation function spends
+    about a second of CPU in it, and no check of those modules is about it.
+    A module asks for it with ``pytest.mark.usefixtures``."""
+    from tests.graph_options import grappler_off
+
+    with grappler_off():
+        yield
+
+
 @pytest.fixture(scope="session")
 def wikipedia_512():
     return histograms.load_histogram("wikipedia_512")

@@ -7,24 +7,16 @@ import tensorflow as tf
 
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertPretrainingModel
-from tests.graph_options import grappler_off
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
-pytestmark = pytest.mark.slow  # XLA compilations
+# Slow: XLA compilations.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 S, D, M = 32, 3, 8
 SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)
 #: The model of the tests that compile or train (XLA, mixed precision, fit): one
 #: layer, as the claims hold for any depth and compilation costs CPU per layer.
 ONE_LAYER = dataclasses.replace(TINY_CONFIG, num_hidden_layers=1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    # The compiled functions' graphs go through TensorFlow's graph optimizer
-    # before XLA: CPU that no check here is about.
-    with grappler_off():
-        yield
 
 
 def _features(seed=0, num_packs=2):

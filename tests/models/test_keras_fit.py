@@ -10,20 +10,11 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.training.trainer import Trainer
-from tests.graph_options import grappler_off
 from tests.models.model_cases import MODEL_CASES, as_tensors, model_of, packed_dataset
 from tests.models.packed_batches import gradient_errors
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 CASES = pytest.mark.parametrize("case", MODEL_CASES, ids=[c.name for c in MODEL_CASES])
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    # fit's and the Trainer's functions: a second or so of CPU each in
-    # TensorFlow's graph optimizer, which no check here is about.
-    with grappler_off():
-        yield
 
 
 @CASES

@@ -14,18 +14,11 @@ from packed_bert_tf.pretraining.mlperf import default_eval_interval_samples
 from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import write_unpacked_dataset
-from tests.graph_options import grappler_off
 from tests.pretraining.tiny_runs import options
 
 pytest.importorskip("mlperf_logging")
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 # 12 steps of 4 packs (about 2 sequences each): evaluations every 24 sequences.

@@ -12,7 +12,6 @@ from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.loop import NonFiniteLossError
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import run_tool
-from tests.graph_options import grappler_off
 from tests.pretraining.tiny_runs import CONFIG, options
 
 #: The runs whose claims are about data, batching, steps, evaluation and stopping,
@@ -22,13 +21,7 @@ from tests.pretraining.tiny_runs import CONFIG, options
 #: trainer's tests compare the compiled steps with these (tests/training).
 NOT_COMPILED = dict(jit_compile=False)
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 def google_weights(path):

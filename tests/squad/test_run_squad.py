@@ -10,18 +10,9 @@ import tensorflow as tf
 from packed_bert_tf.squad.run import SquadOptions, run_squad
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
-from tests.graph_options import grappler_off
 from tests.squad import squad_data
 
-pytestmark = pytest.mark.slow
-
-
-# Grappler off: each new train, predict or serving function's first run would
-# spend about a second of CPU in it, and no check here is about it.
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 @pytest.fixture(scope="module")

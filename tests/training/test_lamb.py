@@ -12,15 +12,8 @@ import tensorflow as tf
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
 from tests.conftest import run_json_check
 from tests.training.numpy_lamb import numpy_lamb
-from tests.graph_options import grappler_off
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 # ------------------------------------------------------------ numpy reference

@@ -15,15 +15,8 @@ from packed_bert_tf.training.steps import (Clipping, StepCounting, clipping, cro
                                            updates_to_boundary)
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 from tests.training.numpy_lamb import numpy_lamb
-from tests.graph_options import grappler_off
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 K = 3          # micro-batches per update
 ROWS = 4       # rows per micro-batch

@@ -9,18 +9,11 @@ import tensorflow as tf
 
 from packed_bert_tf.training import distribution
 from tests.conftest import REPOSITORY, forked_run, run_tools_forked
-from tests.graph_options import grappler_off
 from tests.training.test_trainer import _iterator
 from tests.training.trainer_checks import (make_trainer, max_relative_difference,
                                            micro_batches, random_features, weights)
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 def test_the_whole_step_compiled_at_once_takes_the_same_steps():

@@ -5,17 +5,10 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import pretraining_losses
-from tests.graph_options import grappler_off
 from tests.training.trainer_checks import (make_trainer, max_relative_difference,
                                            micro_batches, random_features, weights)
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _no_grappler():
-    with grappler_off():
-        yield
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 def _iterator(elements):
