@@ -10,10 +10,14 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Editable installs; the stamps re-run pip when setup.py or the C extension
-# (which pip compiles into the source tree) changes.
+# (which pip compiles into the source tree) changes. --no-compile: Python
+# byte-compiles a module when it is first imported, so pip need not compile
+# the many modules of TensorFlow, PyTorch and JAX that no run imports (that
+# was half of the test extras' install time).
+PIP_INSTALL := $(BIN)/pip install --quiet --no-compile
 EXTENSION := packed_bert_tf/data/_record_codec.c
 $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
-	$(BIN)/pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $@
 
 # The tests take the keras-hub extra (weights in and out, the peer benchmark)
@@ -22,7 +26,7 @@ $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 # of being skipped; the Makefile is a prerequisite so that a venv stamped
 # before a change of these lines gets the extras.
 $(VENV)/.installed-test: setup.py Makefile $(EXTENSION) | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test,keras-hub,reference]'
+	$(PIP_INSTALL) -e '.[test,keras-hub,reference]'
 	touch $@
 
 # The main job on the embedded default, from nothing: the packing report on
