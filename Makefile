@@ -12,8 +12,8 @@ $(BIN)/python:
 # Editable installs; the stamps re-run pip when setup.py or the C extension
 # (which pip compiles into the source tree) changes. --no-compile: Python
 # byte-compiles a module when it is first imported, so pip need not compile
-# the many modules of TensorFlow, PyTorch and JAX that no run imports (that
-# was half of the test extras' install time).
+# the many modules of TensorFlow, PyTorch and JAX that no run imports
+# (compiling them all would double the test extras' install time).
 PIP_INSTALL := $(BIN)/pip install --quiet --no-compile
 EXTENSION := packed_bert_tf/data/_record_codec.c
 $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
