@@ -184,26 +184,36 @@ def test_grain_packs_and_emission_as_read_back(lengths, cap, best_fit, packs, re
     assert result.read_at_emission.tolist() == read
 
 
+#: Grain packs the first GRAIN_SPAN x num_bins sequences of a stream below.
+GRAIN_SPAN = 5
+
+
 def test_near_the_lp_bound_where_grain_is_not(squad_384, wikipedia_512):
     # Small versions of the benchmark (benchmarks/streaming_packing_benchmark.py):
     # SQuAD's lengths pack near the offline bound (98.8 %) where Grain's
     # first-fit and best-fit packers with as many bins do not; on Wikipedia,
-    # at cap 3, a longer stream.
+    # at cap 3, a longer stream. Grain packs the stream's head alone
+    # (GRAIN_SPAN): its windows of bins pack alike along a stream, so its
+    # efficiency on the head is that on the whole (93-94 % and 95.8 %), at
+    # seconds of Python per 10,000 sequences; our packer needs the whole
+    # stream to come within its margin of the bound.
     lengths = drawn(squad_384, 20_000, seed=4)
     ours = pack_stream(lengths, 384, 3, buffer_size=2000)
     check_packing(ours, lengths, 384, 3)
-    best = grain_pack(lengths, 384, 3, 2000, best_fit=True)
-    first = grain_pack(lengths, 384, 3, 2000, best_fit=False)
-    check_packing(best, lengths, 384, 3)
-    check_packing(first, lengths, 384, 3)
     assert ours.efficiency(lengths, 384) >= 0.985
-    assert best.efficiency(lengths, 384) <= 0.945
-    assert first.efficiency(lengths, 384) <= 0.945
+    head = lengths[:GRAIN_SPAN * 2000]
+    best = grain_pack(head, 384, 3, 2000, best_fit=True)
+    first = grain_pack(head, 384, 3, 2000, best_fit=False)
+    check_packing(best, head, 384, 3)
+    check_packing(first, head, 384, 3)
+    assert best.efficiency(head, 384) <= 0.945
+    assert first.efficiency(head, 384) <= 0.945
 
     lengths = drawn(wikipedia_512, 100_000, seed=4)
     ours = pack_stream(lengths, 512, 3, buffer_size=5000, chunk_size=2500)
     check_packing(ours, lengths, 512, 3)
-    best = grain_pack(lengths, 512, 3, 5000, best_fit=True)
-    check_packing(best, lengths, 512, 3)
     assert ours.efficiency(lengths, 512) >= 0.985
-    assert best.efficiency(lengths, 512) <= 0.965
+    head = lengths[:GRAIN_SPAN * 5000]
+    best = grain_pack(head, 512, 3, 5000, best_fit=True)
+    check_packing(best, head, 512, 3)
+    assert best.efficiency(head, 512) <= 0.965
