@@ -59,9 +59,10 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch
     assert len(written) == 24
     assert json.loads((tmp_path / "eval_results.json").read_text())["exact_match"] == \
         summary["predict"]["exact_match"]
-    # Features were cached next to the output, and are read back on a second run.
+    # Features were cached next to the output, and are read back on a second run
+    # (without XLA: the cache is what is checked, not a second compilation).
     again = run_squad(options(files, tmp_path, do_predict=True, batching=batching,
-                              jit_compile=jit_compile))
+                              jit_compile=False))
     assert again["predict"]["from_cache"]
     assert again["predict"]["exact_match"] == summary["predict"]["exact_match"]
 
