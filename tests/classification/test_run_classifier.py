@@ -10,7 +10,7 @@ from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
 from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 # About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
@@ -63,8 +63,10 @@ def script_runs(files, tmp_path_factory):
     """The script's runs: both batchings trained, evaluated and predicted, then
     the bad inputs; each forked from one process that imported TensorFlow once
     (seconds of CPU a process), as `python run_classifier.py ARGS` runs:
-    `tests.forked_tools`. (the runs' folder, their ToolResults by name, the bad
-    inputs' expected messages by name)"""
+    `tests.forked_tools`, with TensorFlow's graph optimizer off
+    (`tests.pretraining.grappler_off`: no check here is about it). (the runs'
+    folder, their ToolResults by name, the bad inputs' expected messages by
+    name)"""
     root = tmp_path_factory.mktemp("runs")
     bad = _bad_inputs(files, root)
     command_lines = {
@@ -75,7 +77,8 @@ def script_runs(files, tmp_path_factory):
     results = run_tools_forked(
         [forked_run("run_classifier.py", *arguments, tmp_path=root)
          for arguments in command_lines.values()],
-        preload=("tensorflow", "packed_bert_tf.classification.run"))
+        preload=("tensorflow", "packed_bert_tf.classification.run",
+                 "tests.pretraining.grappler_off"))
     return root, dict(zip(command_lines, results)), {
         name: message for name, (_, message) in bad.items()}
 
