@@ -18,8 +18,6 @@ from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
 from tests.squad import squad_data
 from tests.squad.squad_data import tiny_config as _config
 
-pytestmark = pytest.mark.slow
-
 
 def test_packed_and_unpacked_prediction_write_identical_predictions(tmp_path):
     # Long contexts in several windows, and short ones that share rows.
