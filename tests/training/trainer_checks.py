@@ -1,5 +1,7 @@
 """Shared pieces of the trainer tests: a tiny model, random packed batches, a step."""
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
@@ -58,3 +60,15 @@ def max_relative_difference(got: list, want: list) -> float:
     variables that start at 0, like biases, are compared absolutely)."""
     return max(float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-2))
                for g, w in zip(got, want))
+
+
+@contextlib.contextmanager
+def functions_run_eagerly():
+    """Every ``tf.function`` (the trainer's steps) runs its Python eagerly
+    inside: for a reference run whose claim is not about the traced step,
+    eager ops on the tiny model cost a second where tracing costs several."""
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(False)
