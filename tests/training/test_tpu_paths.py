@@ -10,8 +10,9 @@ import tensorflow as tf
 from packed_bert_tf.training import distribution
 from tests.conftest import REPOSITORY, forked_run, run_tools_forked
 from tests.training.test_trainer import _iterator
-from tests.training.trainer_checks import (make_trainer, max_relative_difference,
-                                           micro_batches, random_features, weights)
+from tests.training.trainer_checks import (functions_run_eagerly, make_trainer,
+                                           max_relative_difference, micro_batches,
+                                           random_features, weights)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
@@ -21,10 +22,12 @@ def test_the_whole_step_compiled_at_once_takes_the_same_steps():
     # (the optimizer's own clipping is the plain step, compiled the same way).
     micro_batch_clipnorm = 1.0
     elements = [micro_batches(random_features(seed, 4), 2) for seed in range(3)]
-    # The reference uncompiled: the claim is the whole step's compilation.
+    # The reference uncompiled, run eagerly: the claim is the whole step's
+    # compilation (test_trainer.py checks the traced steps).
     parts = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
                          learning_rate=0.05, jit_compile=False)
-    parts.train_steps(_iterator(elements), 3)
+    with functions_run_eagerly():
+        parts.train_steps(_iterator(elements), 3)
     whole = make_trainer(steps_per_update=2, micro_batch_clipnorm=micro_batch_clipnorm,
                          learning_rate=0.05)
     whole_trainer = type(whole)(whole.model, whole.optimizer, task=whole.task,
