@@ -12,6 +12,7 @@ import tensorflow as tf
 from packed_bert_tf.training.trainer import Trainer
 from tests.models.model_cases import MODEL_CASES, as_tensors, model_of, packed_dataset
 from tests.models.packed_batches import gradient_errors
+from tests.training.trainer_checks import functions_run_eagerly
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 CASES = pytest.mark.parametrize("case", MODEL_CASES, ids=[c.name for c in MODEL_CASES])
@@ -51,11 +52,14 @@ def test_one_fit_step_is_the_trainers_step(case):
     fitted.fit(packed_dataset(case, [1]), epochs=1, verbose=0, shuffle=False)
 
     trained = model_of(case)
-    # XLA or not, the Trainer takes the same steps (tests/training/test_trainer.py).
+    # XLA or not, traced or not, the Trainer takes the same steps
+    # (tests/training/test_trainer.py): its step runs eagerly here, a second
+    # where tracing it costs several.
     trainer = Trainer(trained, keras.optimizers.SGD(learning_rate), task=case.task,
                       jit_compile=False)
     stacked = {name: value[None] for name, value in batch.items()}  # [K = 1, B, ...]
-    trainer.train_steps(iter(tf.data.Dataset.from_tensors(stacked)), 1)
+    with functions_run_eagerly():
+        trainer.train_steps(iter(tf.data.Dataset.from_tensors(stacked)), 1)
 
     def step(model):
         return [(b - v.numpy()) / learning_rate
