@@ -1,21 +1,21 @@
 """benchmarks/time_to_train.py runs: a tiny model on a slice of the corpus, both runs,
 figures read off their MLPerf logs, the section and the plot written.
 
-The script runs in a process that imported TensorFlow and Beam once, and each
-tool it starts (the data-prep tools, run_pretraining.py) is a child forked from
-there (`tests.forked_tools`), as ``python TOOL ARGS`` runs it, rather than a new
-interpreter that imports them again (seconds of CPU each, eight tools); the
-runs have TensorFlow's graph optimizer off. The packing tool runs its Beam
-pipeline in its own process (``--pack_beam_options``), not in a worker process
-per core that imports TensorFlow again."""
+The script runs forked from a process that imported TensorFlow and Beam once
+(`tests.conftest.run_tools_forked`), and each tool it starts (the data-prep
+tools, run_pretraining.py) is a child forked from there
+(`tests.benchmarks.time_to_train_forked`), as ``python TOOL ARGS`` runs it,
+rather than a new interpreter that imports them again (seconds of CPU each,
+eight tools); the runs have TensorFlow's graph optimizer off (no check here is
+about it). The packing tool runs its Beam pipeline in its own process
+(``--pack_beam_options``), not in a worker process per core that imports
+TensorFlow again."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPOSITORY, tool_environment
+from tests.conftest import forked_run, run_tools_forked
 
 pytestmark = pytest.mark.slow
 
@@ -25,64 +25,6 @@ TINY_CONFIG = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
                "num_attention_heads": 2, "num_hidden_layers": 1, "type_vocab_size": 2,
                "vocab_size": 1000}
 THRESHOLD = 0.01
-
-#: ``python -c FORKING_SCRIPT ARGS`` runs benchmarks/time_to_train.py ARGS with
-#: `common.run_tool` (each tool as a subprocess, its output to a log, its wall
-#: time) starting each tool as a forked child instead.
-FORKING_SCRIPT = r"""
-import os, runpy, sys, time
-os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"  # the tools' own setting, for the imports
-import tensorflow, apache_beam, packed_bert_tf.pretraining.run  # noqa: E401, F401
-# TensorFlow's graph optimizer off for the runs: seconds of CPU a run's new
-# step and evaluation functions, and no check here is about it.
-import tests.pretraining.grappler_off  # noqa: F401
-del os.environ["TF_CPP_MIN_LOG_LEVEL"]
-from tests import forked_tools
-script = os.path.join(forked_tools.REPOSITORY, "benchmarks", "time_to_train.py")
-sys.argv[0] = script
-sys.path[0] = os.path.dirname(script)  # as `python SCRIPT`: common is importable
-import common
-from absl import flags
-
-#: The flags of a new interpreter that imported the same modules: a child
-#: forgets the script's own flags and values before it runs a tool.
-fresh_flags = set(flags.FLAGS)
-
-def forget_the_scripts_flags():
-    try:
-        for name in set(flags.FLAGS) - fresh_flags:
-            if name in flags.FLAGS:  # not gone with its other name
-                delattr(flags.FLAGS, name)
-        flags.FLAGS.unparse_flags()
-    except BaseException:  # never back into the script's code
-        import traceback
-        traceback.print_exc()
-        os._exit(1)
-
-def run_tool(command, log_path):
-    _, *target = command
-    tool, args = (target[1], target[2:]) if target[0] == "-m" else (target[0], target[1:])
-    run = dict(tool=tool, args=args, cwd=common.REPOSITORY, env=common.ENVIRONMENT)
-    start = time.perf_counter()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # stdout then stderr in the log (the script's: both interleaved)
-        forget_the_scripts_flags()
-        forked_tools._child(run, log_path, log_path + ".err")
-    _, status = os.waitpid(pid, 0)
-    seconds = time.perf_counter() - start
-    with open(log_path + ".err") as err, open(log_path, "a") as log:
-        log.write(err.read())
-    os.remove(log_path + ".err")
-    if os.waitstatus_to_exitcode(status):
-        tail = open(log_path).read()[-3000:]
-        raise RuntimeError(f"{' '.join(command)} failed:\n{tail}")
-    return seconds
-
-common.run_tool = run_tool
-runpy.run_path(script, run_name="__main__")
-"""
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +44,10 @@ def benchmark(tmp_path_factory):
         "--num_warmup_steps=6", "--eval_interval_samples=150", "--nojit_compile",
         f"--stop_threshold={THRESHOLD}",
         "--pack_beam_options=--direct_running_mode=in_memory"]
-    result = subprocess.run([sys.executable, "-c", FORKING_SCRIPT, *args],
-                            capture_output=True, text=True, timeout=600,
-                            cwd=str(REPOSITORY), env=tool_environment(root))
+    [result] = run_tools_forked(
+        [forked_run("tests.benchmarks.time_to_train_forked", *args, tmp_path=root)],
+        preload=("tensorflow", "apache_beam", "packed_bert_tf.pretraining.run",
+                 "tests.pretraining.grappler_off"))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((paths["work_dir"] / "report.json").read_text())
     return dict(paths, result=result, report=report)
