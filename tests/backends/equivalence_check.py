@@ -132,8 +132,9 @@ def compare_with_unpacked(name, model_class, args, rng):
         for key in ("start_positions", "end_positions"):
             unpacked[key][u.row, u.slot] = packed[key][p.row, p.slot] - p.offset + u.offset
         unpacked["label_ids"][u.row, u.slot] = packed["label_ids"][p.row, p.slot]
-    got = per_sequence(name, packed_model(packed), packed_at)
-    want = per_sequence(name, reference(unpacked), unpacked_at)
+    packed_outputs, unpacked_outputs = packed_model(packed), reference(unpacked)
+    got = per_sequence(name, packed_outputs, packed_at)
+    want = per_sequence(name, unpacked_outputs, unpacked_at)
     result = {
         "outputs": max(float(np.abs(g - w).max()) for gs, ws in zip(got, want)
                        for g, w in zip(gs, ws)),
@@ -145,32 +146,31 @@ def compare_with_unpacked(name, model_class, args, rng):
     result["gradients"] = max(gradient_errors(gradients, gradients_u))
     if name == "pretraining":
         for per_sequence_loss in (False, True):
-            got, want = (
+            packed_losses, unpacked_losses = (
                 {key: ops.convert_to_numpy(value) for key, value in pretraining_losses(
-                    features, model(features), per_sequence=per_sequence_loss).items()}
-                for features, model in ((packed, packed_model), (unpacked, reference)))
-            for key in got:
+                    features, outputs, per_sequence=per_sequence_loss).items()}
+                for features, outputs in ((packed, packed_outputs),
+                                          (unpacked, unpacked_outputs)))
+            for key in packed_losses:
                 label = f"{key},per_sequence={per_sequence_loss}"
                 if "accuracy" in key:
                     result.setdefault("accuracies", {})[label] = abs(
-                        float(got[key]) - float(want[key]))
+                        float(packed_losses[key]) - float(unpacked_losses[key]))
                 else:
-                    result["losses"][label] = relative_error(got[key], want[key])
-        result["ablations"] = ablations(packed_model, reference, rng)
+                    result["losses"][label] = relative_error(packed_losses[key],
+                                                             unpacked_losses[key])
+        result["ablations"] = ablations(packed_model, packed, packed_at, want)
         result.update(bits_of_other_sequences(packed_model, rng))
     return result
 
 
-def ablations(packed_model, reference, rng):
-    """Largest hidden-state difference to standard BERT without each change,
-    on packs of three sequences."""
-    packs = random_packs(rng, 3, num_packs=2, sequence_length=S)
-    packed, packed_at = task_features(packs, D, seed=3)
-    unpacked, unpacked_at = task_features([[s] for pack in packs for s in pack], 1, seed=3)
-    want = per_sequence("pretraining", reference(unpacked), unpacked_at)
-
+def ablations(packed_model, packed, placements, want):
+    """Largest hidden-state difference to standard BERT (``want``, per
+    sequence) without each change, on the comparison's packs (one, two and
+    three sequences: the batch shapes the model has run, so that JAX's eager
+    op caches serve)."""
     def off_by(features):
-        got = per_sequence("pretraining", packed_model(features), packed_at)
+        got = per_sequence("pretraining", packed_model(features), placements)
         return max(float(np.abs(g[0] - w[0]).max()) for g, w in zip(got, want))
 
     one_block = dict(packed, input_mask=(packed["input_mask"] > 0).astype(np.int32))
@@ -207,9 +207,9 @@ def forward_passes(model):
 
 def bits_of_other_sequences(model, rng):
     """Changes one token of each sequence in turn: do the others move in any
-    bit? Per forward pass (`forward_passes`)."""
-    packs = random_packs(rng, 3, num_packs=2, sequence_length=S)
-    features, placements = task_features(packs, D, seed=2)
+    bit? Per forward pass (`forward_passes`), on new packs of one, two and
+    three sequences (the comparison's shapes: JAX's eager op caches serve)."""
+    features, placements = task_features(mixed_packs(rng), D, seed=2)
     counts = {}
     for mode, forward in forward_passes(model).items():
         baseline = per_sequence("pretraining", forward(features), placements)

@@ -17,6 +17,7 @@ import sys
 
 import pytest
 
+from tests.backends.jax_environment import jax_environment
 from tests.conftest import REPOSITORY, tool_environment
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,8 @@ def results(request):
     result = subprocess.run(
         [sys.executable, "-m", "tests.backends.equivalence_check"],
         capture_output=True, text=True, timeout=600, cwd=str(REPOSITORY),
-        env=tool_environment(KERAS_BACKEND=request.param))
+        env=jax_environment() if request.param == "jax"
+        else tool_environment(KERAS_BACKEND=request.param))
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results["backend"] == request.param
