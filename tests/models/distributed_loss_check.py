@@ -66,8 +66,12 @@ def main():
                 [strategy.reduce(sum_, g, axis=None) for g in gradients])
 
     results = {}
+    # The single-device references, each computed once (no step here moves
+    # the weights before fit's).
+    references = {per_sequence: replica_step(features, per_sequence, True)
+                  for per_sequence in (False, True)}
     for per_sequence in (False, True):
-        want_loss, want_gradients = replica_step(features, per_sequence, True)
+        want_loss, want_gradients = references[per_sequence]
         for global_normaliser in (True, False):
             loss, gradients = distributed_step(per_sequence, global_normaliser)
             key = f"per_sequence={per_sequence},global={global_normaliser}"
@@ -92,14 +96,14 @@ def main():
         return (strategy.reduce(sum_, loss, axis=None),
                 [strategy.reduce(sum_, g, axis=None) for g in gradients])
 
-    want_loss, want_gradients = replica_step(features, False, True)
+    want_loss, want_gradients = references[False]
     loss, gradients = compiled_distributed_step()
     results["xla_per_replica"] = {
         "loss": relative_error(loss, want_loss),
         "gradients": max(gradient_errors(gradients, want_gradients))}
 
     # model.fit under the strategy: one SGD step equals the single-device step.
-    _, want_gradients = replica_step(features, False, True)
+    _, want_gradients = references[False]
     before = [v.numpy() for v in variables]
     # Eagerly: the replicas' step and reductions are fit's own either way, and
     # tracing it costs seconds (keras_fit_check.py fits every model traced).
