@@ -75,15 +75,23 @@ def test_batches_are_the_records_in_the_packed_layout(unpacked_files, raw):
     np.testing.assert_array_equal(np.sort(seen), np.arange(len(records["input_ids"])))
 
 
-def test_one_file_in_order_gives_the_numpy_plan(unpacked_files, raw):
+@pytest.fixture(scope="module")
+def first_file_batches(unpacked_files):
+    """The first file's batches of 16 rows, in order (not training): a
+    pipeline costs most of a second to build, and two tests read these."""
+    return list(_dataset(unpacked_files[0], batch_size=16, is_training=False)
+                .as_numpy_iterator())
+
+
+def test_one_file_in_order_gives_the_numpy_plan(unpacked_files, raw, first_file_batches):
     records, index = raw
     lengths = records["input_mask"][:300].sum(axis=1)
     for options in (dict(batch_size=16), dict(token_budget=512)):
         plan = bucket_batches(lengths, Bucketing(pool_size=100, bucket_boundaries=BOUNDARIES,
                                                  pad_to_bucket_boundary=True, **options),
                               shuffle=False)
-        batches = list(_dataset(unpacked_files[0], is_training=False, **options)
-                       .as_numpy_iterator())
+        batches = first_file_batches if "batch_size" in options else list(
+            _dataset(unpacked_files[0], is_training=False, **options).as_numpy_iterator())
         assert [b["input_ids"].shape for b in batches] == list(
             zip(plan.batch_rows, plan.padded_lengths))
         assert [_record_ids(b, index) for b in batches] == [k.tolist() for k in plan]
@@ -207,7 +215,7 @@ def test_every_id_out_of_range_fails_the_batch(unpacked_files, tmp_path, feature
                       id_limits=IdLimits(5000, 2, S)).as_numpy_iterator())
 
 
-def test_empty_rows_leave_the_model_losses_unchanged(unpacked_files):
+def test_empty_rows_leave_the_model_losses_unchanged(first_file_batches):
     from packed_bert_tf.layers import pretraining_losses
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
@@ -215,9 +223,7 @@ def test_empty_rows_leave_the_model_losses_unchanged(unpacked_files):
                         num_attention_heads=2, intermediate_size=64,
                         max_position_embeddings=S)
     model = BertPretrainingModel(config, packed=False)
-    batches = list(_dataset(unpacked_files[0], batch_size=16, is_training=False)
-                   .as_numpy_iterator())
-    partial = [b for b in batches if b["next_sentence_weights"].sum() < 16]
+    partial = [b for b in first_file_batches if b["next_sentence_weights"].sum() < 16]
     assert partial  # the epoch's last batch of a bucket
     for batch in partial[:2]:
         real = int(batch["next_sentence_weights"].sum())
