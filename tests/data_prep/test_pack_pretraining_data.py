@@ -318,8 +318,9 @@ def verify_runs(packed_dir, in_memory_runs, unpacked_files, tmp_path_factory):
     """verify_packing on the packed set (its shards; every file of its folder), on
     the globally planned set of `in_memory_runs` ("global") and on a tampered
     copy per edit of MISMATCHES (keyed by the edit's index), each
-    run forked from one process that imported TensorFlow once (seconds of CPU a
-    process): `tests.forked_tools`."""
+    run forked from one process that imported TensorFlow and the tool's library
+    once (seconds of CPU a process; the library's SciPy half a second a run):
+    `tests.forked_tools`."""
     root = tmp_path_factory.mktemp("verify")
     output_dir, _ = packed_dir
     unpacked = f"--unpacked={','.join(unpacked_files)}"
@@ -332,7 +333,8 @@ def verify_runs(packed_dir, in_memory_runs, unpacked_files, tmp_path_factory):
         runs[index] = [unpacked, f"--packed={target}/*"]
     results = run_tools_forked(
         [forked_run("data_prep.verify_packing", *arguments, tmp_path=root)
-         for arguments in runs.values()], preload=("tensorflow",))
+         for arguments in runs.values()],
+        preload=("tensorflow", "packed_bert_tf.data.verify"))
     return dict(zip(runs, results))
 
 
