@@ -31,20 +31,28 @@ RUN = dict(do_train=True, num_train_steps=12, save_checkpoints_steps=0,
            jit_compile=False)
 
 
+@pytest.fixture(scope="module")
+def eval_file(tmp_path_factory):
+    """64 unpacked evaluation records (4 batches of 16): each run evaluates
+    several times, and no claim here is about the evaluation set's size."""
+    return write_unpacked_dataset(tmp_path_factory.mktemp("eval"), num_files=1,
+                                  per_file=64, seed=7)[0]
+
+
 def mllog_lines(path) -> list:
     return [json.loads(line.split(":::MLLOG ", 1)[1])
             for line in open(path) if line.startswith(":::MLLOG ")]
 
 
 @pytest.fixture(scope="module")
-def runs(config_file, packed_files, unpacked_files, tmp_path_factory):
+def runs(config_file, packed_files, eval_file, tmp_path_factory):
     """The same run trained without evaluation, with evaluation during training,
     and with a stop threshold that its second evaluation reaches."""
     root = tmp_path_factory.mktemp("mlperf")
     plain = run_pretraining(options(config_file, root / "plain", input_file=packed_files[0],
                                     **RUN))
     evaluated_args = dict(input_file=packed_files[0], do_eval=True,
-                          eval_input_file=unpacked_files[0], eval_interval_samples=24, **RUN)
+                          eval_input_file=eval_file, eval_interval_samples=24, **RUN)
     evaluated = run_pretraining(options(config_file, root / "evaluated", **evaluated_args))
     target = evaluated["train"]["evaluations"][1]["masked_lm_accuracy"]
     log = root / "mlperf.log"
@@ -170,7 +178,7 @@ def test_a_log_file_in_a_missing_folder_is_refused(config_file, packed_files, tm
 
 
 def test_a_killed_run_resumes_with_the_same_evaluations_and_one_log(
-        runs, config_file, packed_files, unpacked_files, tmp_path, monkeypatch):
+        runs, config_file, packed_files, eval_file, tmp_path, monkeypatch):
     """Killed after its second evaluation's checkpoint, resumed: the evaluations
     and the log are those of a run never stopped (the log appended to)."""
     want = runs["evaluated"]["train"]["evaluations"]
@@ -182,7 +190,7 @@ def test_a_killed_run_resumes_with_the_same_evaluations_and_one_log(
         return original(self, iterator, num_steps)
 
     log = tmp_path / "mlperf.log"
-    args = dict(input_file=packed_files[0], do_eval=True, eval_input_file=unpacked_files[0],
+    args = dict(input_file=packed_files[0], do_eval=True, eval_input_file=eval_file,
                 eval_interval_samples=24, mlperf_log_file=str(log), **RUN)
     monkeypatch.setattr(Trainer, "train_steps", dies_after_the_second_evaluation)
     with pytest.raises(KeyboardInterrupt):
