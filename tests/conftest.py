@@ -205,21 +205,26 @@ def forked_run(tool: str, *args, cwd=None, tmp_path=None, env=None,
 
 def run_tools_forked(runs, *, preload=(), timeout: float = 600) -> list:
     """Runs each of `runs` (`forked_run`'s) as `run_tool` would, one after the
-    other, each in a child forked from one process that imported ``preload``
-    (TensorFlow, ...) once: `tests.forked_tools`. Returns their ToolResults,
-    each with its wall time (``seconds``: the child's alone, without the
-    imports it shares)."""
-    import tempfile
+    other, each in a child forked from the session's fork server that imported
+    ``preload`` (TensorFlow, ...) once (`tests.multi_worker.fork_server`).
+    Returns their ToolResults, each with its wall time (``seconds``: from the
+    child's start to its end, without the imports it shares)."""
+    from tests.multi_worker.fork_server import shared_server
 
-    with tempfile.TemporaryDirectory() as folder:
-        spec = pathlib.Path(folder) / "runs.json"
-        spec.write_text(json.dumps({"preload": list(preload), "runs": list(runs)}))
-        result = subprocess.run([sys.executable, "-m", "tests.forked_tools", str(spec)],
-                                capture_output=True, text=True, timeout=timeout,
-                                cwd=str(REPOSITORY), env=tool_environment())
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [ToolResult(**fields)
-            for fields in json.loads(result.stdout.strip().splitlines()[-1])]
+    server = shared_server(preload)
+    deadline = time.monotonic() + timeout
+    results = []
+    for run in runs:
+        process = server.start_run(run)
+        start = time.monotonic()
+        try:
+            stdout, stderr = process.communicate(timeout=max(0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        results.append(ToolResult(process.returncode, stdout, stderr,
+                                  time.monotonic() - start))
+    return results
 
 
 def one_line_error_problems(result: ToolResult, program: str, expected: str, *,
@@ -238,12 +243,22 @@ def one_line_error_problems(result: ToolResult, program: str, expected: str, *,
 
 
 def run_json_check(*python_args, timeout: float = 900) -> dict:
-    """Runs ``python *python_args`` (``-m tests.MODULE`` or ``-c SCRIPT ...``) in its
-    own process (one tf.distribute strategy per process), asserts it succeeded and
-    returns the JSON object its last line of stdout prints. The time limit is for
-    a machine busy with other work: a check takes a minute or two alone."""
-    result = subprocess.run([sys.executable, *map(str, python_args)], capture_output=True,
-                            text=True, timeout=timeout, cwd=str(REPOSITORY),
-                            env=tool_environment())
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    """Runs ``python *python_args`` (``-m tests.MODULE ...`` or ``-c SCRIPT ...``)
+    in a process of its own (one tf.distribute strategy per process), forked
+    from the session's fork server that imported TensorFlow and the library
+    once; asserts it succeeded and returns the JSON object its last line of
+    stdout prints. The time limit is for a machine busy with other work: a
+    check takes a minute or two alone."""
+    from tests.multi_worker.fork_server import shared_server
+
+    tool, *args = map(str, python_args)
+    if tool == "-m":
+        tool, *args = args
+    process = shared_server().start_tool(tool, *args)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert process.returncode == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])

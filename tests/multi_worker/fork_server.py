@@ -1,25 +1,25 @@
 """Starts command-line tools while a test goes on, each in a child forked from
 one server process that imported TensorFlow and the tools' libraries once.
 
-`tests.forked_tools` runs command lines one after the other and hands back
-their output at the end; the tests here need processes that run at the same
-time and that a test signals, kills or reads while they run (worker processes
-of one cluster, Ctrl-C typed into a terminal). So each child is started on
-request and is, as ``python TOOL ARGS`` would be, a process of its own: its
-own pid (the test signals or kills it), ``sys.argv``, environment, working
-folder, flags (the tool defines them as ``__main__``), atexit handlers and
-exit status, and the standard streams the test hands over (pipe ends, or a
-pseudo-terminal that becomes the child's controlling terminal in a session
-of its own, as a terminal's shell starts a job). Only the imports are shared,
-which saves each process TensorFlow's import (seconds of CPU); what that
-changes (the imports' own output) is in `tests.forked_tools`.
+Each child is started on request and is, as ``python TOOL ARGS`` would be, a
+process of its own (`tests.forked_tools`): its own pid (the test signals or
+kills it), ``sys.argv``, environment, working folder, file-size limit, flags
+(the tool defines them as ``__main__``), atexit handlers and exit status, and
+the standard streams the test hands over (pipe ends, or a pseudo-terminal that
+becomes the child's controlling terminal in a session of its own, as a
+terminal's shell starts a job). Only the imports are shared, which saves each
+process TensorFlow's import (seconds of CPU); what that changes (the imports'
+own output) is in `tests.forked_tools`.
 
 The test side is `ForkServer`; its processes are `ForkedProcess` (what
 `tests.conftest.finish_tool` and the tests use of ``subprocess.Popen``).
+`shared_server` keeps one server per set of imports for the whole test
+session (per test process), so that the test modules share their imports.
 
     python -m tests.multi_worker.fork_server FD MODULE...
       FD: a SOCK_SEQPACKET Unix socket: requests come in as one JSON message
-          each with the child's stdin, stdout and stderr descriptors attached;
+          each ({"tool", "args", "cwd", "env", "max_file_bytes", "terminal"})
+          with the child's stdin, stdout and stderr descriptors attached;
           the server answers {"started": pid}, and {"ended": pid, "status": s}
           when a child ends. The socket's end stops the server (its children
           still running are killed).
@@ -37,6 +37,8 @@ import subprocess
 import sys
 import threading
 
+from tests.forked_tools import become
+
 #: The repository root (run_pretraining.py is there).
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,9 +49,6 @@ def _child(request: dict, fds: list) -> None:
     """In the forked child: becomes ``python TOOL ARGS`` and never returns."""
     import io
 
-    from tests.forked_tools import run_as_main
-
-    status = 1
     try:
         stdin, stdout, stderr = fds
         if request["terminal"]:  # a session of its own, the terminal its own
@@ -71,16 +70,12 @@ def _child(request: dict, fds: list) -> None:
         sys.stderr = sys.__stderr__ = io.TextIOWrapper(
             io.FileIO(2, "w", closefd=False), line_buffering=True,
             errors="backslashreplace")
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        status = run_as_main(request["tool"], request["args"])
     except BaseException:  # before the tool ran: why, on the child's stderr
         import traceback
 
         traceback.print_exc()
-    finally:
-        os._exit(status)
+        os._exit(1)
+    become(request)
 
 
 def serve(connection: socket.socket) -> None:
@@ -256,12 +251,8 @@ class ForkServer:
         self._log.seek(0)
         return ": " + self._log.read().decode(errors="replace")[-3000:]
 
-    def _start(self, tool: str, args, env, cwd, fds, terminal: bool) -> int:
-        from tests.conftest import tool_environment
-
-        request = {"tool": tool, "args": [str(arg) for arg in args],
-                   "env": tool_environment(**(env or {})),
-                   "cwd": str(cwd or REPOSITORY), "terminal": terminal}
+    def _start(self, run: dict, fds, terminal: bool) -> int:
+        request = dict(run, terminal=terminal)
         with self._request_lock, self._changed:
             socket.send_fds(self._connection, [json.dumps(request).encode()], fds)
             # The server imports before it answers the first request.
@@ -271,27 +262,36 @@ class ForkServer:
                 raise RuntimeError("the fork server ended" + self._failure())
             return self._started.pop(0)
 
-    def start_tool(self, tool: str, *args, env=None, cwd=None) -> ForkedProcess:
-        """``tool`` (``NAME.py`` a script of the repository, else a module) with
-        ``args``, its stdout and stderr pipes to the test (`tool_environment`
-        plus ``env``)."""
+    def start_run(self, run: dict) -> ForkedProcess:
+        """A run as `tests.conftest.forked_run` makes it ({"tool", "args",
+        "cwd", "env", "max_file_bytes"}), its stdout and stderr pipes to the
+        test."""
         stdout, stderr = os.pipe(), os.pipe()
         with open(os.devnull) as devnull:
             try:
-                pid = self._start(tool, args, env, cwd,
-                                  [devnull.fileno(), stdout[1], stderr[1]], False)
+                pid = self._start(run, [devnull.fileno(), stdout[1], stderr[1]], False)
             finally:
                 os.close(stdout[1])
                 os.close(stderr[1])
         return ForkedProcess(self, pid, stdout[0], stderr[0])
 
+    def start_tool(self, tool: str, *args, env=None, cwd=None) -> ForkedProcess:
+        """``tool`` (``NAME.py`` a script of the repository, ``-c`` with the
+        code first in ``args``, else a module) with ``args``, its stdout and
+        stderr pipes to the test (`tool_environment` plus ``env``)."""
+        from tests.conftest import forked_run
+
+        return self.start_run(forked_run(tool, *args, cwd=cwd, env=env))
+
     def start_in_terminal(self, tool: str, *args, env=None, cwd=None):
         """``tool`` in a new pseudo-terminal, its controlling terminal and
         foreground process group; returns (the process, the terminal's master
         descriptor, the caller's to read, write and close)."""
+        from tests.conftest import forked_run
+
         master, slave = os.openpty()
         try:
-            pid = self._start(tool, args, env, cwd, [slave] * 3, True)
+            pid = self._start(forked_run(tool, *args, cwd=cwd, env=env), [slave] * 3, True)
         finally:
             os.close(slave)
         return ForkedProcess(self, pid), master
@@ -317,6 +317,35 @@ def fork_server(preload=("tensorflow",)):
         yield server
     finally:
         server.close()
+
+
+#: What a shared server that imports TensorFlow imports of the library: what
+#: the tests' forked training runs and checks use, so that one server serves
+#: them all. Other modules a preload names are added to it and make a server
+#: of their own: test modules (some are imported for their effect, such as the
+#: graph optimizer off) and Beam (its import adds a handler to the root
+#: logger, which doubles absl's log lines in a tool that does not use Beam).
+TENSORFLOW_PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run",
+                      "packed_bert_tf.squad.run", "packed_bert_tf.classification.run",
+                      "packed_bert_tf.training.distribution", "packed_bert_tf.data.verify")
+
+_shared = {}
+
+
+def shared_server(preload=("tensorflow",)) -> ForkServer:
+    """The test session's `ForkServer` that imported ``preload`` (with
+    `TENSORFLOW_PRELOAD` where it names TensorFlow), started on first use and
+    ended with the test process."""
+    preload = tuple(preload)
+    if "tensorflow" in preload:
+        preload = TENSORFLOW_PRELOAD + tuple(
+            module for module in preload if module not in TENSORFLOW_PRELOAD)
+    if preload not in _shared:
+        import atexit
+
+        _shared[preload] = ForkServer(preload)
+        atexit.register(_shared[preload].close)
+    return _shared[preload]
 
 
 if __name__ == "__main__":
