@@ -11,7 +11,7 @@ from packed_bert_tf.models import BertConfig
 from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.loop import NonFiniteLossError
 from packed_bert_tf.training.trainer import Trainer
-from tests.conftest import run_tool
+from tests.conftest import forked_run, run_tools_forked
 from tests.pretraining.tiny_runs import CONFIG, options
 
 #: The runs whose claims are about data, batching, steps, evaluation and stopping,
@@ -174,9 +174,12 @@ def test_a_vocabulary_smaller_than_the_data_is_rejected(packed_files, tmp_path):
 
 
 def test_the_script_reports_bad_input_in_one_line(tmp_path):
-    result = run_tool("run_pretraining.py", "--bert_config_file=/nonexistent.json",
-                      f"--output_dir={tmp_path}", "--do_train", "--input_file=x",
-                      timeout=120)
+    # Forked from a process that imported TensorFlow once (`run_tools_forked`):
+    # the check is the script's last line, not what its imports print.
+    [result] = run_tools_forked(
+        [forked_run("run_pretraining.py", "--bert_config_file=/nonexistent.json",
+                    f"--output_dir={tmp_path}", "--do_train", "--input_file=x")],
+        preload=("tensorflow", "packed_bert_tf.pretraining.run"), timeout=120)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == \
         "run_pretraining: --bert_config_file=/nonexistent.json: no such file"
