@@ -216,6 +216,7 @@ class ForkServer:
         self._changed = threading.Condition()
         self._started = []
         self._ended = {}
+        self._children = set()
         self._closed = False
         self._listener = threading.Thread(target=self._listen, daemon=True)
         self._listener.start()
@@ -260,7 +261,14 @@ class ForkServer:
                 raise RuntimeError("the fork server did not answer" + self._failure())
             if not self._started:
                 raise RuntimeError("the fork server ended" + self._failure())
-            return self._started.pop(0)
+            pid = self._started.pop(0)
+            self._children.add(pid)
+            return pid
+
+    def busy(self) -> bool:
+        """Whether a child of this server is still running."""
+        with self._changed:
+            return not self._children <= self._ended.keys()
 
     def start_run(self, run: dict) -> ForkedProcess:
         """A run as `tests.conftest.forked_run` makes it ({"tool", "args",
@@ -329,23 +337,35 @@ TENSORFLOW_PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run",
                       "packed_bert_tf.squad.run", "packed_bert_tf.classification.run",
                       "packed_bert_tf.training.distribution", "packed_bert_tf.data.verify")
 
+#: How many shared servers a test process keeps (each holds TensorFlow's
+#: imports, most of a GiB): the one used longest ago goes first.
+MOST_SHARED_SERVERS = 3
+
 _shared = {}
 
 
 def shared_server(preload=("tensorflow",)) -> ForkServer:
     """The test session's `ForkServer` that imported ``preload`` (with
     `TENSORFLOW_PRELOAD` where it names TensorFlow), started on first use and
-    ended with the test process."""
+    ended with the test process, or earlier to keep `MOST_SHARED_SERVERS`."""
     preload = tuple(preload)
     if "tensorflow" in preload:
         preload = TENSORFLOW_PRELOAD + tuple(
             module for module in preload if module not in TENSORFLOW_PRELOAD)
-    if preload not in _shared:
+    server = _shared.pop(preload, None)
+    if server is None:
+        for key, idle in list(_shared.items()):
+            if len(_shared) < MOST_SHARED_SERVERS:
+                break
+            if not idle.busy():
+                idle.close()
+                del _shared[key]
+        server = ForkServer(preload)
         import atexit
 
-        _shared[preload] = ForkServer(preload)
-        atexit.register(_shared[preload].close)
-    return _shared[preload]
+        atexit.register(server.close)
+    _shared[preload] = server  # the newest last
+    return server
 
 
 if __name__ == "__main__":
