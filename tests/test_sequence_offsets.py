@@ -16,7 +16,8 @@ from packed_bert_tf.layers.block_diagonal_attention_mask import attention_mask_f
 from packed_bert_tf.sequence_offsets import (
                                              check_packed_batch, sequence_index_from_offsets,
                                              sequence_offsets)
-from tests.conftest import REPOSITORY, tool_environment
+from tests.backends.jax_environment import jax_environment
+from tests.conftest import REPOSITORY
 
 tnp = tf.experimental.numpy
 NAMESPACES = {"keras.ops": keras.ops, "tf.experimental.numpy": tnp, "numpy": np}
@@ -167,7 +168,7 @@ print(json.dumps({"backend": __import__("keras").backend.backend(),
 def test_under_jax_jit_without_tensorflow():
     result = subprocess.run([sys.executable, "-c", JAX_CHECK, json.dumps(INDEX.tolist())],
                             capture_output=True, text=True, timeout=300,
-                            cwd=str(REPOSITORY), env=tool_environment(KERAS_BACKEND="jax"))
+                            cwd=str(REPOSITORY), env=jax_environment())
     assert result.returncode == 0, result.stderr[-3000:]
     got = json.loads(result.stdout.strip().splitlines()[-1])
     assert got["backend"] == "jax" and got["tensorflow_imported"] is False
