@@ -1,4 +1,4 @@
-"""Imported for its effect, as a preload of `tests.forked_tools`: each child
+"""Imported for its effect, as a preload of a fork server (`tests.multi_worker.fork_server`): each child
 forked from that process then imports as ``python benchmarks/X.py ARGS`` in
 a new interpreter would, so that the benchmark scripts run forked (one import
 of TensorFlow for several runs, seconds of CPU each):
