@@ -4,8 +4,9 @@ a checkpoint and one line; the resumed run ends with the uninterrupted run's wei
 Ctrl-C is typed into a pseudo-terminal, as a user's terminal sends it: SIGINT to
 the whole foreground process group, the script and its stderr filter alike (a
 background job of a non-interactive shell would ignore it). The runs are
-processes forked from one that imported TensorFlow once
-(`tests.multi_worker.fork_server`), with TensorFlow's graph optimizer off (no
+processes forked from the session's server that imported TensorFlow once
+(`tests.multi_worker.fork_server.shared_server`, shared with the other modules'
+forked runs of the same imports), with TensorFlow's graph optimizer off (no
 check is about it; it costs each run seconds of CPU): the terminal is the
 controlling terminal of the Ctrl-C run's own session, the SIGTERM run writes into
 pipes.
@@ -23,7 +24,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import finish_tool
-from tests.multi_worker.fork_server import fork_server
+from tests.multi_worker.fork_server import shared_server
 from tests.pretraining.tiny_runs import P, S
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,7 @@ def _flags(config_file, input_file, output_dir):
 
 
 #: What the runs' server imports once (the last one switches the graph optimizer
-#: off for the children forked after it).
+#: off for the children forked after it): test_bad_input's runs use the same.
 PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "tests.pretraining.grappler_off")
 
 
@@ -77,8 +78,7 @@ def _weights(path):
 
 @pytest.fixture(scope="module")
 def runs(config_file, unpacked_files, tmp_path_factory):
-    with fork_server(PRELOAD) as server:
-        return _runs(server, config_file, unpacked_files, tmp_path_factory)
+    return _runs(shared_server(PRELOAD), config_file, unpacked_files, tmp_path_factory)
 
 
 def _runs(server, config_file, unpacked_files, tmp_path_factory):
