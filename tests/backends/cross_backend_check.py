@@ -39,12 +39,8 @@ import numpy as np
 from keras import ops
 
 STEPS = 5            # fit steps, one batch each
-# Rows per batch and their shapes: two rows of 16 tokens, as the unpacked
-# batch of docs/layers.md's classifier (the same hidden size): JAX compiles
-# each op of an eager call once per shape, and the page's call then finds
-# them compiled.
-ROWS = 2
-SHAPES = dict(sequence_length=16, max_sequences_per_pack=3, max_masked=9)
+ROWS = 4             # rows per batch
+SHAPES = dict(sequence_length=48, max_sequences_per_pack=3, max_masked=9)
 LEARNING_RATE = 0.1
 
 

@@ -24,8 +24,7 @@ from packed_bert_tf.models import (BertPretrainingModel, bert_config_from_keras_
 from tests.backends.cross_backend_check import (ROWS, SHAPES, STEPS, first_batch,
                                                 fit_steps, numpy_outputs, optimizer_arrays,
                                                 step_losses)
-from tests.backends.jax_environment import jax_environment
-from tests.conftest import REPOSITORY
+from tests.conftest import REPOSITORY, tool_environment
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 from tests.test_docs_layers import DOC, python_blocks
 
@@ -106,7 +105,7 @@ def results(tensorflow_side):
     result = subprocess.run(
         [sys.executable, "-m", "tests.backends.cross_backend_check", str(folder)],
         capture_output=True, text=True, timeout=600, cwd=str(REPOSITORY),
-        env=jax_environment())
+        env=tool_environment(KERAS_BACKEND="jax"))
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
