@@ -11,10 +11,9 @@ $(BIN)/python:
 
 # Editable installs; the stamps re-run pip when setup.py or the C extension
 # (which pip compiles into the source tree) changes.
-PIP_INSTALL := $(BIN)/pip install --quiet
 EXTENSION := packed_bert_tf/data/_record_codec.c
 $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
-	$(PIP_INSTALL) -e .
+	$(BIN)/pip install --quiet -e .
 	touch $@
 
 # The tests take the keras-hub extra (weights in and out, the peer benchmark)
@@ -22,13 +21,8 @@ $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 # Grain's packers) too, so that the tests comparing with them run here instead
 # of being skipped; the Makefile is a prerequisite so that a venv stamped
 # before a change of these lines gets the extras.
-# The extras come after the base install and uncompiled (--no-compile): a few
-# processes import PyTorch, JAX and keras-hub, and Python compiles what they
-# import, where compiling all of them would double the extras' install time.
-# TensorFlow, which every process imports, stays compiled by the base install
-# (with PYTHONDONTWRITEBYTECODE set, each process would compile it again).
-$(VENV)/.installed-test: setup.py Makefile $(EXTENSION) $(VENV)/.installed | $(BIN)/python
-	$(PIP_INSTALL) --no-compile -e '.[test,keras-hub,reference]'
+$(VENV)/.installed-test: setup.py Makefile $(EXTENSION) | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[test,keras-hub,reference]'
 	touch $@
 
 # The main job on the embedded default, from nothing: the packing report on
