@@ -147,7 +147,7 @@ def start_tool(tool: str, *args, cwd=None, tmp_path=None, python_options=(),
 
 
 def finish_tool(process: subprocess.Popen, timeout: float = 300) -> ToolResult:
-    """Waits for a tool `start_tool` started; what it did."""
+    """Waits for a tool `start_tool` (or a fork server) started; what it did."""
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -217,13 +217,8 @@ def run_tools_forked(runs, *, preload=(), timeout: float = 600) -> list:
     for run in runs:
         process = server.start_run(run)
         start = time.monotonic()
-        try:
-            stdout, stderr = process.communicate(timeout=max(0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        results.append(ToolResult(process.returncode, stdout, stderr,
-                                  time.monotonic() - start))
+        result = finish_tool(process, max(0, deadline - time.monotonic()))
+        results.append(dataclasses.replace(result, seconds=time.monotonic() - start))
     return results
 
 
@@ -254,11 +249,6 @@ def run_json_check(*python_args, timeout: float = 900) -> dict:
     tool, *args = map(str, python_args)
     if tool == "-m":
         tool, *args = args
-    process = shared_server().start_tool(tool, *args)
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
-    assert process.returncode == 0, stderr[-3000:]
-    return json.loads(stdout.strip().splitlines()[-1])
+    result = finish_tool(shared_server().start_tool(tool, *args), timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
