@@ -60,7 +60,11 @@ def test_accumulated_micro_batches_take_the_big_batch_step(uncompiled_run):
         want = pretraining_losses(features, big.model(features, training=True))
     gradients = [tf.convert_to_tensor(g) for g in tape.gradient(want["loss"], variables)]
     big.optimizer.apply_gradients(zip(gradients, variables))
-    assert max_relative_difference(accumulated_weights, weights(big)) < 1e-5
+    # A micro-batch lost or counted twice moves the weights by their scale (2.0);
+    # float32 rounding by 2e-5 on an AVX-512 CPU: LAMB's first update of a bias,
+    # g / (|g| + epsilon), passes a gradient element below epsilon on as is, and
+    # two micro-batches sum in another order than one batch.
+    assert max_relative_difference(accumulated_weights, weights(big)) < 1e-4
     # Metrics are the update's means, as for the big batch.
     assert result.metrics["loss"] == pytest.approx(float(want["loss"]), rel=1e-5)
     assert result.metrics["masked_lm_accuracy"] == pytest.approx(
