@@ -233,6 +233,9 @@ class _BucketedEpoch:
         return pools.map(lambda features: (features, False)).concatenate(
             tf.data.Dataset.from_tensors((self.empty, True)))
 
+    # Not converted by AutoGraph (here and in `batch`): their control flow is
+    # Python's, on the feature names.
+    @tf.autograph.experimental.do_not_convert
     def plan_step(self, epoch, state, pool):
         """``scan`` step: plans the carry and a pool; carries the unfilled batches."""
         carry, pool_index = state
@@ -258,6 +261,7 @@ class _BucketedEpoch:
             functools.partial(self.batch, features, order, splits, rows, padded),
             num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
+    @tf.autograph.experimental.do_not_convert
     def batch(self, features, order, splits, rows, padded, index) -> dict:
         """Batch `index`: its records gathered, cut to its length, padded to its rows."""
         examples = order[splits[index]:splits[index + 1]]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 
+import tensorflow as tf
+
 from packed_bert_tf.layers.sequence_classification_head import (
     classification_loss_normalisers, sequence_classification_loss)
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics
@@ -18,17 +20,20 @@ CLASSIFICATION_METRIC_NAMES = ("loss", "accuracy")
 REGRESSION_METRIC_NAMES = ("loss",)
 
 
+@tf.autograph.experimental.do_not_convert
 def classifier_loss(features, outputs, normalisers, *, is_regression: bool):
     """`sequence_classification_loss` with the precomputed global count of sequences."""
     return sequence_classification_loss(features, outputs, is_regression=is_regression,
                                         normalisers=normalisers)
 
 
+@tf.autograph.experimental.do_not_convert
 def classifier_normalisers(features):
     """Real sequences, summed over the replicas."""
     return classification_loss_normalisers(features, global_normaliser=True)
 
 
+@tf.autograph.experimental.do_not_convert
 def classifier_statistics(features):
     """Sequences, real and padded tokens of a batch."""
     return batch_statistics(features["input_mask"], features["sequence_weights"])

@@ -97,6 +97,7 @@ def detect_record_format(files: Sequence[str]) -> RecordFormat:
     return infer_record_format(files[0])
 
 
+@tf.autograph.experimental.do_not_convert
 def to_packed_layout(features: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
     """Unpacked batch features -> the packed layout with one sequence per pack.
 
@@ -197,6 +198,9 @@ def interleave_records(file_names: tf.data.Dataset, num_files: int, *,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
 
 
+# Not for AutoGraph to convert in every map that calls it: no Python control
+# flow on tensors here (nor in `to_packed_layout`).
+@tf.autograph.experimental.do_not_convert
 def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
                   id_limits: IdLimits | None = None) -> dict[str, tf.Tensor]:
     """A batch of serialized records [B] -> the record's own features, int32.

@@ -138,7 +138,7 @@ def predict_rows(model, packs, batch_size: int, output_names, *,
         lambda context: rows_dataset(packs, batch_size, is_training=False,
                                       input_context=context))
 
-    @tf.function(jit_compile=jit_compile)
+    @tf.function(jit_compile=jit_compile, autograph=False)
     def forward(features):
         outputs = model(features, training=False)
         return [features["pack_index"]] + [outputs[name] for name in output_names]
@@ -150,7 +150,7 @@ def predict_rows(model, packs, batch_size: int, output_names, *,
         # ("Trying to access resource .../replica_1 located in device CPU:1").
         return forward(features)
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(features):
         # Every replica's rows, those of other workers too (an all-gather).
         return [strategy.gather(value, axis=0)

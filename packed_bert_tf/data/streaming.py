@@ -239,6 +239,7 @@ class PackingSteps:
                        self.layout_dtypes)
 
     # ----------------------------------------------------- tf.data wrappers
+    # Not converted by AutoGraph: their control flow is Python's, on lists.
     def initial_state(self):
         """The ``scan`` state before the first chunk: (packer, waiting examples)."""
         return ({key: tf.constant(value) for key, value in self._initial_packer.items()},
@@ -248,6 +249,7 @@ class PackingSteps:
         return {name: tf.zeros([0], dtype)
                 for name, dtype in zip(self.names, self.compact_dtypes)}
 
+    @tf.autograph.experimental.do_not_convert
     def compact_chunk(self, chunk_index, features):
         input_names = self.spec.input_names
 
@@ -261,6 +263,7 @@ class PackingSteps:
             value.set_shape([None])
         return dict(zip(self.names, results)), False
 
+    @tf.autograph.experimental.do_not_convert
     def decide_chunk(self, carry, element):
         names = self.names
 
@@ -292,6 +295,7 @@ class PackingSteps:
         emitted = dict(zip(names, rest[len(names) + 1:]))
         return (new_packer, new_buffer), (sequences_per_pack, emitted)
 
+    @tf.autograph.experimental.do_not_convert
     def to_packs(self, sequences_per_pack, emitted):
         output_names = tuple(self.outputs)
 

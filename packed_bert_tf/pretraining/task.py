@@ -31,16 +31,19 @@ METRIC_NAMES = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accur
                 "next_sentence_accuracy")
 
 
+@tf.autograph.experimental.do_not_convert
 def pretraining_loss(features, outputs, normalisers):
     """`pretraining_losses` with the precomputed global counts."""
     return pretraining_losses(features, outputs, normalisers=normalisers)
 
 
+@tf.autograph.experimental.do_not_convert
 def pretraining_normalisers(features):
     """The loss counts (masked tokens, sequences), summed over the replicas."""
     return loss_normalisers(features, global_normaliser=True)
 
 
+@tf.autograph.experimental.do_not_convert
 def pretraining_statistics(features):
     """Sequences, real and padded tokens of a batch."""
     return batch_statistics(features["input_mask"], features["next_sentence_weights"])
@@ -52,6 +55,7 @@ PRETRAINING_TASK = TrainingTask(metric_names=METRIC_NAMES, loss=pretraining_loss
                                 statistics=pretraining_statistics)
 
 
+@tf.autograph.experimental.do_not_convert
 def eval_sums(features, outputs):
     """Totals and counts of the evaluation metrics of one batch (see `Trainer.evaluate`)."""
     mlm = (outputs["mlm_logits"], features["masked_lm_ids"], features["masked_lm_weights"])

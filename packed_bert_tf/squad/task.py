@@ -9,22 +9,27 @@
 
 from __future__ import annotations
 
+import tensorflow as tf
+
 from packed_bert_tf.layers.squad_span_head import squad_loss_normalisers, squad_span_loss
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics
 
 METRIC_NAMES = ("loss", "start_loss", "end_loss", "start_accuracy", "end_accuracy")
 
 
+@tf.autograph.experimental.do_not_convert
 def squad_loss(features, outputs, normalisers):
     """`squad_span_loss` with the precomputed global count of sequences."""
     return squad_span_loss(features, outputs, normalisers=normalisers)
 
 
+@tf.autograph.experimental.do_not_convert
 def squad_normalisers(features):
     """Real sequences, summed over the replicas."""
     return squad_loss_normalisers(features, global_normaliser=True)
 
 
+@tf.autograph.experimental.do_not_convert
 def squad_statistics(features):
     """Sequences, real and padded tokens of a batch."""
     return batch_statistics(features["input_mask"], features["sequence_weights"])

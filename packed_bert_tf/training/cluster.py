@@ -284,7 +284,7 @@ def check_same_step(strategy, step: int, task: WorkerTask) -> None:
     if task.num_workers == 1:
         return
 
-    @tf.function
+    @tf.function(autograph=False)
     def gathered():
         value = strategy.experimental_distribute_values_from_function(
             lambda context: tf.constant([step], tf.int64))
