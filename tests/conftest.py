@@ -195,12 +195,14 @@ def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
 
 
 def forked_run(tool: str, *args, cwd=None, tmp_path=None, env=None,
-               max_file_bytes=None) -> dict:
-    """One command line for `run_tools_forked` (the arguments of `start_tool`)."""
+               max_file_bytes=None, imports=()) -> dict:
+    """One command line for `run_tools_forked` (the arguments of `start_tool`);
+    ``imports``: modules the child imports before the tool runs, beyond the
+    server's (`tests.forked_tools.become`)."""
     return {"tool": tool, "args": [str(arg) for arg in args],
             "cwd": str(cwd or REPOSITORY),
             "env": tool_environment(tmp_path, **(env or {})),
-            "max_file_bytes": max_file_bytes}
+            "max_file_bytes": max_file_bytes, "imports": list(imports)}
 
 
 def run_tools_forked(runs, *, preload=(), timeout: float = 600) -> list:

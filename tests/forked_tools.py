@@ -78,8 +78,12 @@ def run_as_main(tool: str, args) -> int:
 def become(run: dict) -> None:
     """In a forked child whose standard streams are in place: takes the run's
     working folder, environment and file-size limit (``max_file_bytes``, as
-    ``ulimit -f``), then runs ``python TOOL ARGS`` (`run_as_main`); never
-    returns. ``run``: {"tool", "args", "cwd", "env", "max_file_bytes"}."""
+    ``ulimit -f``), imports the run's own ``imports`` (modules its test adds
+    to what the server imported: one imported for its effect, such as the
+    graph optimizer off, or Beam), then runs ``python TOOL ARGS``
+    (`run_as_main`); never returns. ``run``: {"tool", "args", "cwd", "env",
+    "max_file_bytes", "imports"}."""
+    import importlib
     import resource
 
     status = 1
@@ -90,6 +94,8 @@ def become(run: dict) -> None:
         if run.get("max_file_bytes"):
             limit = int(run["max_file_bytes"])
             resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+        for module in run.get("imports", ()):
+            importlib.import_module(module)
         status = run_as_main(run["tool"], run["args"])
     except BaseException:  # before the tool ran: why, on the child's stderr
         import traceback

@@ -1,6 +1,6 @@
 """benchmarks/classifier_benchmark.py runs: one shape, a tiny model, one chunk,
-uncompiled, forked from a process that imported TensorFlow (with the graph
-optimizer off: no check here is about it), as `python
+uncompiled, forked from the session's process that imported TensorFlow, the
+child with the graph optimizer off (no check here is about it), as `python
 benchmarks/classifier_benchmark.py ARGS` runs: `tests.forked_tools`,
 `tests.benchmarks.benchmark_paths`."""
 
@@ -9,6 +9,7 @@ import re
 import pytest
 
 from tests.conftest import forked_run, run_tools_forked
+from tests.graph_options import GRAPPLER_OFF
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +22,9 @@ def test_the_benchmark_writes_its_section(tmp_path):
         "--chunks=1", "--steps_per_chunk=2", "--wordpiece_vocab_size=1000",
         # XLA is not what is checked here: the script's figures and section are.
         "--nojit_compile",
-        f"--write_markdown={markdown}", tmp_path=tmp_path)],
-        preload=("tensorflow", "tests.pretraining.grappler_off",
-                 "tests.benchmarks.benchmark_paths"))
+        f"--write_markdown={markdown}", tmp_path=tmp_path,
+        imports=GRAPPLER_OFF + ("tests.benchmarks.benchmark_paths",))],
+        preload=("tensorflow",))
     assert result.returncode == 0, result.stderr[-3000:]
     text = markdown.read_text()
     assert "<!-- classifier_benchmark:begin -->" in text

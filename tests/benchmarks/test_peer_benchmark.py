@@ -5,6 +5,7 @@ import importlib.util
 import pytest
 
 from tests.conftest import REPOSITORY, forked_run, run_tools_forked
+from tests.graph_options import GRAPPLER_OFF
 
 pytestmark = pytest.mark.slow
 
@@ -12,12 +13,15 @@ TINY = ("--num_layers=1", "--hidden_size=32", "--num_heads=2", "--intermediate_s
         "--vocab_size=2000", "--batch_size=2", "--sequence_length=128",
         "--max_predictions_per_row=20", "--repetitions=1")
 
+#: What each run imports beyond the server's imports (`tests.conftest.forked_run`).
+IMPORTS = GRAPPLER_OFF + ("tests.benchmarks.benchmark_paths",)
+
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Both tests' runs of the script, each forked from one process that imported
-    TensorFlow once (seconds of CPU a process) with the graph optimizer off (no
-    check here is about it), as `python benchmarks/peer_benchmark.py ARGS` runs:
+    """Both tests' runs of the script, each forked from the session's process that
+    imported TensorFlow once (seconds of CPU a process), with the graph optimizer
+    off (no check here is about it), as `python benchmarks/peer_benchmark.py ARGS` runs:
     `tests.forked_tools`, `tests.benchmarks.benchmark_paths`. (the tiny run's
     folder, its ToolResult, the missing keras-hub run's ToolResult)"""
     tiny, missing = tmp_path_factory.mktemp("tiny"), tmp_path_factory.mktemp("missing")
@@ -26,11 +30,11 @@ def runs(tmp_path_factory):
     results = run_tools_forked([
         # Uncompiled: XLA is not what is checked here, the script's section is.
         forked_run("benchmarks/peer_benchmark.py", *TINY, "--nojit_compile",
-                   f"--write_markdown={tiny / 'BENCHMARKS.md'}", tmp_path=tiny),
+                   f"--write_markdown={tiny / 'BENCHMARKS.md'}", tmp_path=tiny,
+                   imports=IMPORTS),
         forked_run("benchmarks/peer_benchmark.py", *TINY, tmp_path=missing,
-                   env={"PYTHONPATH": f"{missing}:{REPOSITORY}"})],
-        preload=("tensorflow", "keras", "tests.pretraining.grappler_off",
-                 "tests.benchmarks.benchmark_paths"))
+                   env={"PYTHONPATH": f"{missing}:{REPOSITORY}"}, imports=IMPORTS)],
+        preload=("tensorflow",))
     return tiny, *results
 
 

@@ -1,9 +1,10 @@
 """benchmarks/time_to_train.py runs: a tiny model on a slice of the corpus, both runs,
 figures read off their MLPerf logs, the section and the plot written.
 
-The script runs forked from a process that imported TensorFlow and Beam once
-(`tests.conftest.run_tools_forked`), and each tool it starts (the data-prep
-tools, run_pretraining.py) is a child forked from there
+The script runs in a child forked from the session's process that imported
+TensorFlow once (`tests.conftest.run_tools_forked`); the child imports Beam, and
+each tool it starts (the data-prep tools, run_pretraining.py) is a child forked
+from it
 (`tests.benchmarks.time_to_train_forked`), as ``python TOOL ARGS`` runs it,
 rather than a new interpreter that imports them again (seconds of CPU each,
 eight tools); the runs have TensorFlow's graph optimizer off (no check here is
@@ -16,6 +17,7 @@ import json
 import pytest
 
 from tests.conftest import forked_run, run_tools_forked
+from tests.graph_options import GRAPPLER_OFF
 
 pytestmark = pytest.mark.slow
 
@@ -45,9 +47,9 @@ def benchmark(tmp_path_factory):
         f"--stop_threshold={THRESHOLD}",
         "--pack_beam_options=--direct_running_mode=in_memory"]
     [result] = run_tools_forked(
-        [forked_run("tests.benchmarks.time_to_train_forked", *args, tmp_path=root)],
-        preload=("tensorflow", "apache_beam", "packed_bert_tf.pretraining.run",
-                 "tests.pretraining.grappler_off"))
+        [forked_run("tests.benchmarks.time_to_train_forked", *args, tmp_path=root,
+                    imports=("apache_beam",) + GRAPPLER_OFF)],
+        preload=("tensorflow",))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((paths["work_dir"] / "report.json").read_text())
     return dict(paths, result=result, report=report)

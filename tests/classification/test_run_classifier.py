@@ -9,6 +9,7 @@ from packed_bert_tf.classification.run import ClassifierOptions, run_classifier
 from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
 from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
+from tests.graph_options import GRAPPLER_OFF
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
@@ -64,7 +65,7 @@ def script_runs(files, tmp_path_factory):
     the bad inputs; each forked from one process that imported TensorFlow once
     (seconds of CPU a process), as `python run_classifier.py ARGS` runs:
     `tests.forked_tools`, with TensorFlow's graph optimizer off
-    (`tests.pretraining.grappler_off`: no check here is about it). (the runs'
+    (`tests.graph_options.GRAPPLER_OFF`: no check here is about it). (the runs'
     folder, their ToolResults by name, the bad inputs' expected messages by
     name)"""
     root = tmp_path_factory.mktemp("runs")
@@ -75,10 +76,9 @@ def script_runs(files, tmp_path_factory):
            for batching, arguments in RUNS.items()},
         **{name: arguments for name, (arguments, _) in bad.items()}}
     results = run_tools_forked(
-        [forked_run("run_classifier.py", *arguments, tmp_path=root)
+        [forked_run("run_classifier.py", *arguments, tmp_path=root, imports=GRAPPLER_OFF)
          for arguments in command_lines.values()],
-        preload=("tensorflow", "packed_bert_tf.classification.run",
-                 "tests.pretraining.grappler_off"))
+        preload=("tensorflow",))
     return root, dict(zip(command_lines, results)), {
         name: message for name, (_, message) in bad.items()}
 

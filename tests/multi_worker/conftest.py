@@ -4,8 +4,7 @@ fork server that starts the tools' processes."""
 import pytest
 
 from tests.conftest import write_unpacked_dataset
-from tests.multi_worker.fork_server import fork_server
-from tests.multi_worker.workers import PRELOAD
+from tests.multi_worker.fork_server import shared_server
 from tests.pretraining.conftest import config_file  # noqa: F401
 from tests.pretraining.tiny_runs import pack_files
 
@@ -22,6 +21,8 @@ def packed_files(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tool_server():
-    """One `ForkServer` for the tests here: TensorFlow imported once."""
-    with fork_server(PRELOAD) as server:
-        yield server
+    """The session's `ForkServer` that imported TensorFlow and the front ends'
+    libraries once; each run here imports `tests.graph_options.GRAPPLER_OFF`
+    too: the graph optimizer off (seconds of CPU a process; no check here is
+    about it)."""
+    return shared_server()

@@ -18,7 +18,8 @@ session (per test process), so that the test modules share their imports.
 
     python -m tests.multi_worker.fork_server FD MODULE...
       FD: a SOCK_SEQPACKET Unix socket: requests come in as one JSON message
-          each ({"tool", "args", "cwd", "env", "max_file_bytes", "terminal"})
+          each ({"tool", "args", "cwd", "env", "max_file_bytes", "imports",
+          "terminal"})
           with the child's stdin, stdout and stderr descriptors attached;
           the server answers {"started": pid}, and {"ended": pid, "status": s}
           when a child ends. The socket's end stops the server (its children
@@ -283,15 +284,16 @@ class ForkServer:
                 os.close(stderr[1])
         return ForkedProcess(self, pid, stdout[0], stderr[0])
 
-    def start_tool(self, tool: str, *args, env=None, cwd=None) -> ForkedProcess:
+    def start_tool(self, tool: str, *args, env=None, cwd=None, imports=()) -> ForkedProcess:
         """``tool`` (``NAME.py`` a script of the repository, ``-c`` with the
         code first in ``args``, else a module) with ``args``, its stdout and
-        stderr pipes to the test (`tool_environment` plus ``env``)."""
+        stderr pipes to the test (`tool_environment` plus ``env``; ``imports``
+        as `tests.conftest.forked_run`'s)."""
         from tests.conftest import forked_run
 
-        return self.start_run(forked_run(tool, *args, cwd=cwd, env=env))
+        return self.start_run(forked_run(tool, *args, cwd=cwd, env=env, imports=imports))
 
-    def start_in_terminal(self, tool: str, *args, env=None, cwd=None):
+    def start_in_terminal(self, tool: str, *args, env=None, cwd=None, imports=()):
         """``tool`` in a new pseudo-terminal, its controlling terminal and
         foreground process group; returns (the process, the terminal's master
         descriptor, the caller's to read, write and close)."""
@@ -299,7 +301,8 @@ class ForkServer:
 
         master, slave = os.openpty()
         try:
-            pid = self._start(forked_run(tool, *args, cwd=cwd, env=env), [slave] * 3, True)
+            pid = self._start(forked_run(tool, *args, cwd=cwd, env=env, imports=imports),
+                              [slave] * 3, True)
         finally:
             os.close(slave)
         return ForkedProcess(self, pid), master
@@ -330,9 +333,11 @@ def fork_server(preload=("tensorflow",)):
 #: What a shared server that imports TensorFlow imports of the library: what
 #: the tests' forked training runs and checks use, so that one server serves
 #: them all. Other modules a preload names are added to it and make a server
-#: of their own: test modules (some are imported for their effect, such as the
-#: graph optimizer off) and Beam (its import adds a handler to the root
-#: logger, which doubles absl's log lines in a tool that does not use Beam).
+#: of their own; a test whose runs need a module more (one imported for its
+#: effect, such as the graph optimizer off) names it in the runs' ``imports``
+#: instead, for each child to import, and shares the server. Beam goes in a
+#: server of its own or a run's imports: its import adds a handler to the root
+#: logger, which doubles absl's log lines in a tool that does not use Beam.
 TENSORFLOW_PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run",
                       "packed_bert_tf.squad.run", "packed_bert_tf.classification.run",
                       "packed_bert_tf.training.distribution", "packed_bert_tf.data.verify")

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import finish_tool, one_line_error_problems
+from tests.graph_options import GRAPPLER_OFF
 from tests.multi_worker.workers import (MULTI, finish_all, free_ports, killed_at_the_end,
                                         max_difference, run_both_ways, start_workers,
                                         tf_config, weights, worker_folder)
@@ -159,20 +160,20 @@ def _bad_runs(server, config_file, packed_files, root):
     flags = [*pretraining_flags(config_file, packed_files, str(root / "out"),
                                 cluster_timeout_seconds=CONNECT_SECONDS),
              f"--distribution_strategy={MULTI}"]
-    env = {"TF_CONFIG": "{'cluster': "}
 
     def alone(index):  # the other worker of the cluster never starts
         return start_workers(server, "run_pretraining.py", flags, indices=[index])
 
+    def one(*more_flags, tf_config_value):
+        return [server.start_tool("run_pretraining.py", *flags, *more_flags,
+                                  env={"TF_CONFIG": tf_config_value}, imports=GRAPPLER_OFF)]
+
     return {
-        "not_json": ([server.start_tool("run_pretraining.py", *flags, env=env)],
-                     "TF_CONFIG is not JSON"),
-        "no_such_task": ([server.start_tool("run_pretraining.py", *flags, env={
-            "TF_CONFIG": tf_config(["127.0.0.1:1", "127.0.0.1:2"], 2)})],
-            "TF_CONFIG: task 'worker' 2 is not in the cluster (2 worker)"),
-        "indivisible": ([server.start_tool(
-            "run_pretraining.py", *flags, "--train_batch_size=6",
-            env={"TF_CONFIG": tf_config([f"127.0.0.1:{p}" for p in free_ports(4)], 0)})],
+        "not_json": (one(tf_config_value="{'cluster': "), "TF_CONFIG is not JSON"),
+        "no_such_task": (one(tf_config_value=tf_config(["127.0.0.1:1", "127.0.0.1:2"], 2)),
+                         "TF_CONFIG: task 'worker' 2 is not in the cluster (2 worker)"),
+        "indivisible": (one("--train_batch_size=6", tf_config_value=tf_config(
+            [f"127.0.0.1:{p}" for p in free_ports(4)], 0)),
                         ("--train_batch_size=6 is not a multiple of the 4 workers of "
                          "TF_CONFIG")),
         "chief_alone": (alone(0), ("worker 0 of 2 could not connect to the cluster of "

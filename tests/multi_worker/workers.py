@@ -22,14 +22,10 @@ import numpy as np
 import tensorflow as tf
 
 from tests.conftest import finish_tool
+from tests.graph_options import GRAPPLER_OFF
 
 #: The strategy flag value of the worker processes.
 MULTI = "multi_worker_mirrored"
-#: What the tests' fork server imports once: the front ends' libraries, and
-#: TensorFlow's graph optimizer off in every run (seconds of CPU a process;
-#: no check here is about it).
-PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "packed_bert_tf.squad.run",
-           "tests.pretraining.grappler_off")
 
 
 def free_ports(count: int) -> list:
@@ -50,7 +46,7 @@ def start_workers(server, tool: str, flags: list, count: int = 2, *, indices=Non
     """Worker processes of one cluster on 127.0.0.1 (``indices``: only those),
     forked by ``server`` (a `ForkServer`)."""
     addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
-    return [server.start_tool(tool, *flags,
+    return [server.start_tool(tool, *flags, imports=GRAPPLER_OFF,
                               env={"TF_CONFIG": tf_config(addresses, index)})
             for index in (range(count) if indices is None else indices)]
 
@@ -58,7 +54,7 @@ def start_workers(server, tool: str, flags: list, count: int = 2, *, indices=Non
 def start_two_replicas(server, tool: str, flags: list):
     """One process with 2 logical CPU devices, --distribution_strategy=mirrored."""
     return server.start_tool("tests.multi_worker.two_cpu_replicas", tool, *flags,
-                             "--distribution_strategy=mirrored")
+                             "--distribution_strategy=mirrored", imports=GRAPPLER_OFF)
 
 
 def run_both_ways(server, tool: str, flags_of, timeout: float = 400) -> dict:

@@ -1,6 +1,7 @@
 """Imported for its effect: TensorFlow's graph optimizer off in this process
-and in the children forked from it (a fork server preloads this module: `tests.multi_worker.fork_server`),
-for runs whose checks are not about the optimizer (`tests.graph_options`)."""
+and in the children forked from it, or in a forked child that imports it
+before its tool runs (`tests.graph_options.GRAPPLER_OFF`), for runs whose
+checks are not about the optimizer."""
 
 from tests.graph_options import switch_off_grappler
 

@@ -21,6 +21,7 @@ from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.pretraining.run import run_pretraining
 from tests.conftest import ToolResult, forked_run, run_tools_forked, write_unpacked_dataset
+from tests.graph_options import GRAPPLER_OFF
 from tests.pretraining.tiny_runs import CONFIG, P, S, options
 
 pytestmark = pytest.mark.slow
@@ -75,13 +76,10 @@ def _resumed(config_file, output_dir, packed_file):
 
 
 def _run(*args, **kwargs):
-    return forked_run("run_pretraining.py", *args, **kwargs)
-
-
-#: What run_pretraining.py imports that takes seconds: imported once for all runs,
-#: with TensorFlow's graph optimizer off (seconds of CPU a run that trains; no
-#: check here is about it).
-PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "tests.pretraining.grappler_off")
+    """A run forked from the session's server that imported TensorFlow and the
+    library once, with the graph optimizer off (seconds of CPU a run that
+    trains; no check here is about it)."""
+    return forked_run("run_pretraining.py", *args, imports=GRAPPLER_OFF, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +139,7 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     # A disk that fills up at the second checkpoint (about 2 MB each here).
     runs["full_disk"] = _run(*_resumed(config_file, full_disk, packed_files[0]),
                              max_file_bytes=1_000_000)
-    results = dict(zip(runs, run_tools_forked(runs.values(), preload=PRELOAD)))
+    results = dict(zip(runs, run_tools_forked(runs.values(), preload=("tensorflow",))))
     results["damaged_state_files"] = written
     return root, files, lock, results
 

@@ -6,8 +6,8 @@ the whole foreground process group, the script and its stderr filter alike (a
 background job of a non-interactive shell would ignore it). The runs are
 processes forked from the session's server that imported TensorFlow once
 (`tests.multi_worker.fork_server.shared_server`, shared with the other modules'
-forked runs of the same imports), with TensorFlow's graph optimizer off (no
-check is about it; it costs each run seconds of CPU): the terminal is the
+forked runs), with TensorFlow's graph optimizer off (no check is about it; it
+costs each run seconds of CPU): the terminal is the
 controlling terminal of the Ctrl-C run's own session, the SIGTERM run writes into
 pipes.
 """
@@ -24,6 +24,7 @@ import pytest
 import tensorflow as tf
 
 from tests.conftest import finish_tool
+from tests.graph_options import GRAPPLER_OFF
 from tests.multi_worker.fork_server import shared_server
 from tests.pretraining.tiny_runs import P, S
 
@@ -41,11 +42,6 @@ def _flags(config_file, input_file, output_dir):
             "--train_batch_size=4", f"--num_train_steps={STEPS}", "--num_warmup_steps=0",
             "--iterations_per_loop=1", "--log_every_n_steps=1",
             "--save_checkpoints_steps=0", "--seed=1", "--nojit_compile"]
-
-
-#: What the runs' server imports once (the last one switches the graph optimizer
-#: off for the children forked after it): test_bad_input's runs use the same.
-PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run", "tests.pretraining.grappler_off")
 
 
 def _in_a_terminal(started, *, interrupt_after: bytes, timeout: float = 240):
@@ -78,15 +74,15 @@ def _weights(path):
 
 @pytest.fixture(scope="module")
 def runs(config_file, unpacked_files, tmp_path_factory):
-    return _runs(shared_server(PRELOAD), config_file, unpacked_files, tmp_path_factory)
+    return _runs(shared_server(), config_file, unpacked_files, tmp_path_factory)
 
 
 def _runs(server, config_file, unpacked_files, tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupt")
     flags = {name: _flags(config_file, unpacked_files[0], root / name)
              for name in ("straight", "ctrl_c", "sigterm")}
-    straight = server.start_tool("run_pretraining.py", *flags["straight"])
-    sigterm = server.start_tool("run_pretraining.py", *flags["sigterm"])
+    straight = server.start_tool("run_pretraining.py", *flags["straight"], imports=GRAPPLER_OFF)
+    sigterm = server.start_tool("run_pretraining.py", *flags["sigterm"], imports=GRAPPLER_OFF)
     terminated = []
 
     def terminate_while_training():
@@ -101,7 +97,7 @@ def _runs(server, config_file, unpacked_files, tmp_path_factory):
     terminator = threading.Thread(target=terminate_while_training)
     terminator.start()
     ctrl_c = _in_a_terminal(
-        server.start_in_terminal("run_pretraining.py", *flags["ctrl_c"]),
+        server.start_in_terminal("run_pretraining.py", *flags["ctrl_c"], imports=GRAPPLER_OFF),
         interrupt_after=b"sequences_seen 8")
     terminator.join()
     stopped = {"ctrl_c": ctrl_c, "sigterm": terminated[0]}
@@ -109,7 +105,7 @@ def _runs(server, config_file, unpacked_files, tmp_path_factory):
     unfinished = {name: not (root / name / "train_summary.json").exists()
                   for name in stopped}
     # The same command again resumes each.
-    resumes = {name: server.start_tool("run_pretraining.py", *flags[name])
+    resumes = {name: server.start_tool("run_pretraining.py", *flags[name], imports=GRAPPLER_OFF)
                for name in ("ctrl_c", "sigterm")}
     resumed = {name: finish_tool(process) for name, process in resumes.items()}
     return root, stopped, resumed, unfinished

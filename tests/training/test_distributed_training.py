@@ -18,8 +18,7 @@ def results():
     outputs = {}
     for result in run_tools_forked(
             [forked_run(check), forked_run(check, "run_pretraining")],
-            preload=["tensorflow", "packed_bert_tf.pretraining.run",
-                     "tests.training.trainer_checks"],
+            preload=["tensorflow"],
             timeout=900):  # as run_json_check's: minutes on a loaded machine
         assert result.returncode == 0, result.stderr[-3000:]
         outputs.update(json.loads(result.stdout.strip().splitlines()[-1]))
