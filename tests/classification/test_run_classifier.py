@@ -15,7 +15,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module
 
 
 # About 80-100 steps either way (packing factor ~3.3); without XLA (10 s less
-# to compile each; the compiled steps are tested in distributed_classifier_check).
+# to compile each; the compiled steps are tested in
+# tests.training.distributed_fine_tuning_check).
 RUNS = {"packed": ["--train_batch_size=8", "--num_train_epochs=8", "--nojit_compile"],
         "padded": ["--train_batch_size=8", "--num_train_epochs=3", "--nojit_compile"]}
 

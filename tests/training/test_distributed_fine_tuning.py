@@ -1,6 +1,6 @@
-"""The SQuAD loss, pipeline and prediction under MirroredStrategy (2 logical CPUs,
-in a subprocess: see distributed_squad_check.py)."""
-
+"""SQuAD's and the classifier's loss, pipeline and prediction under
+MirroredStrategy (2 logical CPUs, in a process of their own: see
+distributed_fine_tuning_check.py)."""
 
 import pytest
 
@@ -9,9 +9,10 @@ from tests.conftest import run_json_check
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def results():
-    return run_json_check("-m", "tests.squad.distributed_squad_check")
+@pytest.fixture(scope="module", params=["squad", "classification"])
+def results(request):
+    return run_json_check("-m", "tests.training.distributed_fine_tuning_check",
+                          request.param)
 
 
 def test_replicas_hold_different_numbers_of_sequences(results):
@@ -37,4 +38,6 @@ def test_a_per_replica_normaliser_would_be_wrong(results):
 
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
 def test_prediction_gathered_from_replicas_equals_single_device(results, mode):
+    predicted, held = results["predicted_examples"]
+    assert predicted == held
     assert results[f"predict_{mode}_max_abs_difference"] < 1e-5
