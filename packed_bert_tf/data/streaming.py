@@ -239,7 +239,8 @@ class PackingSteps:
                        self.layout_dtypes)
 
     # ----------------------------------------------------- tf.data wrappers
-    # Not converted by AutoGraph: their control flow is Python's, on lists.
+    # The map and scan functions are not converted by AutoGraph: their control
+    # flow is Python's, on lists.
     def initial_state(self):
         """The ``scan`` state before the first chunk: (packer, waiting examples)."""
         return ({key: tf.constant(value) for key, value in self._initial_packer.items()},
