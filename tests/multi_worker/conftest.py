@@ -19,10 +19,11 @@ def packed_files(tmp_path_factory):
                       folder / "packed")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tool_server():
     """The session's `ForkServer` that imported TensorFlow and the front ends'
     libraries once; each run here imports `tests.graph_options.GRAPPLER_OFF`
     too: the graph optimizer off (seconds of CPU a process; no check here is
-    about it)."""
+    about it). Asked for again in each module: between modules, the server
+    may have made room for others (`MOST_SHARED_SERVERS`) and be a new one."""
     return shared_server()
