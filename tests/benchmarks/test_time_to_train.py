@@ -4,8 +4,7 @@ figures read off their MLPerf logs, the section and the plot written.
 The script runs in a child forked from the session's process that imported
 TensorFlow once (`tests.conftest.run_tools_forked`); the child imports Beam, and
 each tool it starts (the data-prep tools, run_pretraining.py) is a child forked
-from it
-(`tests.benchmarks.time_to_train_forked`), as ``python TOOL ARGS`` runs it,
+from it (`tests.benchmarks.time_to_train_forked`), as ``python TOOL ARGS`` runs it,
 rather than a new interpreter that imports them again (seconds of CPU each,
 eight tools); the runs have TensorFlow's graph optimizer off (no check here is
 about it). The packing tool runs its Beam pipeline in its own process
