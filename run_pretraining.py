@@ -25,8 +25,9 @@ def define_flags():
     `PretrainingOptions`'s."""
     from packed_bert_tf.pretraining.run import PretrainingOptions as defaults
     from packed_bert_tf.training.flags import (define_bucketing_flags,
-                                               define_hardware_flags, define_loop_flags,
-                                               define_step_flags)
+                                               define_hardware_flags,
+                                               define_init_checkpoint_flags,
+                                               define_loop_flags, define_step_flags)
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
     from packed_bert_tf.training.options import BATCHING
@@ -41,9 +42,7 @@ def define_flags():
     flags.DEFINE_string("output_dir", defaults.output_dir,
                         "Checkpoints, TensorBoard summaries, train_summary.json. One run "
                         "at a time (OUTPUT_DIR/.lock).")
-    flags.DEFINE_string("init_checkpoint", defaults.init_checkpoint,
-                        "Original BERT (TF1) checkpoint to start from; ignored once "
-                        "--output_dir holds a checkpoint of this run.")
+    define_init_checkpoint_flags(defaults)
     flags.DEFINE_bool("resume_with_changed_flags", defaults.resume_with_changed_flags,
                       "Resume --output_dir although flags that fix the run's trajectory "
                       "(batch size, steps per update, sequence sizes, batching, seed, "

@@ -37,13 +37,18 @@ setup(
         "matplotlib",
         # MLPerf's log (mlperf_logging.mllog) and its compliance checker.
         "mlperf-logging==4.1.68",
+        # Hugging Face folders' model.safetensors (packed_bert_tf.models.hugging_face).
+        "safetensors",
     ],
     extras_require={"test": ["pytest", "pytest-xdist>=3.8", "hypothesis",
                              # tests/backends: the models under KERAS_BACKEND=jax
                              # and KERAS_BACKEND=torch.
                              "jax[cpu]",
                              # The CPU build, 2.13.0+cpu, meets the pin: the tests need no GPU.
-                             "torch==2.13.0"],
+                             "torch==2.13.0",
+                             # tests/models/test_hugging_face.py: folders it
+                             # writes and reads, outputs to compare.
+                             "transformers==5.25.0"],
                     # benchmarks/peer_benchmark.py: keras-hub's BERT beside ours.
                     "keras-hub": ["keras-hub==0.32.0"],
                     # What the tests and benchmarks compare against:

@@ -27,6 +27,7 @@ in BERT's vocabularies), one token per line, line number = id.
 from __future__ import annotations
 
 import collections
+import json
 import os
 from typing import Iterable, Sequence
 
@@ -50,8 +51,33 @@ CONTINUATION_PREFIX = "##"
 MAX_INPUT_CHARS_PER_WORD = 200
 
 
+def tokenizer_json_vocabulary(path: str) -> list[str]:
+    """The tokens by id of a Hugging Face ``tokenizer.json`` with a WordPiece model.
+
+    Raises
+    ------
+    ValueError
+        Naming the file: not JSON, a model that is not WordPiece, or ids that
+        are not 0..n-1.
+    """
+    with open(path, encoding="utf-8") as file:
+        try:
+            tokenizer = json.load(file)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{path}: not valid JSON ({error})") from None
+    model = tokenizer.get("model") if isinstance(tokenizer, dict) else None
+    kind = model.get("type") if isinstance(model, dict) else None
+    if kind != "WordPiece":
+        raise ValueError(f"{path}: model {kind!r} is not WordPiece")
+    vocab = model.get("vocab") or {}
+    if sorted(vocab.values()) != list(range(len(vocab))):
+        raise ValueError(f"{path}: model vocab ids are not 0..{len(vocab) - 1}")
+    return sorted(vocab, key=vocab.get)
+
+
 def load_vocab(vocab_file: str) -> dict[str, int]:
-    """Token -> id of a BERT ``vocab.txt`` (one token per line, id = line index).
+    """Token -> id of a BERT ``vocab.txt`` (one token per line, id = line index),
+    or of a Hugging Face ``tokenizer.json`` (`tokenizer_json_vocabulary`).
 
     Read as google-research/bert reads it: each line stripped; a token that
     occurs twice keeps its last id (a warning names both lines: the first
@@ -68,6 +94,10 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     """
     vocab: dict[str, int] = {}
     duplicates = []
+    if vocab_file.endswith(".json"):
+        vocab = {token: index for index, token in
+                 enumerate(tokenizer_json_vocabulary(vocab_file))}
+        return _check_special_tokens(vocab, vocab_file)
     with open(vocab_file, "rb") as reader:
         for index, line in enumerate(utf8_lines(reader, vocab_file)):
             token = line.strip()
@@ -87,6 +117,10 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
         logging.warning("%s: %d token%s twice, read as google-research/bert reads them "
                         "(the last line wins): %s%s", vocab_file, len(duplicates),
                         "s" if len(duplicates) > 1 else "", shown, more)
+    return _check_special_tokens(vocab, vocab_file)
+
+
+def _check_special_tokens(vocab: dict[str, int], vocab_file: str) -> dict[str, int]:
     missing = [token for token in SPECIAL_TOKENS if token not in vocab]
     if missing:
         raise ValueError(

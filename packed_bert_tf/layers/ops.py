@@ -20,11 +20,23 @@ def gelu(x):
     return 0.5 * x * (1.0 + ops.tanh(coefficient * (x + cubic * x * x * x)))
 
 
+def gelu_exact(x):
+    """The exact GELU, ``0.5 x (1 + erf(x / sqrt(2)))``, in ``x``'s dtype.
+
+    What Hugging Face's ``hidden_act="gelu"`` computes (bert-base-uncased's);
+    it differs from `gelu` by up to 4.7e-4 (near x = -2.7).
+    """
+    x = ops.convert_to_tensor(x)
+    inverse_sqrt_2 = ops.cast(1.0 / math.sqrt(2.0), x.dtype)
+    return 0.5 * x * (1.0 + ops.erf(x * inverse_sqrt_2))
+
+
 def _linear(x):
     return x
 
 
-_ACTIVATIONS = {"gelu": gelu, "relu": ops.relu, "tanh": ops.tanh, "linear": _linear}
+_ACTIVATIONS = {"gelu": gelu, "gelu_exact": gelu_exact, "relu": ops.relu,
+                "tanh": ops.tanh, "linear": _linear}
 ACTIVATION_NAMES = tuple(sorted(_ACTIVATIONS))
 
 

@@ -24,8 +24,9 @@ class BertConfig:
       num_attention_heads: N; H must be divisible by it.
       intermediate_size: I, width of the feed-forward layer.
       hidden_act: activation of the feed-forward layer and the masked-LM
-        transform: "gelu" (tanh approximation, as original BERT), "relu",
-        "tanh" or "linear".
+        transform: "gelu" (tanh approximation, as original BERT),
+        "gelu_exact" (the erf form: Hugging Face's "gelu"), "relu", "tanh"
+        or "linear".
       hidden_dropout_prob: dropout on embeddings and residual branches.
       attention_probs_dropout_prob: dropout on attention probabilities.
       max_position_embeddings: P, rows of the position table (>= S).

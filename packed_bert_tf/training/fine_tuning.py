@@ -136,14 +136,10 @@ def _check_not_pretraining_output(output_dir: str) -> None:
     weights a fine-tuning run starts from with ``--init_checkpoint``."""
     if "masked_lm_head" not in TrainingCheckpoints.model_parts(output_dir):
         return
-    exported = sorted(tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*.index")),
-                      key=lambda path: int(path[:-len(".index")].rsplit("-", 1)[1]))
-    weights = (exported[-1][:-len(".index")] if exported
-               else os.path.join(output_dir, "checkpoints", "ckpt-N"))
     raise ValueError(f"--output_dir={output_dir} holds a pre-training run "
-                     f"(run_pretraining.py): pass its weights as "
-                     f"--init_checkpoint={weights} and give this run an --output_dir of "
-                     f"its own")
+                     f"(run_pretraining.py): start from its weights with "
+                     f"--init_checkpoint={output_dir} and give this run an --output_dir "
+                     f"of its own")
 
 
 def make_tokenizer(options, config) -> WordPieceTokenizer:

@@ -96,6 +96,22 @@ def define_export_flags(defaults) -> None:
         "logits; load it with tf.saved_model.load.")
 
 
+def define_init_checkpoint_flags(defaults) -> None:
+    """``--init_checkpoint`` and ``--allow_partial_init_checkpoint``, for every
+    front end; ``defaults`` as for `define_hardware_flags`."""
+    flags.DEFINE_string(
+        "init_checkpoint", defaults.init_checkpoint,
+        "The weights to start from: an original BERT (TF1) checkpoint, a run of this "
+        "package (its --output_dir, its checkpoints/ folder or a ckpt-N), a Hugging "
+        "Face BERT folder or a keras-hub preset folder (the last two also give the "
+        "config and vocabulary). Ignored once --output_dir holds a checkpoint of this "
+        "run.")
+    flags.DEFINE_bool(
+        "allow_partial_init_checkpoint", defaults.allow_partial_init_checkpoint,
+        "Start the backbone weights --init_checkpoint lacks from random instead of "
+        "refusing the run.")
+
+
 def define_fine_tuning_flags(examples: str, defaults) -> None:
     """The flags run_squad.py and run_classifier.py share: the model and its
     vocabulary, the batch sizes and schedule, the loop, step, packing,
@@ -113,9 +129,7 @@ def define_fine_tuning_flags(examples: str, defaults) -> None:
                         "The WordPiece vocab.txt the model was trained on.")
     flags.DEFINE_bool("do_lower_case", defaults.do_lower_case,
                       "Lower-case the text (uncased models).")
-    flags.DEFINE_string("init_checkpoint", defaults.init_checkpoint,
-                        "Original BERT (TF1) checkpoint, usually pre-trained; ignored "
-                        "once --output_dir holds a checkpoint of this run.")
+    define_init_checkpoint_flags(defaults)
     flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
                          f"Rows per micro-batch over all replicas (packs when packing: "
                          f"each holds up to --max_sequences_per_pack {examples}).")

@@ -26,8 +26,12 @@ class TrainingOptions:
     Attributes:
       bert_config_file: ``bert_config.json`` of the model.
       output_dir: the run's folder: checkpoints, summaries, results.
-      init_checkpoint: an original BERT (TF1) checkpoint to start from,
-        ignored once ``output_dir`` holds a checkpoint of the run.
+      init_checkpoint: the weights to start from, in any form
+        (`packed_bert_tf.models.pretrained_weights`: an original BERT
+        checkpoint, a run of this package, a Hugging Face or keras-hub
+        folder); ignored once ``output_dir`` holds a checkpoint of the run.
+      allow_partial_init_checkpoint: start the backbone weights that
+        ``init_checkpoint`` lacks from random instead of refusing.
       do_train: train.
       train_batch_size: rows per micro-batch over all replicas (packs, when
         packing).
@@ -64,6 +68,7 @@ class TrainingOptions:
     bert_config_file: str | None = None
     output_dir: str | None = None
     init_checkpoint: str | None = None
+    allow_partial_init_checkpoint: bool = False
     do_train: bool = False
     train_batch_size: int = 32
     learning_rate: float = 5e-5

@@ -29,8 +29,11 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf.data.tokenization import load_vocab
 from packed_bert_tf.models.config import BertConfig
-from packed_bert_tf.models.google_checkpoint import load_google_checkpoint
+from packed_bert_tf.models.pretrained_weights import (PretrainedWeights,
+                                                      find_pretrained_weights,
+                                                      load_pretrained_weights)
 from packed_bert_tf.training import cluster, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision
@@ -51,6 +54,75 @@ def read_bert_config(path: str | None, flag: str = "--bert_config_file") -> Bert
     return BertConfig.from_json_file(path)
 
 
+def read_model_config(options) -> tuple[BertConfig, PretrainedWeights | None]:
+    """The model config and the ``--init_checkpoint`` weights of a run.
+
+    The config is ``--bert_config_file``'s, else that of the
+    ``--init_checkpoint`` folder (Hugging Face, keras-hub); with both, they
+    must agree. A run that resumes from ``--output_dir`` with a
+    ``--bert_config_file`` does not look at ``--init_checkpoint``. A folder's vocabulary likewise stands in for a missing
+    ``--vocab_file`` (the options are updated; with both, they must hold
+    the same tokens), and a ``--do_lower_case`` that disagrees with the
+    folder's tokenizer is warned about.
+
+    Raises:
+      ValueError: one line naming the flag, the file and the key: no
+        config anywhere, a key that differs, an unreadable source.
+    """
+    weights = None
+    resuming = options.output_dir and TrainingCheckpoints.exists(options.output_dir)
+    if options.init_checkpoint and not (resuming and options.bert_config_file):
+        try:
+            weights = find_pretrained_weights(options.init_checkpoint)
+        except ValueError as error:  # it names the path, the file and the key
+            raise ValueError(f"--init_checkpoint={error}") from None
+    folder_config = weights.config if weights is not None else None
+    if folder_config is None:
+        if not options.bert_config_file:
+            raise ValueError("--bert_config_file is required (or an --init_checkpoint "
+                             "folder that holds its config: Hugging Face, keras-hub)")
+        return read_bert_config(options.bert_config_file), weights
+    if options.bert_config_file:
+        given = read_bert_config(options.bert_config_file).to_dict()
+        for key, value in folder_config.to_dict().items():
+            if given[key] != value:
+                raise ValueError(f"--bert_config_file={options.bert_config_file}: key "
+                                 f"{key!r} is {given[key]!r} but --init_checkpoint="
+                                 f"{weights.path} ({weights.holds}) has {value!r}")
+    if hasattr(options, "vocab_file") and weights.vocab_file:
+        if not options.vocab_file:
+            options.vocab_file = weights.vocab_file
+        else:
+            _check_same_vocabulary(options.vocab_file, weights)
+    if weights.do_lower_case is not None and \
+            getattr(options, "do_lower_case", weights.do_lower_case) != weights.do_lower_case:
+        logging.warning("--do_lower_case=%s but the tokenizer of --init_checkpoint=%s "
+                        "has do_lower_case %s", options.do_lower_case, weights.path,
+                        weights.do_lower_case)
+    return folder_config, weights
+
+
+def _check_same_vocabulary(vocab_file: str, weights: PretrainedWeights) -> None:
+    """One line naming the first id whose token differs between ``vocab_file``
+    and the folder's vocabulary."""
+    if not tf.io.gfile.exists(vocab_file):
+        return  # the front end's own check names the missing file
+    mine, theirs = (_tokens_by_id(load_vocab(path))
+                    for path in (vocab_file, weights.vocab_file))
+    for index, (token, their_token) in enumerate(zip(mine, theirs)):
+        if token != their_token:
+            raise ValueError(f"--vocab_file={vocab_file}: id {index} is {token!r} but "
+                             f"{weights.vocab_file} of --init_checkpoint has "
+                             f"{their_token!r}")
+    if len(mine) != len(theirs):
+        raise ValueError(f"--vocab_file={vocab_file}: {len(mine)} tokens but "
+                         f"{weights.vocab_file} of --init_checkpoint has {len(theirs)}")
+
+
+def _tokens_by_id(vocab: dict) -> list:
+    return sorted(vocab, key=vocab.get)
+
+
 @contextlib.contextmanager
 def mixed_precision_policy(mode: str):
     """Sets the global Keras dtype policy for ``mode`` and restores the previous one."""
@@ -67,23 +139,27 @@ class RunContext:
     """Where a run runs: what `run_task` hands a task's body.
 
     Attributes:
-      config: the model's `BertConfig` (``--bert_config_file``).
+      config: the model's `BertConfig` (``--bert_config_file``, or the
+        ``--init_checkpoint`` folder's).
       strategy: the ``tf.distribute`` strategy.
       dirs: the output folders (`WorkerOutputDirs`: ``dirs.own`` is where this
         worker writes).
       worker: the worker this process is (`cluster.WorkerTask`).
+      init_weights: what ``--init_checkpoint`` holds (None: not given).
     """
 
     config: BertConfig
     strategy: tf.distribute.Strategy
     dirs: WorkerOutputDirs
     worker: cluster.WorkerTask
+    init_weights: PretrainedWeights | None = None
 
 
 def run_task(options: TrainingOptions, body: Callable[[RunContext], dict], *,
              strategy: tf.distribute.Strategy | None = None,
              batch_flags: Mapping[str, bool]) -> dict:
-    """Starts a run of any task: reads ``--bert_config_file``, checks the batch
+    """Starts a run of any task: reads the model config and finds the
+    ``--init_checkpoint`` weights (`read_model_config`), checks the batch
     sizes against the workers, makes the strategy and holds the output folder
     (`run_on_this_worker`), then returns ``body(context)``.
 
@@ -93,10 +169,10 @@ def run_task(options: TrainingOptions, body: Callable[[RunContext], dict], *,
       strategy: a strategy already made (tests), else the options'.
       batch_flags: batch-size option name -> whether this run uses it.
     """
-    config = read_bert_config(options.bert_config_file)
+    config, weights = read_model_config(options)
 
     def run_in(dirs, made_strategy, worker):
-        return body(RunContext(config, made_strategy, dirs, worker))
+        return body(RunContext(config, made_strategy, dirs, worker, weights))
 
     return run_on_this_worker(options, run_in, strategy=strategy, batch_flags=batch_flags)
 
@@ -192,9 +268,11 @@ def start_run(spec: RunSpec, options: TrainingOptions, context: RunContext) -> S
     (`packed_bert_tf.training.steps.clipping`: per micro-batch in the
     trainer, or once per update in the optimizer); then the model resumes
     from the latest checkpoint in ``dirs.shared``, else starts from
-    ``--init_checkpoint`` (original BERT format), else from its random
-    weights. Checkpoints go under ``dirs.own``. Several workers must resume
-    from one step (`cluster.check_same_step`).
+    ``--init_checkpoint`` (any form of `load_pretrained_weights`; a source
+    without every backbone weight is refused unless
+    ``--allow_partial_init_checkpoint``), else from its random weights.
+    Checkpoints go under ``dirs.own``. Several workers must resume from one
+    step (`cluster.check_same_step`).
     """
     steps, strategy = spec.steps, context.strategy
     clip = clipping(after_allreduce=options.clip_by_global_norm_after_gradient_allreduce,
@@ -222,38 +300,40 @@ def start_run(spec: RunSpec, options: TrainingOptions, context: RunContext) -> S
                                       max_to_keep=options.keep_checkpoint_max,
                                       resume_dir=context.dirs.shared)
     start_step = restore_or_initialize(
-        checkpoints, functools.partial(load_google_checkpoint, model),
-        options.init_checkpoint)
+        checkpoints, functools.partial(
+            load_pretrained_weights, model,
+            allow_partial=options.allow_partial_init_checkpoint),
+        context.init_weights)
     cluster.check_same_step(strategy, start_step, context.worker)
     return StartedRun(model, trainer, checkpoints, start_step, schedule,
                       spec.num_train_steps)
 
 
 def restore_or_initialize(checkpoints: TrainingCheckpoints, init_fn=None,
-                          init_checkpoint: str | None = None) -> int:
+                          init_weights: PretrainedWeights | None = None) -> int:
     """Resumes from the latest checkpoint of ``checkpoints``, else initialises.
 
-    ``init_checkpoint`` (read by ``init_fn(path)``) is used only when the run
-    has no checkpoint of its own: a restarted run continues where it stopped.
+    ``init_weights`` (loaded by ``init_fn(init_weights)``) are used only when
+    the run has no checkpoint of its own: a restarted run continues where it
+    stopped.
 
     Returns:
       The step training starts from.
     """
     step = checkpoints.restore_latest()
     if step is not None:
-        if init_checkpoint:
-            logging.info("ignoring --init_checkpoint=%s: resuming from %s", init_checkpoint,
-                         checkpoints.latest)
+        if init_weights is not None:
+            logging.info("ignoring --init_checkpoint=%s: resuming from %s",
+                         init_weights.path, checkpoints.latest)
         return step
-    if init_checkpoint:
-        if not (tf.io.gfile.exists(init_checkpoint + ".index")
-                or tf.io.gfile.isdir(init_checkpoint)):
-            raise ValueError(f"--init_checkpoint={init_checkpoint}: no checkpoint there "
-                             f"(expected {init_checkpoint}.index)")
-        init_fn(init_checkpoint)
+    if init_weights is not None:
+        try:
+            init_fn(init_weights)
+        except ValueError as error:
+            raise ValueError(f"--init_checkpoint={error}") from None
     return 0
 
 
 __all__ = ["RunContext", "RunSpec", "StartedRun", "mixed_precision_policy",
-           "read_bert_config", "restore_or_initialize", "resume_trajectory", "run_task",
-           "start_run"]
+           "read_bert_config", "read_model_config", "restore_or_initialize",
+           "resume_trajectory", "run_task", "start_run"]

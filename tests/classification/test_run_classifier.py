@@ -293,3 +293,24 @@ def test_option_defaults_are_the_references():
             defaults.predict_batch_size, defaults.learning_rate, defaults.num_train_epochs,
             defaults.warmup_proportion, defaults.save_checkpoints_steps,
             defaults.do_lower_case) == (128, 32, 8, 8, 5e-5, 3.0, 0.1, 1000, True)
+
+
+def test_a_hugging_face_folder_fine_tunes_and_evaluates_with_no_config_file(files,
+                                                                            tmp_path):
+    from packed_bert_tf.models import BertConfig
+    from tests.hugging_face_folders import write_transformers_folder
+
+    config = BertConfig.from_json_file(files["bert_config_file"])
+    folder = write_transformers_folder(tmp_path / "hf", config, files["vocab_file"],
+                                       architecture="BertForSequenceClassification")
+    given = {name: value for name, value in files.items()
+             if name not in ("bert_config_file", "vocab_file")}
+    untrained = run_classifier(ClassifierOptions(
+        **given, output_dir=str(tmp_path / "untrained"), init_checkpoint=folder,
+        do_eval=True, max_seq_length=32, seed=0, jit_compile=False))
+    summary = run_classifier(ClassifierOptions(
+        **given, output_dir=str(tmp_path / "trained"), init_checkpoint=folder,
+        do_train=True, do_eval=True, train_batch_size=8, num_train_epochs=8,
+        learning_rate=5e-3, max_seq_length=32, seed=0, jit_compile=False))
+    assert summary["options"]["vocab_file"] == f"{folder}/vocab.txt"
+    assert summary["eval"]["accuracy"] >= 0.9 > untrained["eval"]["accuracy"]

@@ -1,8 +1,11 @@
+import math
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import gather_positions, gelu, get_activation
+from packed_bert_tf.layers.ops import gelu_exact
 
 
 def test_gelu_is_the_tanh_approximation_of_original_bert():
@@ -14,12 +17,21 @@ def test_gelu_is_the_tanh_approximation_of_original_bert():
     assert gelu(tf.constant([1.0], tf.bfloat16)).dtype == tf.bfloat16
 
 
+def test_gelu_exact_is_the_erf_form():
+    x = np.array([-3.0, -1.0, 0.0, 0.5, 1.0, 2.0], np.float32)
+    expected = [0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x]
+    np.testing.assert_allclose(gelu_exact(x), expected, rtol=1e-6, atol=1e-7)
+    assert abs(float(gelu_exact(tf.constant(1.0))) - 0.8413447) < 1e-6
+    assert gelu_exact(tf.constant([1.0], tf.bfloat16)).dtype == tf.bfloat16
+
+
 def test_get_activation_names_and_error():
     assert get_activation("gelu") is gelu
+    assert get_activation("gelu_exact") is gelu_exact
     np.testing.assert_array_equal(get_activation("relu")(tf.constant([-1.0, 2.0])),
                                   [0.0, 2.0])
     with pytest.raises(ValueError, match="unknown activation 'swish'; expected one of "
-                                         "gelu, linear, relu, tanh"):
+                                         "gelu, gelu_exact, linear, relu, tanh"):
         get_activation("swish")
 
 

@@ -55,7 +55,8 @@ def test_missing_key_names_the_file_and_the_key(tmp_path):
     ("vocab_size", True, "key 'vocab_size' must be a positive integer, got True"),
     ("hidden_dropout_prob", 1.5, "key 'hidden_dropout_prob' must be a number in [0, 1)"),
     ("initializer_range", -0.02, "key 'initializer_range' must be a positive number"),
-    ("hidden_act", "swish", "key 'hidden_act' must be one of 'gelu', 'linear', 'relu'"),
+    ("hidden_act", "swish",
+     "key 'hidden_act' must be one of 'gelu', 'gelu_exact', 'linear', 'relu'"),
     ("num_attention_heads", 7, "key 'hidden_size' (768) must be divisible by "
                                "'num_attention_heads' (7)"),
 ])

@@ -109,6 +109,77 @@ def test_a_killed_run_resumes_and_ends_where_an_uninterrupted_one_does(
     assert written["eval"]["steps"] == 1
 
 
+def test_init_checkpoint_takes_every_folder_of_a_run(config_file, packed_files,
+                                                     tmp_path):
+    trained = tmp_path / "trained"
+    run_pretraining(options(config_file, trained, do_train=True, input_file=packed_files[0],
+                            num_train_steps=3, **NOT_COMPILED))
+    evaluate = dict(do_eval=True, eval_input_file=packed_files[0], max_eval_steps=2,
+                    **NOT_COMPILED)
+    metrics = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+               "next_sentence_loss")
+    results = {}
+    # The exported weights, then the run's folder, its checkpoints and one of them.
+    for index, where in enumerate(("model.ckpt-3", ".", "checkpoints",
+                                   "checkpoints/ckpt-3")):
+        summary = run_pretraining(options(config_file, tmp_path / f"eval{index}",
+                                          init_checkpoint=str(trained / where), **evaluate))
+        results[where] = {name: summary["eval"][name] for name in metrics}
+    assert all(result == results["model.ckpt-3"] for result in results.values()), results
+    untrained = run_pretraining(options(config_file, tmp_path / "untrained", **evaluate))
+    assert untrained["eval"]["masked_lm_loss"] != results["."]["masked_lm_loss"]
+    # A folder with none of the forms: one line, before anything is written.
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(ValueError, match=rf"^--init_checkpoint={tmp_path}/notes: no BERT "
+                                         rf"weights in a known form \(it is empty\)"):
+        run_pretraining(options(config_file, tmp_path / "refused",
+                                init_checkpoint=str(tmp_path / "notes"), **evaluate))
+    assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_new"])
+def test_a_hugging_face_folder_evaluates_with_no_config_file(config_file, packed_files,
+                                                             tmp_path, hidden_act):
+    from packed_bert_tf.data.tokenization import SPECIAL_TOKENS
+    from packed_bert_tf.models import BertPretrainingModel
+    from tests.hugging_face_folders import as_google_checkpoint, write_transformers_folder
+
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join([*SPECIAL_TOKENS, *(f"w{i}" for i in range(
+        CONFIG.vocab_size - len(SPECIAL_TOKENS)))]) + "\n")
+    folder = write_transformers_folder(tmp_path / "hf", CONFIG, vocab, hidden_act=hidden_act)
+    ours = {"gelu": "gelu_exact", "gelu_new": "gelu"}[hidden_act]
+    config = BertConfig(**{**CONFIG.to_dict(), "hidden_act": ours})
+    config.to_json_file(str(tmp_path / "bert_config.json"))
+    model = BertPretrainingModel(config)
+    model.build()
+    checkpoint = as_google_checkpoint(folder, model, tmp_path / "google" / "bert_model.ckpt")
+    evaluate = dict(do_eval=True, eval_input_file=packed_files[0], max_eval_steps=2,
+                    **NOT_COMPILED)
+    metrics = ("masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+               "next_sentence_loss")
+
+    def evaluation(bert_config_file, output_dir, init_checkpoint):
+        summary = run_pretraining(options(bert_config_file, tmp_path / output_dir,
+                                          init_checkpoint=init_checkpoint, **evaluate))
+        return {metric: summary["eval"][metric] for metric in metrics}
+
+    from_folder = evaluation(None, "from_folder", folder)
+    from_checkpoint = evaluation(str(tmp_path / "bert_config.json"), "from_checkpoint",
+                                 checkpoint)
+    for metric in metrics:
+        assert from_folder[metric] == pytest.approx(from_checkpoint[metric], rel=1e-6)
+    # With a config file too: accepted where it agrees, else one line naming the key.
+    if ours == "gelu":
+        assert evaluation(config_file, "with_config", folder) == from_folder
+        return
+    with pytest.raises(ValueError, match=rf"^--bert_config_file={config_file}: key "
+                                         rf"'hidden_act' is 'gelu' but --init_checkpoint="
+                                         rf"{folder} \(a Hugging Face BERT folder "
+                                         rf"\(model.safetensors\)\) has 'gelu_exact'$"):
+        evaluation(config_file, "with_config", folder)
+
+
 def test_packed_and_unpacked_evaluation_give_the_same_numbers(
         config_file, unpacked_files, packed_files, tmp_path):
     results = {}

@@ -122,9 +122,9 @@ def test_a_pre_training_output_dir_is_refused_naming_its_weights(files, tmp_path
         (tmp_path / f"model.ckpt-3.{suffix}").write_bytes(b"")
     before = sorted(tmp_path.rglob("*"))
     with pytest.raises(ValueError, match=rf"^--output_dir={tmp_path} holds a pre-training "
-                                         rf"run \(run_pretraining.py\): pass its weights "
-                                         rf"as --init_checkpoint={tmp_path}/model.ckpt-3 "
-                                         rf"and give this run an --output_dir of its own$"):
+                                         rf"run \(run_pretraining.py\): start from its "
+                                         rf"weights with --init_checkpoint={tmp_path} and "
+                                         rf"give this run an --output_dir of its own$"):
         run_squad(options(files, tmp_path, do_train=False, do_predict=True))
     assert sorted(tmp_path.rglob("*")) == before  # no feature cache written there
 
@@ -272,3 +272,37 @@ def test_bad_export_options_are_rejected_before_anything_runs(files, tmp_path, o
     with pytest.raises(ValueError, match=message):
         run_squad(options(files, tmp_path, **values))
     assert not (tmp_path / "serving").exists()
+
+
+def test_a_hugging_face_folder_fine_tunes_and_predicts_with_no_config_file(files,
+                                                                           tmp_path):
+    from packed_bert_tf.models import BertConfig, BertSquadModel
+    from tests.hugging_face_folders import as_google_checkpoint, write_transformers_folder
+
+    config = BertConfig.from_json_file(files["bert_config_file"])
+    folder = write_transformers_folder(tmp_path / "hf", config, files["vocab_file"],
+                                       hidden_act="gelu",
+                                       architecture="BertForQuestionAnswering")
+    model = BertSquadModel(BertConfig(**{**config.to_dict(), "hidden_act": "gelu_exact"}))
+    model.build()
+    checkpoint = as_google_checkpoint(folder, model, tmp_path / "google" / "bert_model.ckpt")
+    config_file = tmp_path / "bert_config.json"
+    model.bert_config.to_json_file(str(config_file))
+    from_folder = options(files, tmp_path / "from_folder", do_predict=True,
+                          init_checkpoint=folder, jit_compile=False)
+    from_folder.bert_config_file = from_folder.vocab_file = None
+    predicted = run_squad(from_folder)["predict"]
+    assert from_folder.vocab_file == f"{folder}/vocab.txt"  # the folder's, used
+    from_checkpoint = run_squad(options(files, tmp_path / "from_checkpoint", do_predict=True,
+                                        bert_config_file=str(config_file),
+                                        init_checkpoint=checkpoint, jit_compile=False))
+    assert predicted["exact_match"] == from_checkpoint["predict"]["exact_match"]
+    assert (tmp_path / "from_folder" / "nbest_predictions.json").read_text() == \
+        (tmp_path / "from_checkpoint" / "nbest_predictions.json").read_text()
+    # And it fine-tunes from there.
+    trained = options(files, tmp_path / "trained", do_train=True, do_predict=True,
+                      num_train_epochs=6, train_batch_size=8, init_checkpoint=folder)
+    trained.bert_config_file = trained.vocab_file = None
+    summary = run_squad(trained)
+    assert summary["train"]["final_step"] == summary["train"]["num_train_steps"]
+    assert summary["predict"]["exact_match"] > predicted["exact_match"]
