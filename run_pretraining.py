@@ -37,6 +37,31 @@ def define_flags():
                         "bert_config.json of the model.")
     flags.DEFINE_string("input_file", defaults.input_file,
                         "Training TFRecords, packed or unpacked: glob or comma list.")
+    flags.DEFINE_string(
+        "input_text_file", defaults.input_text_file,
+        "Train straight from text instead of --input_file: glob or comma list of text "
+        "files, one sentence per line and a blank line between documents. Tokenized, "
+        "cut into sequences (--pretraining_objective), masked afresh each time a "
+        "sequence is read and packed on the fly, with no offline step.")
+    flags.DEFINE_string("vocab_file", defaults.vocab_file,
+                        "--input_text_file: the WordPiece vocab.txt, or a Hugging Face "
+                        "tokenizer.json (default: the --init_checkpoint folder's).")
+    flags.DEFINE_bool("do_lower_case", defaults.do_lower_case,
+                      "--input_text_file: lower-case the text (uncased models).")
+    flags.DEFINE_enum("pretraining_objective", defaults.pretraining_objective,
+                      ["nsp", "mlm"],
+                      "--input_text_file: nsp: BERT's sentence pairs with next-sentence "
+                      "prediction (as create_pretraining_data makes them); mlm: masked "
+                      "LM alone on RoBERTa's full sentences.")
+    flags.DEFINE_float("masked_lm_prob", defaults.masked_lm_prob,
+                       "--input_text_file: share of the tokens masked (as in "
+                       "create_pretraining_data).")
+    flags.DEFINE_float("short_seq_prob", defaults.short_seq_prob,
+                       "--input_text_file, nsp: probability of a shorter sequence (as in "
+                       "create_pretraining_data).")
+    flags.DEFINE_bool("do_whole_word_mask", defaults.do_whole_word_mask,
+                      "--input_text_file: mask every piece of a word together (as in "
+                      "create_pretraining_data).")
     flags.DEFINE_string("eval_input_file", defaults.eval_input_file,
                         "Evaluation TFRecords, packed or unpacked: glob or comma list.")
     flags.DEFINE_string("output_dir", defaults.output_dir,

@@ -433,7 +433,22 @@ def _packed_on_the_fly(records: tf.data.Dataset, packing: PackOnTheFly, *,
     examples = records.batch(256).map(
         lambda serialized: parse_records(serialized, record_format, id_limits=id_limits),
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic).unbatch()
-    packs = pack_dataset(examples, max_sequence_length=record_format.max_seq_length,
+    return batch_examples(examples, batch_size=batch_size,
+                          max_seq_length=record_format.max_seq_length, packing=packing,
+                          seed=seed, skip_rows=skip_rows)
+
+
+def batch_examples(examples: tf.data.Dataset, *, batch_size: int, max_seq_length: int,
+                   packing: PackOnTheFly | None, seed: int | None,
+                   skip_rows: int = 0) -> tf.data.Dataset:
+    """Unpacked examples (one dict per sequence, as an unpacked record parses)
+    -> batches in the packed layout: of packs made as they are read
+    (``packing``), else of one sequence per row; ``skip_rows`` rows skipped
+    first (a resumed run)."""
+    if packing is None:
+        rows = examples.skip(skip_rows) if skip_rows else examples
+        return rows.batch(batch_size, drop_remainder=True).map(to_packed_layout)
+    packs = pack_dataset(examples, max_sequence_length=max_seq_length,
                          packing=packing, seed=0 if seed is None else seed)
     if skip_rows:
         # Packs depend on every record before them: skipping means packing.

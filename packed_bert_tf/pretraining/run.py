@@ -35,9 +35,14 @@ from absl import logging
 
 from packed_bert_tf.batching.bucketing import Bucketing
 from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import IdLimits
+from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.pipeline import Shuffling
+from packed_bert_tf.data.dynamic_masking import MaskingOptions
 from packed_bert_tf.data.streaming import PackOnTheFly
+from packed_bert_tf.data.text_dataset import TextInput, text_files_of
+from packed_bert_tf.data.text_sequences import (TextSequenceOptions, check_text_files,
+                                                text_sequences)
+from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
@@ -97,11 +102,19 @@ class PretrainingOptions(TrainingOptions):
     submission_division: str = "open"
     submission_status: str = "research"
     submission_platform: str | None = None
+    input_text_file: str | None = None
+    vocab_file: str | None = None
+    do_lower_case: bool = True
+    pretraining_objective: str = "nsp"
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    do_whole_word_mask: bool = False
 
 
 @dataclasses.dataclass
 class _Inputs:
-    """What the checks found out about the inputs."""
+    """What the checks found out about the inputs (``text``: training from
+    text files instead of ``train_files``)."""
 
     train_files: list
     train_format: object
@@ -109,6 +122,7 @@ class _Inputs:
     eval_format: object
     packing_factor: float | None
     pack_on_the_fly: PackOnTheFly | None = None
+    text: TextInput | None = None
 
 
 def _check_positive(options: PretrainingOptions) -> None:
@@ -148,9 +162,16 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
                  max_sequences_per_pack=options.max_sequences_per_pack)
     train_files = train_format = eval_files = eval_format = packing_factor = None
     pack_on_the_fly = None
-    if options.do_train:
+    text = None
+    if options.do_train and options.input_text_file:
+        check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
+        check_static_shapes(options.batching, strategy)
+        text, pack_on_the_fly, packing_factor = _check_text(options, config)
+        train_format = RecordFormat.unpacked(options.max_seq_length,
+                                             options.max_predictions_per_seq)
+    elif options.do_train:
         if not options.input_file:
-            raise ValueError("--do_train needs --input_file")
+            raise ValueError("--do_train needs --input_file (or --input_text_file)")
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
         check_static_shapes(options.batching, strategy)
         train_files = tfrecords.expand_file_patterns(options.input_file, flag="input_file")
@@ -172,7 +193,50 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         eval_format = task.expected_record_format(eval_files, **sizes)
         _check_first_records(eval_files, eval_format, IdLimits.of_config(config))
     return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor,
-                   pack_on_the_fly)
+                   pack_on_the_fly, text)
+
+
+def _check_text(options: PretrainingOptions, config):
+    """``--input_text_file``: the files, the tokenizer and the masking, checked.
+
+    Returns:
+      (`TextInput`, packing on the fly or None, the packing factor).
+    """
+    if options.input_file:
+        raise ValueError("--input_file and --input_text_file are both given: train on "
+                         "records or on text")
+    if options.batching == "bucketed":
+        raise ValueError("--batching=bucketed takes records: with --input_text_file use "
+                         "--batching=packed or padded")
+    if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
+        raise ValueError(f"--input_text_file needs --vocab_file (a vocab.txt or a "
+                         f"tokenizer.json): {options.vocab_file!r} is not a file")
+    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
+                         f"ids but the model's vocab_size is {config.vocab_size}")
+    files = text_files_of(options.input_text_file)
+    check_text_files(files)
+    text = TextInput(
+        files, options.vocab_file, options.do_lower_case,
+        TextSequenceOptions(options.pretraining_objective, options.max_seq_length,
+                            options.short_seq_prob),
+        MaskingOptions(options.max_predictions_per_seq, options.masked_lm_prob,
+                       options.do_whole_word_mask))
+    if options.batching != "packed":
+        return text, None, 1.0
+    packing = PackOnTheFly(options.max_sequences_per_pack, options.packing_buffer_size)
+    if options.packing_factor is not None:
+        return text, packing, options.packing_factor
+    sequences = text_sequences(files, tokenizer, text.sequences, seed=options.seed or 0,
+                               epoch=0)
+    factor = task.lengths_packing_factor(
+        ((ids != 0).sum(keepdims=True) for ids, _, _ in sequences),
+        options.max_seq_length, packing, max_records=10_000)
+    logging.info("packing factor of packing on the fly: %.4f sequences per pack "
+                 "(estimated on the first sequences of the text; --packing_factor "
+                 "overrides it)", factor)
+    return text, packing, factor
 
 
 def _check_first_records(files, record_format, id_limits: IdLimits) -> None:
@@ -293,7 +357,9 @@ def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
             f is not None and f.is_packed for f in (inputs.train_format, inputs.eval_format))
         spec = RunSpec(
             functools.partial(BertPretrainingModel, config, packed=packed_model),
-            task.PRETRAINING_TASK, steps, num_train_steps=options.num_train_steps,
+            task.MASKED_LM_TASK if inputs.text is not None
+            and options.pretraining_objective == "mlm" else task.PRETRAINING_TASK,
+            steps, num_train_steps=options.num_train_steps,
             num_warmup_steps=options.num_warmup_steps,
             start_warmup_step=options.start_warmup_step, decay_power=options.poly_power,
             optimizer_hyperparameters=dict(
@@ -326,6 +392,8 @@ def _train_and_evaluate(options, inputs, run: StartedRun, mlperf: MlperfRun,
     ``summary``; ``where``: the run's ``segments``, ``steps``, ``output_dir``
     and ``id_limits``."""
     id_limits, output_dir, steps = where["id_limits"], where["output_dir"], where["steps"]
+    # Text has no records to look into: a bad line is named as it is read.
+    train_files = inputs.train_files if inputs.text is None else None
 
     def evaluate_now(step: int) -> dict:
         with _naming_the_bad_record(inputs.eval_files, inputs.eval_format, id_limits):
@@ -351,7 +419,7 @@ def _train_and_evaluate(options, inputs, run: StartedRun, mlperf: MlperfRun,
                 earlier=run.checkpoints.totals.read()[2])
             summary["eval_interval_samples"] = interval
         skip_rows = trajectory.rows_read(where["segments"], run.start_step)
-        with _naming_the_bad_record(inputs.train_files, inputs.train_format, id_limits):
+        with _naming_the_bad_record(train_files, inputs.train_format, id_limits):
             summary["train"] = _train(options, inputs, run, output_dir, id_limits,
                                       skip_rows, evaluation)
         train = summary["train"]
@@ -396,6 +464,8 @@ def _naming_the_bad_record(files, record_format, id_limits: IdLimits):
     try:
         yield
     except tf.errors.OpError as error:
+        if files is None:
+            raise
         logging.info("the input pipeline failed (%s: %s); reading the input files to find "
                      "the record at fault", type(error).__name__,
                      error.message.splitlines()[0][:200])
@@ -418,8 +488,16 @@ def _trajectory_values(options, inputs, steps: StepCounting, strategy) -> tuple[
         values.update({"--bucket_boundaries": list(options.bucket_boundaries or []),
                        "--pool_size": options.pool_size,
                        "--token_budget": options.token_budget})
-    values["--input_file"] = [path if "://" in path else os.path.abspath(path)
-                              for path in inputs.train_files]
+    if inputs.text is not None:
+        values["--input_text_file"] = [path if "://" in path else os.path.abspath(path)
+                                       for path in inputs.text.files]
+        values.update({f"--{name}": getattr(options, name) for name in (
+            "pretraining_objective", "masked_lm_prob", "short_seq_prob",
+            "do_whole_word_mask", "do_lower_case")})
+        values["--vocab_file"] = os.path.abspath(options.vocab_file)
+    else:
+        values["--input_file"] = [path if "://" in path else os.path.abspath(path)
+                                  for path in inputs.train_files]
     # Bucketed batches hold varying rows: their resume skips whole updates
     # (rows_per_update 1: an update).
     rows = (1 if options.batching == "bucketed" else
@@ -434,7 +512,12 @@ def _train(options, inputs, run: StartedRun, output_dir, id_limits, skip_rows: i
     data first (updates, with bucketed batches: see `_trajectory_values`),
     evaluating as ``evaluation`` says."""
     shuffling = Shuffling(seed=options.seed, shuffle_buffer_size=options.shuffle_buffer_size)
-    if options.batching == "bucketed":
+    if inputs.text is not None:
+        dataset_fn = task.text_train_dataset_fn(
+            inputs.text, global_batch_size=options.train_batch_size,
+            steps_per_update=run.trainer.steps_per_update, shuffling=shuffling,
+            skip_rows=skip_rows, pack_on_the_fly=inputs.pack_on_the_fly)
+    elif options.batching == "bucketed":
         bucketing = Bucketing(
             batch_size=None if options.token_budget else options.train_batch_size,
             token_budget=options.token_budget, pool_size=options.pool_size,

@@ -10,6 +10,7 @@ function takes explicit arguments: the options object stays in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Sequence
 
@@ -53,6 +54,19 @@ def pretraining_statistics(features):
 PRETRAINING_TASK = TrainingTask(metric_names=METRIC_NAMES, loss=pretraining_loss,
                                 normalisers=pretraining_normalisers,
                                 statistics=pretraining_statistics)
+
+
+@tf.autograph.experimental.do_not_convert
+def masked_lm_loss_alone(features, outputs, normalisers):
+    """`pretraining_loss` whose ``loss`` is the masked-LM loss alone (the
+    next-sentence loss still reported): the objective of sequences without
+    sentence pairs (RoBERTa's full sentences)."""
+    losses = pretraining_loss(features, outputs, normalisers)
+    return {**losses, "loss": losses["masked_lm_loss"]}
+
+
+#: `PRETRAINING_TASK` with masked LM alone.
+MASKED_LM_TASK = dataclasses.replace(PRETRAINING_TASK, loss=masked_lm_loss_alone)
 
 
 @tf.autograph.experimental.do_not_convert
@@ -193,17 +207,43 @@ def streaming_packing_factor(files: Sequence[str], record_format: RecordFormat,
     batches = (arrays["input_mask"].sum(axis=1) for path in files
                for _, arrays in record_files.iter_array_batches(path, record_format,
                                                              batch_size=4096))
+    return lengths_packing_factor(batches, record_format.max_seq_length, packing,
+                                  max_records=max_records)
+
+
+def lengths_packing_factor(batches, max_seq_length: int, packing: PackOnTheFly, *,
+                           max_records: int = 50_000) -> float:
+    """`streaming_packing_factor` of sequence lengths (an iterable of arrays,
+    read lazily up to ``max_records`` of them)."""
     lengths, read = [], 0
     for batch in batches:  # lazily: only the files needed are read
-        lengths.append(batch)
-        read += batch.size
+        lengths.append(np.asarray(batch))
+        read += lengths[-1].size
         if read >= max_records:
             break
     lengths = np.concatenate(lengths)[:max_records]
-    result = pack_stream(lengths, record_format.max_seq_length,
+    result = pack_stream(lengths, max_seq_length,
                          packing.max_sequences_per_pack, buffer_size=packing.buffer_size,
                          max_wait=packing.max_wait)
     return lengths.size / result.num_packs
+
+
+def text_train_dataset_fn(text, *, global_batch_size: int, steps_per_update: int,
+                          shuffling: pipeline.Shuffling, skip_rows: int = 0,
+                          pack_on_the_fly: PackOnTheFly | None = None):
+    """`train_dataset_fn` for text (`packed_bert_tf.data.text_dataset.TextInput`):
+    sequences cut, masked and packed as they are read."""
+    from packed_bert_tf.data.text_dataset import text_pretraining_dataset
+
+    batches = pipeline.ReplicaBatches(skip_rows=skip_rows, micro_batches=steps_per_update,
+                                      pack_on_the_fly=pack_on_the_fly)
+
+    def dataset_fn(input_context: tf.distribute.InputContext):
+        return text_pretraining_dataset(text, global_batch_size,
+                                        input_context=input_context, shuffling=shuffling,
+                                        batches=batches)
+
+    return dataset_fn
 
 
 def bucketed_train_dataset_fn(files: Sequence[str], *, record_format: RecordFormat,
