@@ -169,6 +169,12 @@ def test_a_hugging_face_folder_evaluates_with_no_config_file(config_file, packed
                                  checkpoint)
     for metric in metrics:
         assert from_folder[metric] == pytest.approx(from_checkpoint[metric], rel=1e-6)
+    # Pre-training goes on from the folder too, with no config file.
+    trained = run_pretraining(options(None, tmp_path / "trained", init_checkpoint=folder,
+                                      do_train=True, input_file=packed_files[0],
+                                      num_train_steps=3, save_checkpoints_steps=0,
+                                      **NOT_COMPILED))
+    assert trained["train"]["final_step"] == 3
     # With a config file too: accepted where it agrees, else one line naming the key.
     if ours == "gelu":
         assert evaluation(config_file, "with_config", folder) == from_folder
