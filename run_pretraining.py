@@ -24,10 +24,13 @@ def define_flags():
     """Defines the script's flags (only when run as a program); their defaults are
     `PretrainingOptions`'s."""
     from packed_bert_tf.pretraining.run import PretrainingOptions as defaults
-    from packed_bert_tf.training.flags import (define_bucketing_flags,
-                                               define_hardware_flags,
-                                               define_init_checkpoint_flags,
-                                               define_loop_flags, define_step_flags)
+    from packed_bert_tf.training.flags import (
+        define_bucketing_flags,
+        define_hardware_flags,
+        define_init_checkpoint_flags,
+        define_loop_flags,
+        define_step_flags,
+    )
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
     from packed_bert_tf.training.optimizers import OPTIMIZERS
     from packed_bert_tf.training.options import BATCHING
@@ -178,8 +181,8 @@ def define_flags():
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    from packed_bert_tf.training.flags import run_or_exit
     from packed_bert_tf.pretraining.run import PretrainingOptions, run_pretraining
+    from packed_bert_tf.training.flags import run_or_exit
 
     run_or_exit("run_pretraining", run_pretraining, PretrainingOptions)
 

@@ -46,14 +46,30 @@ import time
 import numpy as np
 from absl import app, flags, logging
 
-from common import (MODEL_SIZE_FLAGS, define_model_size_flags, define_write_markdown,
-                    model_size, publish_section, section_header)  # benchmarks/, beside this script
-from packed_bert_tf.batching import (Bucketing, balance_across_workers, batch_costs,
-                                     batching_metrics, bucket_batches, bucket_boundaries,
-                                     expected_max_cost, packed_batches, padded_batches)
+from packed_bert_tf.batching import (
+    Bucketing,
+    balance_across_workers,
+    batch_costs,
+    batching_metrics,
+    bucket_batches,
+    bucket_boundaries,
+    expected_max_cost,
+    packed_batches,
+    padded_batches,
+)
 from packed_bert_tf.batching.dataset import default_boundaries
 from packed_bert_tf.data.synthetic import lengths_from_histogram
 from packed_bert_tf.packing import load_histogram, pack_histogram
+
+# Modules of benchmarks/, beside this script:
+from common import (
+    MODEL_SIZE_FLAGS,
+    define_model_size_flags,
+    define_write_markdown,
+    model_size,
+    publish_section,
+    section_header,
+)
 
 FLAGS = flags.FLAGS
 # Data.

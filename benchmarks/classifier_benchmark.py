@@ -25,8 +25,14 @@ import tempfile
 
 from absl import app, flags
 
-from common import (define_model_size_flags, define_write_markdown, model_size,
-                    publish_section, section_header)  # benchmarks/, beside this script
+# Modules of benchmarks/, beside this script:
+from common import (
+    define_model_size_flags,
+    define_write_markdown,
+    model_size,
+    publish_section,
+    section_header,
+)
 from throughput import throughput_figures, time_alternately
 
 FLAGS = flags.FLAGS

@@ -37,8 +37,14 @@ import time
 import numpy as np
 from absl import app, flags
 
-from common import (ENVIRONMENT, REPOSITORY, define_write_markdown, publish_section,
-                    section_header)  # benchmarks/, beside this script
+# Modules of benchmarks/, beside this script:
+from common import (
+    ENVIRONMENT,
+    REPOSITORY,
+    define_write_markdown,
+    publish_section,
+    section_header,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("work_dir", "/tmp/packed_bert_tf_create_pretraining_benchmark",

@@ -26,10 +26,19 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from common import (MODEL_SIZE_FLAGS, define_model_size_flags, define_write_markdown,
-                    model_size, publish_section, section_header, zero_packed_features)  # benchmarks/, beside this script
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
+
+# Modules of benchmarks/, beside this script:
+from common import (
+    MODEL_SIZE_FLAGS,
+    define_model_size_flags,
+    define_write_markdown,
+    model_size,
+    publish_section,
+    section_header,
+    zero_packed_features,
+)
 
 FLAGS = flags.FLAGS
 # Model and data shapes.

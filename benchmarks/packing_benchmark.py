@@ -23,10 +23,15 @@ import time
 import numpy as np
 from absl import app, flags
 
-from common import (define_write_markdown, publish_section,
-                    section_header)  # benchmarks/, beside this script
 from packed_bert_tf import packing
 from packed_bert_tf.packing import coarse
+
+# Modules of benchmarks/, beside this script:
+from common import (
+    define_write_markdown,
+    publish_section,
+    section_header,
+)
 
 FLAGS = flags.FLAGS
 define_write_markdown()

@@ -42,13 +42,20 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from common import (define_model_size_flags, define_write_markdown, publish_section,
-                    section_header, zero_packed_features)  # benchmarks/, beside this script
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
 from packed_bert_tf.packing import load_histogram, pack_histogram
 from packed_bert_tf.training.distribution import MIXED_PRECISION
+
+# Modules of benchmarks/, beside this script:
+from common import (
+    define_model_size_flags,
+    define_write_markdown,
+    publish_section,
+    section_header,
+    zero_packed_features,
+)
 
 FLAGS = flags.FLAGS
 # Model and data shapes (--num_layers is a list here: one measurement per count).

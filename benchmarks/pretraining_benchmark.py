@@ -26,8 +26,16 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from common import (REPOSITORY, define_model_size_flags, define_write_markdown, run_tool,
-                    model_size, publish_section, section_header)  # benchmarks/, beside this script
+# Modules of benchmarks/, beside this script:
+from common import (
+    REPOSITORY,
+    define_model_size_flags,
+    define_write_markdown,
+    model_size,
+    publish_section,
+    run_tool,
+    section_header,
+)
 from throughput import throughput_figures, time_alternately
 
 FLAGS = flags.FLAGS
@@ -106,8 +114,8 @@ def make_trainer(files, packed):
     """The trainer and input iterator run_pretraining.py builds, for one dataset."""
     import tensorflow as tf
 
-    from packed_bert_tf.models import BertConfig, BertPretrainingModel
     from packed_bert_tf.data.pipeline import Shuffling
+    from packed_bert_tf.models import BertConfig, BertPretrainingModel
     from packed_bert_tf.pretraining import task
     from packed_bert_tf.training.optimizers import create_optimizer
     from packed_bert_tf.training.trainer import Trainer

@@ -41,13 +41,18 @@ import time
 import numpy as np
 from absl import app, flags
 
-from common import (define_write_markdown, publish_section,
-                    section_header)  # benchmarks/, beside this script
-from grain_packers import grain_pack  # benchmarks/, beside this script
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing import histogram_from_lengths, load_histogram, pack_histogram
 from packed_bert_tf.packing.assign import assign_sequences
 from packed_bert_tf.packing.streaming import pack_stream
+
+# Modules of benchmarks/, beside this script:
+from common import (
+    define_write_markdown,
+    publish_section,
+    section_header,
+)
+from grain_packers import grain_pack
 
 FLAGS = flags.FLAGS
 define_write_markdown()

@@ -24,8 +24,15 @@ import time
 
 from absl import app, flags
 
-from common import (define_model_size_flags, define_write_markdown, model_size,
-                    publish_section, run_tool, section_header)  # benchmarks/, beside this script
+# Modules of benchmarks/, beside this script:
+from common import (
+    define_model_size_flags,
+    define_write_markdown,
+    model_size,
+    publish_section,
+    run_tool,
+    section_header,
+)
 from throughput import time_alternately
 
 FLAGS = flags.FLAGS

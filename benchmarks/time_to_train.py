@@ -48,8 +48,14 @@ import sys
 
 from absl import app, flags, logging
 
-from common import (REPOSITORY, define_write_markdown, publish_section, run_tool,
-                    section_header)  # benchmarks/, beside this script
+# Modules of benchmarks/, beside this script:
+from common import (
+    REPOSITORY,
+    define_write_markdown,
+    publish_section,
+    run_tool,
+    section_header,
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("work_dir", "/tmp/packed_bert_tf_time_to_train",

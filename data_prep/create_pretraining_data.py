@@ -222,6 +222,7 @@ def _input_files(input_patterns: str, output_files: list[str]) -> tuple[list[str
             raise OSError(f"--output_file: {error.filename}: {error.strerror}") from None
         return input_files, megabytes
     import tensorflow as tf
+
     from packed_bert_tf.data import tfrecords
     input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
     megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6

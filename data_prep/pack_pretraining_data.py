@@ -422,6 +422,7 @@ def _pack(job, options, argv, skipped: list[str], removed: int, release_lock) ->
         sys.exit(f"{TOOL}: {_beam_error_message(error, argv[1:])}")
 
     from apache_beam.io.filesystems import FileSystems
+
     from packed_bert_tf.data.features import PACKING_STATS_FILE
 
     with FileSystems.open(FileSystems.join(job.output_dir, PACKING_STATS_FILE)) as f:

@@ -28,7 +28,6 @@ import sys
 
 from absl import flags
 
-
 # Lines of native (C++) logging, which a tool's user never acts on: absl's
 # before its initialisation (TensorFlow 2.18+ writes them whatever
 # TF_CPP_MIN_LOG_LEVEL says), TensorFlow's own format, and the second line of

@@ -9,8 +9,13 @@ import sys
 
 import pytest
 
-from packed_bert_tf.output_files import (LOCK_FILE, check_folder_holds_no_input,
-                                         check_outputs_apart, output_lock, renamed_at_exit)
+from packed_bert_tf.output_files import (
+    LOCK_FILE,
+    check_folder_holds_no_input,
+    check_outputs_apart,
+    output_lock,
+    renamed_at_exit,
+)
 
 output_dir_lock = functools.partial(output_lock, flag="--output_dir")
 

@@ -14,8 +14,10 @@ import tensorflow as tf
 from packed_bert_tf.layers import block_diagonal_attention_mask
 from packed_bert_tf.layers.block_diagonal_attention_mask import attention_mask_from_offsets
 from packed_bert_tf.sequence_offsets import (
-                                             check_packed_batch, sequence_index_from_offsets,
-                                             sequence_offsets)
+    check_packed_batch,
+    sequence_index_from_offsets,
+    sequence_offsets,
+)
 from tests.backends.jax_environment import jax_environment
 from tests.conftest import REPOSITORY
 

@@ -15,14 +15,30 @@ them. numpy planning first, tf.data on top:
   records into bucketed batches in the packed layout.
 """
 
-from packed_bert_tf.batching.bucketing import (Bucketing, BucketSpec, bucket_batches,
-                                               bucket_boundaries, packed_batches,
-                                               padded_batches)
-from packed_bert_tf.batching.plan import (COSTS, BatchingMetrics, BatchPlan,
-                                          batch_costs, batching_metrics, sequence_costs)
-from packed_bert_tf.batching.sharding import (METHODS, PoolPlan, WorkerAssignment,
-                                              balance_across_workers,
-                                              expected_max_cost, plan_pool)
+from packed_bert_tf.batching.bucketing import (
+    Bucketing,
+    BucketSpec,
+    bucket_batches,
+    bucket_boundaries,
+    packed_batches,
+    padded_batches,
+)
+from packed_bert_tf.batching.plan import (
+    COSTS,
+    BatchingMetrics,
+    BatchPlan,
+    batch_costs,
+    batching_metrics,
+    sequence_costs,
+)
+from packed_bert_tf.batching.sharding import (
+    METHODS,
+    PoolPlan,
+    WorkerAssignment,
+    balance_across_workers,
+    expected_max_cost,
+    plan_pool,
+)
 
 __all__ = [
     "COSTS", "METHODS", "BatchPlan", "BatchingMetrics", "BucketSpec", "Bucketing",

@@ -42,15 +42,19 @@ import functools
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.batching.bucketing import (Bucketing, BucketSpec, bucket_batches,
-                                               epoch_rng)
+from packed_bert_tf.batching.bucketing import Bucketing, BucketSpec, bucket_batches, epoch_rng
 from packed_bert_tf.batching.plan import COSTS
 from packed_bert_tf.batching.sharding import balance_across_workers, plan_pool
 from packed_bert_tf.data import tfrecords
 from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.pipeline import (Shuffling, interleave_records, parse_records,
-                                          shard_files, to_packed_layout)
+from packed_bert_tf.data.pipeline import (
+    Shuffling,
+    interleave_records,
+    parse_records,
+    shard_files,
+    to_packed_layout,
+)
 
 _TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
 

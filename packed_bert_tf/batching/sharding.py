@@ -30,8 +30,13 @@ import dataclasses
 import numpy as np
 
 from packed_bert_tf.batching.bucketing import BucketSpec, cut_pool
-from packed_bert_tf.batching.plan import (COSTS, BatchPlan, _segment_sums, batch_costs,
-                                          sequence_costs)
+from packed_bert_tf.batching.plan import (
+    COSTS,
+    BatchPlan,
+    _segment_sums,
+    batch_costs,
+    sequence_costs,
+)
 
 METHODS = ("balanced", "round_robin")
 

@@ -27,8 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from packed_bert_tf.data.packed_rows import (PackedRows, PackSpec, RowShape, pack_rows,
-                                             plan_rows, unpack_sequence_outputs)
+from packed_bert_tf.data.packed_rows import (
+    PackedRows,
+    PackSpec,
+    RowShape,
+    pack_rows,
+    plan_rows,
+    unpack_sequence_outputs,
+)
 from packed_bert_tf.packing import PackAssignment
 
 #: What a classification example carries into a row.

@@ -28,16 +28,19 @@ from packed_bert_tf.classification.dataset import predict_logits
 from packed_bert_tf.classification.features import convert_examples_to_features
 from packed_bert_tf.classification.glue import get_task, read_examples
 from packed_bert_tf.classification.metrics import glue_metrics, write_test_results
-from packed_bert_tf.classification.packing import (DEFAULT_MAX_SEQUENCES_PER_PACK,
-                                                   pack_features)
-from packed_bert_tf.json_files import (write_json_atomically,
-                                       write_text_atomically)
+from packed_bert_tf.classification.packing import DEFAULT_MAX_SEQUENCES_PER_PACK, pack_features
+from packed_bert_tf.json_files import write_json_atomically, write_text_atomically
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
-from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_feature_ids,
-                                                 check_fine_tuning_options, check_resume,
-                                                 export,
-                                                 make_tokenizer, start_fine_tuning,
-                                                 train_on_rows)
+from packed_bert_tf.training.fine_tuning import (
+    FineTuningOptions,
+    check_feature_ids,
+    check_fine_tuning_options,
+    check_resume,
+    export,
+    make_tokenizer,
+    start_fine_tuning,
+    train_on_rows,
+)
 from packed_bert_tf.training.startup import RunContext, mixed_precision_policy, run_task
 
 SUMMARY_FILE = "classifier_summary.json"

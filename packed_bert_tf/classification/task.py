@@ -13,7 +13,9 @@ import functools
 import tensorflow as tf
 
 from packed_bert_tf.layers.sequence_classification_head import (
-    classification_loss_normalisers, sequence_classification_loss)
+    classification_loss_normalisers,
+    sequence_classification_loss,
+)
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics
 
 CLASSIFICATION_METRIC_NAMES = ("loss", "accuracy")

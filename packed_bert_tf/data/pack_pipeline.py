@@ -63,12 +63,10 @@ import apache_beam as beam
 import numpy as np
 
 from packed_bert_tf.data import file_patterns, filesystem
-from packed_bert_tf.json_files import write_json_atomically
+from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat, default_max_masked_tokens
 from packed_bert_tf.data.record_files import RecordWriter, iter_array_batches
-from packed_bert_tf.data.features import (PACKING_STATS_FILE, RecordFormat,
-                                          default_max_masked_tokens)
-from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
-                                           pack_sequences)
+from packed_bert_tf.data.sequences import SequenceBatch, masked_overflow_fix, pack_sequences
+from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_histogram
 from packed_bert_tf.packing.api import histogram_from_lengths
 

@@ -125,7 +125,7 @@ class PackSpec:
 
     def output_shapes(self, max_sequence_length: int, max_sequences_per_pack: int,
                       input_dtypes: dict) -> dict:
-        """name -> (shape, numpy dtype) of a pack; the generated features are int32."""
+        """Name -> (shape, numpy dtype) of a pack; the generated features are int32."""
         S, D, M = max_sequence_length, max_sequences_per_pack, self.max_predictions_per_pack
         out = {name: ([S], input_dtypes[name]) for name in self.tokens}
         out.update({name: ([D], input_dtypes[name]) for name in self.per_sequence})

@@ -19,8 +19,7 @@ import numpy as np
 from packed_bert_tf.data.features import RecordFormat
 from packed_bert_tf.data.packed_rows import PackSpec, check_fits, lay_out
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
-from packed_bert_tf.packing.ragged import (position_in_row, row_splits_from_lengths,
-                                          take_rows_index)
+from packed_bert_tf.packing.ragged import position_in_row, row_splits_from_lengths, take_rows_index
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -29,8 +29,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.data.packed_rows import (PackSpec, compact, concatenate, keep_rows,
-                                             lay_out, take)
+from packed_bert_tf.data.packed_rows import PackSpec, compact, concatenate, keep_rows, lay_out, take
 from packed_bert_tf.packing import PackAssignment
 from packed_bert_tf.packing.streaming import STATE_KEYS, StreamingPacker
 

@@ -32,8 +32,13 @@ from typing import Sequence
 import tensorflow as tf
 
 from packed_bert_tf.data.dynamic_masking import DynamicMasker, MaskingOptions
-from packed_bert_tf.data.pipeline import (ReplicaBatches, Shuffling, batch_examples,
-                                          pipeline_replicas, take_in_turn)
+from packed_bert_tf.data.pipeline import (
+    ReplicaBatches,
+    Shuffling,
+    batch_examples,
+    pipeline_replicas,
+    take_in_turn,
+)
 from packed_bert_tf.data.text_sequences import TextSequenceOptions, text_sequences
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 

@@ -17,8 +17,7 @@ import tensorflow as tf
 
 from packed_bert_tf.data import file_patterns
 from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.data.record_codec import (RecordError, example_columns,
-                                              failure_message)
+from packed_bert_tf.data.record_codec import RecordError, example_columns, failure_message
 
 __all__ = ["TensorFlowRecordFile", "encode_examples_with_tensorflow",
            "expand_file_patterns", "first_line", "iter_array_batches_with_tensorflow",

@@ -33,8 +33,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 from absl import logging
-from tokenizers import (AddedToken, Tokenizer, models, normalizers, pre_tokenizers,
-                        trainers)
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 from packed_bert_tf.data.text_files import utf8_lines
 

@@ -14,25 +14,41 @@ A packed row (S = 6, D = 2)::
 
 from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
 from packed_bert_tf.layers.block_diagonal_attention_mask import (
-    BlockDiagonalAttentionMask, attention_mask_from_offsets, block_diagonal_attention_mask,
-    padding_attention_mask)
-from packed_bert_tf.layers.losses import (WeightedSum, cross_replica_sum,
-                                          loss_normalisers, masked_lm_accuracy,
-                                          masked_lm_loss, next_sentence_accuracy,
-                                          next_sentence_loss, pretraining_losses,
-                                          weighted_mean)
+    BlockDiagonalAttentionMask,
+    attention_mask_from_offsets,
+    block_diagonal_attention_mask,
+    padding_attention_mask,
+)
+from packed_bert_tf.layers.losses import (
+    WeightedSum,
+    cross_replica_sum,
+    loss_normalisers,
+    masked_lm_accuracy,
+    masked_lm_loss,
+    next_sentence_accuracy,
+    next_sentence_loss,
+    pretraining_losses,
+    weighted_mean,
+)
 from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
 from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
 from packed_bert_tf.layers.ops import gather_positions, gelu, get_activation
-from packed_bert_tf.layers.position_embedding import PositionEmbedding
 from packed_bert_tf.layers.pooler import make_pooler_dense, pool
+from packed_bert_tf.layers.position_embedding import PositionEmbedding
 from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention, masked_softmax
 from packed_bert_tf.layers.sequence_classification_head import (
-    SequenceClassificationHead, classification_loss_normalisers, classification_losses,
-    sequence_classification_loss)
-from packed_bert_tf.layers.squad_span_head import (SquadSpanHead, per_sequence_logits,
-                                                   span_losses, squad_loss_normalisers,
-                                                   squad_span_loss)
+    SequenceClassificationHead,
+    classification_loss_normalisers,
+    classification_losses,
+    sequence_classification_loss,
+)
+from packed_bert_tf.layers.squad_span_head import (
+    SquadSpanHead,
+    per_sequence_logits,
+    span_losses,
+    squad_loss_normalisers,
+    squad_span_loss,
+)
 from packed_bert_tf.layers.transformer_block import BertTransformerBlock
 from packed_bert_tf.layers.transformer_encoder import BertEncoder
 

@@ -24,7 +24,9 @@ An unpacked batch is the same layout with D = 1 (cls_positions all 0).
 import keras
 
 from packed_bert_tf.layers.sequence_classification_head import (
-    SequenceClassificationHead, sequence_classification_loss)
+    SequenceClassificationHead,
+    sequence_classification_loss,
+)
 from packed_bert_tf.models.backbone import BertBackbone
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.packed_model import PackedModel

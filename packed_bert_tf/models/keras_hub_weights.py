@@ -55,11 +55,16 @@ from packed_bert_tf.data.tokenization import load_vocab
 from packed_bert_tf.layers.ops import gelu
 from packed_bert_tf.models.backbone import LAYER_NORM_EPSILON
 from packed_bert_tf.models.config import BertConfig
+
 # The private pieces: the backbone side is one more set of `_Mapping` targets.
-from packed_bert_tf.models.google_checkpoint import (CheckpointLoadReport, _assign_arrays,
-                                                     _Mapping, _read_arrays,
-                                                     google_named_weights,
-                                                     load_google_weights)
+from packed_bert_tf.models.google_checkpoint import (
+    CheckpointLoadReport,
+    _assign_arrays,
+    _Mapping,
+    _read_arrays,
+    google_named_weights,
+    load_google_weights,
+)
 
 MISSING_KERAS_HUB = ("keras-hub is not installed; install the optional extra with "
                      "pip install -e '.[keras-hub]'")

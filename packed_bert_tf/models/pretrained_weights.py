@@ -48,9 +48,12 @@ import tensorflow as tf
 
 from packed_bert_tf.models import hugging_face
 from packed_bert_tf.models.config import BertConfig
-from packed_bert_tf.models.google_checkpoint import (CheckpointLoadReport, _variable_map,
-                                                     load_google_checkpoint,
-                                                     load_google_weights)
+from packed_bert_tf.models.google_checkpoint import (
+    CheckpointLoadReport,
+    _variable_map,
+    load_google_checkpoint,
+    load_google_weights,
+)
 
 FORMS = ("google", "run", "hugging_face", "keras_hub")
 #: The folder of a run's training checkpoints, and their files' name.

@@ -5,10 +5,18 @@
 indices. numpy/scipy only: this package never imports TensorFlow.
 """
 
-from packed_bert_tf.packing.api import (ALGORITHMS, histogram_from_lengths,
-                                        pack_histogram, pack_lengths)
-from packed_bert_tf.packing.assign import (PackAssignment, assign_sequences,
-                                           pack_assignment, rows_of_packs)
+from packed_bert_tf.packing.api import (
+                                        ALGORITHMS,
+                                        histogram_from_lengths,
+                                        pack_histogram,
+                                        pack_lengths,
+)
+from packed_bert_tf.packing.assign import (
+                                        PackAssignment,
+                                        assign_sequences,
+                                        pack_assignment,
+                                        rows_of_packs,
+)
 from packed_bert_tf.packing.histograms import LengthHistogram, load_histogram
 from packed_bert_tf.packing.plan import PackingPlan
 from packed_bert_tf.packing.report import format_plan_table

@@ -35,32 +35,42 @@ from absl import logging
 
 from packed_bert_tf.batching.bucketing import Bucketing
 from packed_bert_tf.data import tfrecords
+from packed_bert_tf.data.dynamic_masking import MaskingOptions
 from packed_bert_tf.data.features import IdLimits, RecordFormat
 from packed_bert_tf.data.pipeline import Shuffling
-from packed_bert_tf.data.dynamic_masking import MaskingOptions
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.data.text_dataset import TextInput, text_files_of
-from packed_bert_tf.data.text_sequences import (TextSequenceOptions, check_text_files,
-                                                text_sequences)
+from packed_bert_tf.data.text_sequences import TextSequenceOptions, check_text_files, text_sequences
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
-from packed_bert_tf.pretraining.mlperf import (MlperfRun, check_mlperf_options,
-                                               default_eval_interval_samples)
+from packed_bert_tf.pretraining.mlperf import (
+    MlperfRun,
+    check_mlperf_options,
+    default_eval_interval_samples,
+)
 from packed_bert_tf.training import interrupts, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (check_global_batch_size,
-                                                  check_static_shapes)
-from packed_bert_tf.training.hyperparameters import (PACKING_MODES, adjust_for_packing,
-                                                     read_packing_factor)
+from packed_bert_tf.training.distribution import check_global_batch_size, check_static_shapes
+from packed_bert_tf.training.hyperparameters import (
+    PACKING_MODES,
+    adjust_for_packing,
+    read_packing_factor,
+)
 from packed_bert_tf.training.loop import PeriodicEvaluation, train_and_export
 from packed_bert_tf.training.options import BATCHING, TrainingOptions
 from packed_bert_tf.training.progress import format_values
-from packed_bert_tf.training.startup import (RunContext, RunSpec, StartedRun,
-                                             mixed_precision_policy, resume_trajectory,
-                                             run_task, start_run)
+from packed_bert_tf.training.startup import (
+    RunContext,
+    RunSpec,
+    StartedRun,
+    mixed_precision_policy,
+    resume_trajectory,
+    run_task,
+    start_run,
+)
 from packed_bert_tf.training.steps import StepCounting, clipping
 from packed_bert_tf.training.trainer import Trainer
 

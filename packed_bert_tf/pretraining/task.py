@@ -21,12 +21,16 @@ from packed_bert_tf.batching.bucketing import Bucketing
 from packed_bert_tf.data import pipeline, record_files
 from packed_bert_tf.data.features import IdLimits, RecordFormat, default_max_masked_tokens
 from packed_bert_tf.data.streaming import PackOnTheFly
+from packed_bert_tf.layers.losses import (
+    loss_normalisers,
+    masked_lm_accuracy,
+    masked_lm_loss,
+    next_sentence_accuracy,
+    next_sentence_loss,
+    pretraining_losses,
+)
 from packed_bert_tf.packing.streaming import pack_stream
-from packed_bert_tf.layers.losses import (loss_normalisers, masked_lm_accuracy,
-                                          masked_lm_loss, next_sentence_accuracy,
-                                          next_sentence_loss, pretraining_losses)
-from packed_bert_tf.training.trainer import (TrainingTask, batch_statistics,
-                                             stack_micro_batches)
+from packed_bert_tf.training.trainer import TrainingTask, batch_statistics, stack_micro_batches
 
 METRIC_NAMES = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy",
                 "next_sentence_accuracy")

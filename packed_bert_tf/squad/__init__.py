@@ -12,10 +12,14 @@
 Only `evaluation` is imported here: it never imports TensorFlow.
 """
 
-from packed_bert_tf.squad.evaluation import (evaluate, evaluate_files,
-                                             exact_match_score, f1_score,
+from packed_bert_tf.squad.evaluation import (
+                                             evaluate,
+                                             evaluate_files,
+                                             exact_match_score,
+                                             f1_score,
                                              metric_max_over_ground_truths,
-                                             normalize_answer)
+                                             normalize_answer,
+)
 
 __all__ = [
     "evaluate", "evaluate_files", "exact_match_score", "f1_score",

@@ -28,8 +28,15 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.data.packed_rows import (PackedRows, PackSpec, RowShape, compact_padded,
-                                             pack_rows, plan_rows, unpack_token_outputs)
+from packed_bert_tf.data.packed_rows import (
+    PackedRows,
+    PackSpec,
+    RowShape,
+    compact_padded,
+    pack_rows,
+    plan_rows,
+    unpack_token_outputs,
+)
 from packed_bert_tf.packing import PackAssignment
 
 #: What a SQuAD feature carries into a row.

@@ -27,11 +27,16 @@ from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import check_feature_arguments, load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.squad.postprocess import postprocess_and_evaluate
-from packed_bert_tf.training.fine_tuning import (FineTuningOptions, check_feature_ids,
-                                                 check_fine_tuning_options, check_resume,
-                                                 export,
-                                                 make_tokenizer, start_fine_tuning,
-                                                 train_on_rows)
+from packed_bert_tf.training.fine_tuning import (
+    FineTuningOptions,
+    check_feature_ids,
+    check_fine_tuning_options,
+    check_resume,
+    export,
+    make_tokenizer,
+    start_fine_tuning,
+    train_on_rows,
+)
 from packed_bert_tf.training.startup import RunContext, mixed_precision_policy, run_task
 
 SUMMARY_FILE = "squad_summary.json"

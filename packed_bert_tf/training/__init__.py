@@ -25,9 +25,13 @@ The modules, by concern:
 The package itself exports the optimiser pieces below.
 """
 
-from packed_bert_tf.training.hyperparameters import (PACKING_MODES, PACKING_STATS_FILE,
-                                                     PackingAdjustment, adjust_for_packing,
-                                                     read_packing_factor)
+from packed_bert_tf.training.hyperparameters import (
+                                                     PACKING_MODES,
+                                                     PACKING_STATS_FILE,
+                                                     PackingAdjustment,
+                                                     adjust_for_packing,
+                                                     read_packing_factor,
+)
 from packed_bert_tf.training.lamb import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY, LAMB
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 

@@ -25,12 +25,16 @@ from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from packed_bert_tf.training.distribution import (check_global_batch_size,
-                                                  check_static_shapes)
+from packed_bert_tf.training.distribution import check_global_batch_size, check_static_shapes
 from packed_bert_tf.training.loop import train_and_export
 from packed_bert_tf.training.options import BATCHING, TrainingOptions
-from packed_bert_tf.training.startup import (RunContext, RunSpec, StartedRun,
-                                             resume_trajectory, start_run)
+from packed_bert_tf.training.startup import (
+    RunContext,
+    RunSpec,
+    StartedRun,
+    resume_trajectory,
+    start_run,
+)
 from packed_bert_tf.training.steps import StepCounting
 
 

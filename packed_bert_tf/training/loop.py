@@ -15,8 +15,11 @@ from absl import logging
 
 from packed_bert_tf.models.google_checkpoint import save_google_checkpoint
 from packed_bert_tf.training import interrupts
-from packed_bert_tf.training.checkpoints import (RunTotals, TrainingCheckpoints,
-                                                 google_checkpoint_path)
+from packed_bert_tf.training.checkpoints import (
+    RunTotals,
+    TrainingCheckpoints,
+    google_checkpoint_path,
+)
 from packed_bert_tf.training.options import TrainingOptions
 from packed_bert_tf.training.progress import TrainingLogger, format_values
 from packed_bert_tf.training.steps import crossed, updates_to_boundary

@@ -5,8 +5,12 @@ from __future__ import annotations
 import keras
 
 from packed_bert_tf.training.clipping import ClipAfterCrossReplicaSum
-from packed_bert_tf.training.lamb import (DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY, LAMB,
-                                         matches_any, variable_path)
+from packed_bert_tf.training.lamb import (
+    DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+    LAMB,
+    matches_any,
+    variable_path,
+)
 
 OPTIMIZERS = ("lamb", "adamw")
 

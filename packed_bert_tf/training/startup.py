@@ -31,9 +31,11 @@ from absl import logging
 
 from packed_bert_tf.data.tokenization import load_vocab
 from packed_bert_tf.models.config import BertConfig
-from packed_bert_tf.models.pretrained_weights import (PretrainedWeights,
-                                                      find_pretrained_weights,
-                                                      load_pretrained_weights)
+from packed_bert_tf.models.pretrained_weights import (
+    PretrainedWeights,
+    find_pretrained_weights,
+    load_pretrained_weights,
+)
 from packed_bert_tf.training import cluster, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from packed_bert_tf.training.distribution import set_mixed_precision

@@ -97,7 +97,7 @@ def first_batch(arrays) -> dict:
 
 
 def largest_difference(got: dict, want: dict, prefix: str) -> float:
-    """max |got - want| over the arrays of ``want`` named ``prefix/...``."""
+    """Max |got - want| over the arrays of ``want`` named ``prefix/...``."""
     return max(float(np.abs(np.asarray(got[name[len(prefix) + 1:]], np.float64)
                             - want[name]).max())
                for name in want.files if name.startswith(prefix + "/"))
@@ -200,9 +200,13 @@ def check_tagger(folder, packed, want):
 def check_keras_hub(folder, arrays, want):
     if not (folder / "keras_hub_backbone.keras").exists():
         return None  # keras-hub is not installed where the folder was written
-    from packed_bert_tf.models import (BertPretrainingModel, bert_config_from_keras_hub,
-                                       keras_hub_named_weights, load_keras_hub_backbone,
-                                       to_keras_hub_backbone)
+    from packed_bert_tf.models import (
+        BertPretrainingModel,
+        bert_config_from_keras_hub,
+        keras_hub_named_weights,
+        load_keras_hub_backbone,
+        to_keras_hub_backbone,
+    )
 
     backbone = keras.models.load_model(str(folder / "keras_hub_backbone.keras"))
     model = BertPretrainingModel(bert_config_from_keras_hub(backbone))

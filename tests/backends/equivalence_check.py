@@ -39,8 +39,13 @@ from keras import ops
 
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertClassifierModel, BertPretrainingModel, BertSquadModel
-from tests.models.packed_batches import (TINY_CONFIG, gradient_errors, layout,
-                                         random_packs, relative_error)
+from tests.models.packed_batches import (
+    TINY_CONFIG,
+    gradient_errors,
+    layout,
+    random_packs,
+    relative_error,
+)
 
 S, D, M = 48, 3, 12
 SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)

@@ -19,11 +19,21 @@ import numpy as np
 import pytest
 from keras import ops
 
-from packed_bert_tf.models import (BertPretrainingModel, bert_config_from_keras_hub,
-                                   load_keras_hub_backbone)
-from tests.backends.cross_backend_check import (ROWS, SHAPES, STEPS, first_batch,
-                                                fit_steps, numpy_outputs, optimizer_arrays,
-                                                step_losses)
+from packed_bert_tf.models import (
+    BertPretrainingModel,
+    bert_config_from_keras_hub,
+    load_keras_hub_backbone,
+)
+from tests.backends.cross_backend_check import (
+    ROWS,
+    SHAPES,
+    STEPS,
+    first_batch,
+    fit_steps,
+    numpy_outputs,
+    optimizer_arrays,
+    step_losses,
+)
 from tests.conftest import REPOSITORY, tool_environment
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 from tests.test_docs_layers import DOC, python_blocks

@@ -10,9 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.batching import (BatchPlan, Bucketing, batching_metrics, bucket_batches,
-                                     bucket_boundaries, packed_batches, padded_batches)
-from packed_bert_tf.batching import bucketing, plan, sharding
+from packed_bert_tf.batching import (
+    BatchPlan,
+    Bucketing,
+    batching_metrics,
+    bucket_batches,
+    bucket_boundaries,
+    bucketing,
+    packed_batches,
+    padded_batches,
+    plan,
+    sharding,
+)
 
 
 def _skewed_lengths(rng, size, max_len):

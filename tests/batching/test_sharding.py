@@ -5,9 +5,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.batching import (BatchPlan, Bucketing, BucketSpec, balance_across_workers,
-                                     bucket_batches, expected_max_cost, padded_batches,
-                                     plan_pool)
+from packed_bert_tf.batching import (
+    BatchPlan,
+    Bucketing,
+    BucketSpec,
+    balance_across_workers,
+    bucket_batches,
+    expected_max_cost,
+    padded_batches,
+    plan_pool,
+)
 from packed_bert_tf.data.synthetic import lengths_from_histogram
 
 

@@ -3,12 +3,17 @@
 import numpy as np
 import pytest
 
-from packed_bert_tf.classification.features import (convert_examples_to_features,
-                                                     truncated_pair_lengths)
+from packed_bert_tf.classification.features import (
+    convert_examples_to_features,
+    truncated_pair_lengths,
+)
 from packed_bert_tf.classification.glue import InputExample, get_task
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
-from tests.classification.classifier_data import (TRUNCATION_TEXTS, random_examples,
-                                                  write_classifier_vocab)
+from tests.classification.classifier_data import (
+    TRUNCATION_TEXTS,
+    random_examples,
+    write_classifier_vocab,
+)
 
 
 @pytest.fixture(scope="module")

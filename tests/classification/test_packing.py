@@ -5,13 +5,20 @@ import pytest
 
 from packed_bert_tf.classification.features import ClassifierFeatures
 from packed_bert_tf.classification.glue import get_task
-from packed_bert_tf.classification.packing import (DEFAULT_MAX_SEQUENCES_PER_PACK,
-                                                   layout_packs, pack_examples,
-                                                   pack_features, unpack_logits)
+from packed_bert_tf.classification.packing import (
+    DEFAULT_MAX_SEQUENCES_PER_PACK,
+    layout_packs,
+    pack_examples,
+    pack_features,
+    unpack_logits,
+)
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.packing import PackAssignment, ragged
-from tests.classification.classifier_data import (random_examples, random_features,
-                                                  write_classifier_vocab)
+from tests.classification.classifier_data import (
+    random_examples,
+    random_features,
+    write_classifier_vocab,
+)
 
 
 def _small_features(labels=(1, 0, 2), dtype=np.int32):

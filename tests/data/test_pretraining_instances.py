@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from packed_bert_tf.data import features, pretraining_instances, record_files
-from packed_bert_tf.data.pretraining_instances import (InstanceOptions,
-                                                       create_training_instances)
+from packed_bert_tf.data.pretraining_instances import InstanceOptions, create_training_instances
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = range(5)

@@ -13,8 +13,12 @@ from packed_bert_tf.classification.features import ClassifierFeatures
 from packed_bert_tf.classification.packing import pack_features as pack_classifier
 from packed_bert_tf.data import record_files, synthetic
 from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.pipeline import (SEQUENCE_OFFSETS, ReplicaBatches,
-                                          pretraining_dataset, with_sequence_offsets)
+from packed_bert_tf.data.pipeline import (
+    SEQUENCE_OFFSETS,
+    ReplicaBatches,
+    pretraining_dataset,
+    with_sequence_offsets,
+)
 from packed_bert_tf.data.rows_dataset import rows_dataset
 from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
 from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset

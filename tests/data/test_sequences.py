@@ -5,8 +5,12 @@ import pytest
 
 from packed_bert_tf.data import synthetic
 from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.sequences import (SequenceBatch, masked_overflow_fix,
-                                           pack_sequences, unpack_records)
+from packed_bert_tf.data.sequences import (
+    SequenceBatch,
+    masked_overflow_fix,
+    pack_sequences,
+    unpack_records,
+)
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
 
 S, P, D = 32, 6, 3
@@ -108,8 +112,8 @@ def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
 
 @pytest.mark.parametrize("max_depth, vocab", [(3, 3000), (5, 30522), (3, 70_000)])
 def test_compact_layout_is_the_same_records(rng, max_depth, vocab):
-    from packed_bert_tf.data.record_codec import encode_examples
     from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
+    from packed_bert_tf.data.record_codec import encode_examples
 
     lengths = rng.integers(5, S + 1, 300)
     arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
 from packed_bert_tf.data.packed_rows import PackSpec
+from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
 from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
 from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing.streaming import pack_stream

@@ -9,8 +9,7 @@ import pytest
 from packed_bert_tf.data.dynamic_masking import MaskingOptions
 from packed_bert_tf.data.pipeline import ReplicaBatches, Shuffling
 from packed_bert_tf.data.streaming import PackOnTheFly
-from packed_bert_tf.data.text_dataset import (TextInput, text_examples,
-                                              text_pretraining_dataset)
+from packed_bert_tf.data.text_dataset import TextInput, text_examples, text_pretraining_dataset
 from packed_bert_tf.data.text_sequences import TextSequenceOptions
 from packed_bert_tf.data.tokenization import SPECIAL_TOKENS
 

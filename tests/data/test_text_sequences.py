@@ -6,8 +6,12 @@ import collections
 import numpy as np
 import pytest
 
-from packed_bert_tf.data.text_sequences import (TextSequenceOptions, check_text_files,
-                                                epoch_files, text_sequences)
+from packed_bert_tf.data.text_sequences import (
+    TextSequenceOptions,
+    check_text_files,
+    epoch_files,
+    text_sequences,
+)
 from packed_bert_tf.data.tokenization import SPECIAL_TOKENS, WordPieceTokenizer
 
 WORDS = [f"w{i}" for i in range(40)]

@@ -14,9 +14,18 @@ import socket
 
 import pytest
 
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool, forked_run,
-                            one_line_error_problems, run_tool, run_tools_forked,
-                            start_tool, wait_for_signal_handlers, write_unpacked_dataset)
+from tests.conftest import (
+    SMALL_PREDICTIONS,
+    SMALL_SEQ_LENGTH,
+    finish_tool,
+    forked_run,
+    one_line_error_problems,
+    run_tool,
+    run_tools_forked,
+    start_tool,
+    wait_for_signal_handlers,
+    write_unpacked_dataset,
+)
 
 pytestmark = pytest.mark.slow
 

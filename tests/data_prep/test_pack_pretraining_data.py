@@ -14,12 +14,21 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
+from data_prep.process_tree import descendants
 from packed_bert_tf.data import filesystem, pack_pipeline, record_files, tfrecords
 from packed_bert_tf.data.verify import infer_record_format, verify_packing
-from data_prep.process_tree import descendants
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, ToolResult, forked_run,
-                            run_tool, run_tools_forked, start_tool, tool_command,
-                            tool_environment, write_unpacked_dataset)
+from tests.conftest import (
+    SMALL_PREDICTIONS,
+    SMALL_SEQ_LENGTH,
+    ToolResult,
+    forked_run,
+    run_tool,
+    run_tools_forked,
+    start_tool,
+    tool_command,
+    tool_environment,
+    write_unpacked_dataset,
+)
 
 pytestmark = pytest.mark.slow
 

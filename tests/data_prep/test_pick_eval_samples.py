@@ -10,8 +10,14 @@ import pytest
 from data_prep.pick_eval_samples import pick_eval_samples, pick_indices
 from packed_bert_tf.data import record_files
 from packed_bert_tf.data.features import RecordFormat
-from tests.conftest import (SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, finish_tool,
-                            one_line_error_problems, start_tool, write_unpacked_dataset)
+from tests.conftest import (
+    SMALL_PREDICTIONS,
+    SMALL_SEQ_LENGTH,
+    finish_tool,
+    one_line_error_problems,
+    start_tool,
+    write_unpacked_dataset,
+)
 
 TOOL = "pick_eval_samples"
 FORMAT = RecordFormat.unpacked(SMALL_SEQ_LENGTH, SMALL_PREDICTIONS)

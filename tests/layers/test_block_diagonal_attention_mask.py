@@ -1,9 +1,11 @@
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.layers import (BlockDiagonalAttentionMask,
-                                   block_diagonal_attention_mask,
-                                   padding_attention_mask)
+from packed_bert_tf.layers import (
+    BlockDiagonalAttentionMask,
+    block_diagonal_attention_mask,
+    padding_attention_mask,
+)
 from tests.layers.layer_checks import run_layer_checks
 
 

@@ -4,10 +4,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import (WeightedSum, cross_replica_sum, loss_normalisers,
-                                   masked_lm_accuracy, masked_lm_loss,
-                                   next_sentence_accuracy, next_sentence_loss,
-                                   pretraining_losses, weighted_mean)
+from packed_bert_tf.layers import (
+    WeightedSum,
+    cross_replica_sum,
+    loss_normalisers,
+    masked_lm_accuracy,
+    masked_lm_loss,
+    next_sentence_accuracy,
+    next_sentence_loss,
+    pretraining_losses,
+    weighted_mean,
+)
 
 LN2 = math.log(2.0)
 # One packed row, M = 4: two masked tokens of sequence 1, one of sequence 2, an

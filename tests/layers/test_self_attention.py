@@ -2,8 +2,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import (MultiHeadSelfAttention, block_diagonal_attention_mask,
-                                   masked_softmax)
+from packed_bert_tf.layers import (
+    MultiHeadSelfAttention,
+    block_diagonal_attention_mask,
+    masked_softmax,
+)
 from tests.layers import numpy_reference
 from tests.layers.layer_checks import run_layer_checks
 

@@ -3,9 +3,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import (NextSentenceHead, SequenceClassificationHead,
-                                   classification_loss_normalisers,
-                                   sequence_classification_loss)
+from packed_bert_tf.layers import (
+    NextSentenceHead,
+    SequenceClassificationHead,
+    classification_loss_normalisers,
+    sequence_classification_loss,
+)
 from tests.layers import numpy_reference
 from tests.layers.layer_checks import run_layer_checks
 

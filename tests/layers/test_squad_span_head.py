@@ -3,8 +3,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import (SquadSpanHead, per_sequence_logits,
-                                   squad_loss_normalisers, squad_span_loss)
+from packed_bert_tf.layers import (
+    SquadSpanHead,
+    per_sequence_logits,
+    squad_loss_normalisers,
+    squad_span_loss,
+)
 from tests.layers import numpy_reference
 from tests.layers.layer_checks import run_layer_checks
 

@@ -20,8 +20,13 @@ import numpy as np  # noqa: E402
 from packed_bert_tf.layers import loss_normalisers, pretraining_losses  # noqa: E402
 from packed_bert_tf.models import BertPretrainingModel  # noqa: E402
 from tests.graph_options import switch_off_grappler  # noqa: E402
-from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
-                                         layout, random_packs, relative_error)
+from tests.models.packed_batches import (  # noqa: E402
+    TINY_CONFIG,
+    gradient_errors,
+    layout,
+    random_packs,
+    relative_error,
+)
 
 SHAPES = dict(sequence_length=32, max_sequences_per_pack=3, max_masked=8)
 #: One layer: the normalisers act on the losses, whatever the depth; tracing

@@ -116,7 +116,7 @@ def per_sequence_outputs(outputs, placements):
 
 
 def relative_error(got, want):
-    """max |got - want| over max |want|, in float64."""
+    """Max |got - want| over max |want|, in float64."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.abs(got - want).max() / np.abs(want).max())
 

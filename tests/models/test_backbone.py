@@ -5,8 +5,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.models import (BertBackbone, BertClassifierModel, BertPretrainingModel,
-                                   BertSquadModel)
+from packed_bert_tf.models import (
+    BertBackbone,
+    BertClassifierModel,
+    BertPretrainingModel,
+    BertSquadModel,
+)
 from tests.layers import numpy_reference
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 

@@ -8,9 +8,14 @@ import tensorflow as tf
 
 from packed_bert_tf.classification.packing import pack_features, unpack_logits
 from packed_bert_tf.layers import sequence_classification_loss
-from packed_bert_tf.models import (BertClassifierModel, BertConfig, BertPretrainingModel,
-                                   google_variable_shapes, load_google_checkpoint,
-                                   save_google_checkpoint)
+from packed_bert_tf.models import (
+    BertClassifierModel,
+    BertConfig,
+    BertPretrainingModel,
+    google_variable_shapes,
+    load_google_checkpoint,
+    save_google_checkpoint,
+)
 from tests.classification.classifier_data import random_features
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors
 

@@ -7,9 +7,13 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import squad_span_loss
-from packed_bert_tf.models import (BertPretrainingModel, BertSquadModel,
-                                   google_variable_shapes, load_google_checkpoint,
-                                   save_google_checkpoint)
+from packed_bert_tf.models import (
+    BertPretrainingModel,
+    BertSquadModel,
+    google_variable_shapes,
+    load_google_checkpoint,
+    save_google_checkpoint,
+)
 from packed_bert_tf.squad.packing import pack_features, unpack_logits
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors
 from tests.squad.squad_data import make_features

@@ -4,9 +4,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.models import (BertPretrainingModel, google_named_weights,
-                                   google_variable_shapes, load_google_checkpoint,
-                                   load_google_weights, save_google_checkpoint)
+from packed_bert_tf.models import (
+    BertPretrainingModel,
+    google_named_weights,
+    google_variable_shapes,
+    load_google_checkpoint,
+    load_google_weights,
+    save_google_checkpoint,
+)
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
 pytestmark = pytest.mark.slow  # TF1 checkpoints written and read

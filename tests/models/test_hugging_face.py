@@ -11,11 +11,18 @@ import pytest
 import safetensors.numpy
 
 from packed_bert_tf.layers.ops import gelu_exact
-from packed_bert_tf.models import (BertClassifierModel, BertPretrainingModel, BertSquadModel,
-                                   google_named_weights, hugging_face_vocabulary,
-                                   is_hugging_face_folder, load_google_weights,
-                                   open_hugging_face_folder, read_hugging_face_weights,
-                                   save_hugging_face)
+from packed_bert_tf.models import (
+    BertClassifierModel,
+    BertPretrainingModel,
+    BertSquadModel,
+    google_named_weights,
+    hugging_face_vocabulary,
+    is_hugging_face_folder,
+    load_google_weights,
+    open_hugging_face_folder,
+    read_hugging_face_weights,
+    save_hugging_face,
+)
 from tests.models.packed_batches import TINY_CONFIG, packed_and_unpacked, random_packs
 
 pytestmark = pytest.mark.slow  # transformers and our models built and run, 6 times

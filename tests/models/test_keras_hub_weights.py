@@ -9,11 +9,18 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
-from packed_bert_tf.models import (BertClassifierModel, BertPretrainingModel, BertSquadModel,
-                                   bert_config_from_keras_hub, google_named_weights,
-                                   keras_hub_named_weights, load_keras_hub_backbone,
-                                   to_keras_hub_backbone, write_keras_hub_backbone,
-                                   write_keras_hub_vocabulary)
+from packed_bert_tf.models import (
+    BertClassifierModel,
+    BertPretrainingModel,
+    BertSquadModel,
+    bert_config_from_keras_hub,
+    google_named_weights,
+    keras_hub_named_weights,
+    load_keras_hub_backbone,
+    to_keras_hub_backbone,
+    write_keras_hub_backbone,
+    write_keras_hub_vocabulary,
+)
 from packed_bert_tf.models.keras_hub_weights import MISSING_KERAS_HUB
 from tests.models.packed_batches import TINY_CONFIG, packed_and_unpacked, random_packs
 

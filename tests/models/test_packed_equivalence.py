@@ -6,9 +6,14 @@ import tensorflow as tf
 
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertPretrainingModel
-from tests.models.packed_batches import (TINY_CONFIG, gradient_errors, layout,
-                                         packed_and_unpacked, per_sequence_outputs,
-                                         random_packs)
+from tests.models.packed_batches import (
+    TINY_CONFIG,
+    gradient_errors,
+    layout,
+    packed_and_unpacked,
+    per_sequence_outputs,
+    random_packs,
+)
 
 pytestmark = pytest.mark.slow  # XLA compilations
 

@@ -8,10 +8,18 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.models import (BertClassifierModel, BertPretrainingModel, BertSquadModel,
-                                   google_named_weights, save_google_checkpoint)
-from packed_bert_tf.models.pretrained_weights import (find_pretrained_weights,
-                                                      from_preset, load_pretrained_weights)
+from packed_bert_tf.models import (
+    BertClassifierModel,
+    BertPretrainingModel,
+    BertSquadModel,
+    google_named_weights,
+    save_google_checkpoint,
+)
+from packed_bert_tf.models.pretrained_weights import (
+    find_pretrained_weights,
+    from_preset,
+    load_pretrained_weights,
+)
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
 from tests.models.packed_batches import TINY_CONFIG
 

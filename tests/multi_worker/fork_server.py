@@ -199,9 +199,9 @@ class ForkServer:
     `tests.conftest.start_tool`), `start_in_terminal`, `close`."""
 
     def __init__(self, preload=("tensorflow",)):
-        from tests.conftest import tool_environment
-
         import tempfile
+
+        from tests.conftest import tool_environment
 
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         # The imports' native log lines stay out of the test run's output; the

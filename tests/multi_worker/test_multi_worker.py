@@ -20,9 +20,18 @@ import tensorflow as tf
 
 from tests.conftest import finish_tool, one_line_error_problems
 from tests.graph_options import GRAPPLER_OFF
-from tests.multi_worker.workers import (MULTI, finish_all, free_ports, killed_at_the_end,
-                                        max_difference, run_both_ways, start_workers,
-                                        tf_config, weights, worker_folder)
+from tests.multi_worker.workers import (
+    MULTI,
+    finish_all,
+    free_ports,
+    killed_at_the_end,
+    max_difference,
+    run_both_ways,
+    start_workers,
+    tf_config,
+    weights,
+    worker_folder,
+)
 from tests.pretraining.tiny_runs import P, S
 
 pytestmark = pytest.mark.slow
@@ -156,7 +165,7 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, tool
 
 
 def _bad_runs(server, config_file, packed_files, root):
-    """name -> (processes, expected text of the last line)."""
+    """Name -> (processes, expected text of the last line)."""
     flags = [*pretraining_flags(config_file, packed_files, str(root / "out"),
                                 cluster_timeout_seconds=CONNECT_SECONDS),
              f"--distribution_strategy={MULTI}"]

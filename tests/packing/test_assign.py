@@ -3,9 +3,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.packing import (PackAssignment, assign_sequences,
-                                    histogram_from_lengths, pack_assignment,
-                                    pack_histogram)
+from packed_bert_tf.packing import (
+    PackAssignment,
+    assign_sequences,
+    histogram_from_lengths,
+    pack_assignment,
+    pack_histogram,
+)
 
 
 def _plan_for(lengths, max_len, cap, algorithm="optimal"):

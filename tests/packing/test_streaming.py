@@ -2,11 +2,16 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies
-from packed_bert_tf.packing.streaming import (MAX_PATTERNS, StreamingPacker,
-                                              exact_fill_patterns, pack_stream)
+from packed_bert_tf.packing.streaming import (
+    MAX_PATTERNS,
+    StreamingPacker,
+    exact_fill_patterns,
+    pack_stream,
+)
 
 pytestmark = pytest.mark.slow
 

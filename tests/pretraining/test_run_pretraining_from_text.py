@@ -10,9 +10,12 @@ import tensorflow as tf
 from packed_bert_tf.data.tokenization import SPECIAL_TOKENS
 from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.trainer import Trainer
-from tests.pretraining.test_run_pretraining import (NOT_COMPILED, google_weights,
-                                                    kill_in_second_chunk)
-from tests.pretraining.tiny_runs import CONFIG, options
+from tests.pretraining.test_run_pretraining import (
+    NOT_COMPILED,
+    google_weights,
+    kill_in_second_chunk,
+)
+from tests.pretraining.tiny_runs import options
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from packed_bert_tf.data.rows_dataset import rows_dataset
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.layers import squad_span_loss
 from packed_bert_tf.models import BertSquadModel
-from packed_bert_tf.data.rows_dataset import rows_dataset
 from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import load_or_create_features
 from packed_bert_tf.squad.packing import pack_features

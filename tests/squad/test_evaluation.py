@@ -5,9 +5,14 @@ import logging
 
 import pytest
 
-from packed_bert_tf.squad import (evaluate, evaluate_files, exact_match_score,
-                                  f1_score, metric_max_over_ground_truths,
-                                  normalize_answer)
+from packed_bert_tf.squad import (
+    evaluate,
+    evaluate_files,
+    exact_match_score,
+    f1_score,
+    metric_max_over_ground_truths,
+    normalize_answer,
+)
 
 
 @pytest.mark.parametrize("text, expected", [

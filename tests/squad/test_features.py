@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 
 from packed_bert_tf.squad import features as squad_features
-from packed_bert_tf.squad.features import (SquadFormatError, convert_examples_to_features,
-                                           improve_answer_span, load_or_create_features,
-                                           max_context_spans, read_squad_examples,
-                                           whitespace_words)
+from packed_bert_tf.squad.features import (
+    SquadFormatError,
+    convert_examples_to_features,
+    improve_answer_span,
+    load_or_create_features,
+    max_context_spans,
+    read_squad_examples,
+    whitespace_words,
+)
 from tests.squad import reference_features, squad_data
 
 SHAPES = dict(max_seq_length=32, doc_stride=8, max_query_length=10)

@@ -5,11 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from packed_bert_tf.squad.features import (convert_examples_to_features,
-                                           read_squad_examples)
+from packed_bert_tf.squad.features import convert_examples_to_features, read_squad_examples
 from packed_bert_tf.squad.packing import FeatureLogits
-from packed_bert_tf.squad.postprocess import (best_indexes, compute_predictions,
-                                              postprocess_and_evaluate, write_predictions)
+from packed_bert_tf.squad.postprocess import (
+    best_indexes,
+    compute_predictions,
+    postprocess_and_evaluate,
+    write_predictions,
+)
 from tests.squad import squad_data
 
 SHAPES = dict(max_seq_length=32, doc_stride=8, max_query_length=10)

@@ -26,8 +26,7 @@ import numpy as np  # noqa: E402
 
 from packed_bert_tf.data.rows_dataset import rows_dataset  # noqa: E402
 from tests.graph_options import switch_off_grappler  # noqa: E402
-from tests.models.packed_batches import (TINY_CONFIG, gradient_errors,  # noqa: E402
-                                         relative_error)
+from tests.models.packed_batches import TINY_CONFIG, gradient_errors, relative_error  # noqa: E402
 
 # One layer: the reductions over replicas are the claim, not depth (each
 # layer more is seconds more to compile under MirroredStrategy).
@@ -89,8 +88,7 @@ def squad_case() -> Case:
 def classification_case() -> Case:
     from packed_bert_tf.classification.dataset import predict_logits
     from packed_bert_tf.classification.packing import pack_features
-    from packed_bert_tf.layers import (classification_loss_normalisers,
-                                       sequence_classification_loss)
+    from packed_bert_tf.layers import classification_loss_normalisers, sequence_classification_loss
     from packed_bert_tf.models import BertClassifierModel
     from tests.classification.classifier_data import random_features
 

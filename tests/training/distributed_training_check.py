@@ -26,9 +26,14 @@ tf.config.set_logical_device_configuration(
 import numpy as np  # noqa: E402
 
 from tests.graph_options import grappler_off  # noqa: E402
-from tests.training.trainer_checks import (ONE_LAYER, make_trainer,  # noqa: E402
-                                           max_relative_difference, micro_batches,
-                                           random_features, weights)
+from tests.training.trainer_checks import (  # noqa: E402
+    ONE_LAYER,
+    make_trainer,
+    max_relative_difference,
+    micro_batches,
+    random_features,
+    weights,
+)
 
 STEPS_PER_UPDATE = 2
 PER_REPLICA_ROWS = 3

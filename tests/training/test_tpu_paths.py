@@ -10,9 +10,14 @@ import tensorflow as tf
 from packed_bert_tf.training import distribution
 from tests.conftest import REPOSITORY, forked_run, run_tools_forked
 from tests.training.test_trainer import _iterator
-from tests.training.trainer_checks import (functions_run_eagerly, make_trainer,
-                                           max_relative_difference, micro_batches,
-                                           random_features, weights)
+from tests.training.trainer_checks import (
+    functions_run_eagerly,
+    make_trainer,
+    max_relative_difference,
+    micro_batches,
+    random_features,
+    weights,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 

@@ -6,9 +6,14 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.layers import pretraining_losses
-from tests.training.trainer_checks import (functions_run_eagerly, make_trainer,
-                                           max_relative_difference, micro_batches,
-                                           random_features, weights)
+from tests.training.trainer_checks import (
+    functions_run_eagerly,
+    make_trainer,
+    max_relative_difference,
+    micro_batches,
+    random_features,
+    weights,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
