@@ -1,10 +1,10 @@
-# The README's two commands. Both start from nothing: a fresh clone, no venv.
+# The README's commands. Each starts from nothing: a fresh clone, no venv.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 OUT ?= out
 
-.PHONY: demo test benchmark clean
+.PHONY: demo test lint benchmark clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,12 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -q
+
+# The house's rules (pyproject.toml's [tool.ruff]): Google docstrings, at
+# most 8 arguments, sorted imports, nothing unused. ruff comes with the test
+# extra.
+lint: $(VENV)/.installed-test
+	$(BIN)/ruff check .
 
 benchmark: $(VENV)/.installed
 	$(BIN)/python benchmarks/packing_benchmark.py --write_markdown=BENCHMARKS.md

@@ -41,6 +41,8 @@ setup(
         "safetensors",
     ],
     extras_require={"test": ["pytest", "pytest-xdist>=3.8", "hypothesis",
+                             # make lint: the rules of pyproject.toml's [tool.ruff].
+                             "ruff==0.17.6",
                              # tests/backends: the models under KERAS_BACKEND=jax
                              # and KERAS_BACKEND=torch.
                              "jax[cpu]",

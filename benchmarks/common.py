@@ -73,16 +73,16 @@ def define_model_size_flags(*, num_layers: int, hidden_size: int, num_heads: int
                             notes: Mapping[str, str] | None = None) -> None:
     """Defines the model-size flags with this script's defaults.
 
-    Parameters
-    ----------
-    num_layers, hidden_size, num_heads, intermediate_size, vocab_size : int
-        Defaults of --num_layers, --hidden_size, --num_heads,
-        --intermediate_size and --vocab_size; ``vocab_size=None`` defines no
+    Args:
+      num_layers: int, default of --num_layers.
+      hidden_size: int, default of --hidden_size.
+      num_heads: int, default of --num_heads.
+      intermediate_size: int, default of --intermediate_size.
+      vocab_size: int, default of --vocab_size; ``vocab_size=None`` defines no
         --vocab_size (`model_size` then gives BERT's 30522).
-    model : str
-        What the help calls the model ("Tiny BERT", "Speed model").
-    notes : mapping of flag name to str, optional
-        Text added to that flag's help.
+      model: what the help calls the model ("Tiny BERT", "Speed model").
+      notes: a mapping of flag name to str, optional. Text added to that
+        flag's help.
     """
     defaults = dict(num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
                     intermediate_size=intermediate_size, vocab_size=vocab_size)

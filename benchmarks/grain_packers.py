@@ -26,27 +26,23 @@ def grain_pack(lengths, max_sequence_length: int, max_sequences_per_pack: int | 
                num_bins: int, *, best_fit: bool) -> StreamPacking:
     """Packs a stream of lengths with Grain's first-fit or best-fit packer.
 
-    Parameters
-    ----------
-    lengths : [N] int
-        Length of every sequence, in stream order; each in
+    Args:
+      lengths: [N] int. Length of every sequence, in stream order; each in
         ``1..max_sequence_length``.
-    max_sequence_length : int
-        Capacity of a pack in tokens (Grain's ``length_struct``).
-    max_sequences_per_pack : int or None
-        Grain's ``max_sequences_per_bin``; None for no limit.
-    num_bins : int
-        Grain's ``num_packing_bins``.
-    best_fit : bool
-        ``BestFitPackIterDataset`` if true, else ``FirstFitPackIterDataset``.
+      max_sequence_length: capacity of a pack in tokens (Grain's
+        ``length_struct``).
+      max_sequences_per_pack: int or None. Grain's ``max_sequences_per_bin``;
+        None for no limit.
+      num_bins: Grain's ``num_packing_bins``.
+      best_fit: ``BestFitPackIterDataset`` if true, else
+        ``FirstFitPackIterDataset``.
 
-    Returns
-    -------
-    StreamPacking
-        Packs in the order Grain emits them (``shuffle_bins=False``: window
-        after window, bins in order), each listing its stream indices in the
-        order Grain placed them; ``read_at_emission`` counts the sequences
-        Grain had read from its source when it emitted the pack.
+    Returns:
+      A `StreamPacking`: packs in the order Grain emits them
+      (``shuffle_bins=False``: window after window, bins in order), each
+      listing its stream indices in the order Grain placed them;
+      ``read_at_emission`` counts the sequences Grain had read from its source
+      when it emitted the pack.
     """
     import grain
     import grain.experimental

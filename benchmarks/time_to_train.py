@@ -135,14 +135,14 @@ def repository_path(path: str) -> str:
 
 # ------------------------------------------------------------------ data
 def split_documents(text: str, every: int) -> tuple[str, str]:
-    """The documents-format text (one sentence a line, blank lines between
+    r"""The documents-format text (one sentence a line, blank lines between
     documents) as (kept, held out): documents 0, every, 2 every, ... are held
     out, less any sentence that a kept document also has (the corpus repeats
     some text: help topics quote one another), and a held-out document left
     with fewer than two sentences is dropped.
 
-    >>> split_documents("a.\\nb.\\nc.\\n\\nb.\\nd.\\n\\ne.\\nf.\\n", 2)
-    ('b.\\nd.\\n', 'a.\\nc.\\n\\ne.\\nf.\\n')
+    >>> split_documents("a.\nb.\nc.\n\nb.\nd.\n\ne.\nf.\n", 2)
+    ('b.\nd.\n', 'a.\nc.\n\ne.\nf.\n')
     """
     documents = [document.strip("\n").split("\n") for document in text.split("\n\n")]
     documents = [document for document in documents if document != [""]]

@@ -240,16 +240,16 @@ def _paragraphs(text: str) -> Iterator[str]:
 
 
 def split_sentences(text: str) -> list[str]:
-    """Prose sentences of a docstring or help page, one string each.
+    r"""Prose sentences of a docstring or help page, one string each.
 
     reST roles and literals lose their markup; a first paragraph that is a
     single sentence may lack its full stop (docstring summaries often do).
 
     >>> split_sentences("Return the sum of :class:`int` values.  Raise "
-    ...                 "ValueError if empty.\\n\\n   >>> add(1, 2)\\n   3\\n\\n"
-    ...                 "* Accepts any iterable of numbers\\n")
-    ['Return the sum of int values.', 'Raise ValueError if empty.', \
-'Accepts any iterable of numbers.']
+    ...                 "ValueError if empty.\n\n   >>> add(1, 2)\n   3\n\n"
+    ...                 "* Accepts any iterable of numbers.\n")  # doctest: +NORMALIZE_WHITESPACE
+    ['Return the sum of int values.', 'Raise ValueError if empty.',
+     'Accepts any iterable of numbers.']
     """
     sentences = []
     for number, paragraph in enumerate(_paragraphs(text)):

@@ -106,24 +106,22 @@ def _wait_for(what: str, process: subprocess.Popen, log: str, ready) -> str:
 def local_portable_runner(log_dir: str | None = None, *, environment=None, cwd=None):
     """Starts a Beam job service and an SDK worker pool; yields `PortableServices`.
 
-    Parameters
-    ----------
-    log_dir : str, optional
-        Where the services' logs (and the job service's port file) go; a
-        temporary folder by default, removed afterwards.
-    environment : mapping, optional
-        The SDK worker pool's environment (its workers inherit it): what they
-        need to import the pipeline's code (``PYTHONPATH``). The directory of
-        this interpreter is put first on its ``PATH`` (the pool starts workers
-        as ``python``). The job service gets this process's environment
-        without ``PYTHONPATH``: it never runs the pipeline's code.
-    cwd : str, optional
-        The services' working folder (default: a fresh temporary one, so that
-        nothing resolves against the launching process's folder).
-
     Both services run in process groups of their own, stopped (SIGTERM, then
     SIGKILL) with every worker process they started on the way out, whatever
     happened inside the ``with``.
+
+    Args:
+      log_dir: str, optional. Where the services' logs (and the job service's
+        port file) go; a temporary folder by default, removed afterwards.
+      environment: a mapping, optional. The SDK worker pool's environment (its
+        workers inherit it): what they need to import the pipeline's code
+        (``PYTHONPATH``). The directory of this interpreter is put first on
+        its ``PATH`` (the pool starts workers as ``python``). The job service
+        gets this process's environment without ``PYTHONPATH``: it never runs
+        the pipeline's code.
+      cwd: str, optional. The services' working folder (default: a fresh
+        temporary one, so that nothing resolves against the launching
+        process's folder).
     """
     with contextlib.ExitStack() as stack:
         if log_dir is None:

@@ -83,37 +83,27 @@ def define_flags():
 def pick_indices(num_records: int, num_to_pick: int) -> np.ndarray:
     """The records MLPerf's ``pick_eval_samples.py`` picks, in its order.
 
-    Parameters
-    ----------
-    num_records : int
-        T, the records of the input.
-    num_to_pick : int
-        N, 1 <= N <= T.
-
-    Returns
-    -------
-    np.ndarray
-        [N] int64, record ``int(i * (T / N))`` for i = 0 .. N-1: strictly
-        increasing, the first 0.
-
-    Raises
-    ------
-    ValueError
-        N < 1, or N > T (naming both numbers).
-
-    Notes
-    -----
     The quotient ``T / N`` is a Python float and the product is truncated, as
     in MLPerf's script; the exact ``floor(i * T / N)`` differs where the
     rounded quotient falls just below the exact one (T = 30, N = 22, i = 11:
     14.999... -> 14). The picks stay distinct: the quotient is at least 1.
 
-    Examples
-    --------
-    >>> pick_indices(10, 4).tolist()
-    [0, 2, 5, 7]
-    >>> int(pick_indices(30, 22)[11])
-    14
+    Args:
+      num_records: T, the records of the input.
+      num_to_pick: N, 1 <= N <= T.
+
+    Returns:
+      np.ndarray, [N] int64, record ``int(i * (T / N))`` for i = 0 .. N-1:
+      strictly increasing, the first 0.
+
+    Raises:
+      ValueError: N < 1, or N > T (naming both numbers).
+
+    Example:
+      >>> pick_indices(10, 4).tolist()
+      [0, 2, 5, 7]
+      >>> int(pick_indices(30, 22)[11])
+      14
     """
     if num_to_pick < 1:
         raise ValueError(f"--num_examples_to_pick must be >= 1, got {num_to_pick}")

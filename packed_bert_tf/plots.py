@@ -123,6 +123,7 @@ def plot_loss_curves(curves: dict, path: str, *, title: str = "") -> None:
       curves: label -> list of logged points (dicts with ``sequences_seen``
         and ``loss``, as in ``train_summary.json``'s ``history``).
       path: the PNG to write (atomically).
+      title: the plot's title; none when empty.
     """
     import matplotlib
     matplotlib.use("Agg")

@@ -60,34 +60,28 @@ from keras import ops
 def sequence_offsets(sequence_index, max_sequences_per_pack: int, *, xp=ops):
     """Sequence offsets (``cu_seqlens`` per pack) of a packed batch.
 
-    Parameters
-    ----------
-    sequence_index : [..., S] int
-        Each token's sequence index 1..D, 0 for padding (``input_mask``); any
-        leading axes ([B, S], one row [S], micro-batches [K, B, S]).
-    max_sequences_per_pack : int
-        D. Indices above D are not counted.
-    xp : array namespace
-        ``keras.ops`` (default), ``tf.experimental.numpy`` or ``numpy``.
+    Args:
+      sequence_index: [..., S] int, each token's sequence index 1..D, 0 for
+        padding (``input_mask``); any leading axes ([B, S], one row [S],
+        micro-batches [K, B, S]).
+      max_sequences_per_pack: int, D. Indices above D are not counted.
+      xp: the array namespace: ``keras.ops`` (default),
+        ``tf.experimental.numpy`` or ``numpy``.
 
-    Returns
-    -------
-    [..., D + 1] int32
-        ``offsets[..., k]`` = the number of tokens with index 1..k: 0 first,
-        then each sequence's end (exclusive); absent sequences repeat the
-        last offset, which is the number of real tokens.
+    Returns:
+      [..., D + 1] int32: ``offsets[..., k]`` = the number of tokens with
+      index 1..k: 0 first, then each sequence's end (exclusive); absent
+      sequences repeat the last offset, which is the number of real tokens.
 
-    Notes
-    -----
-    One comparison of every token with every k, then a sum over the tokens:
-    O(B S D) time and O(B S D) booleans of memory, no loop (D is a few
-    sequences for pre-training, up to 16 for classification).
+    Note:
+      One comparison of every token with every k, then a sum over the tokens:
+      O(B S D) time and O(B S D) booleans of memory, no loop (D is a few
+      sequences for pre-training, up to 16 for classification).
 
-    Examples
-    --------
-    >>> import numpy as np
-    >>> sequence_offsets(np.array([[1, 1, 1, 1, 2, 2, 2, 0]]), 3, xp=np)
-    array([[0, 4, 7, 7]], dtype=int32)
+    Example:
+      >>> import numpy as np
+      >>> sequence_offsets(np.array([[1, 1, 1, 1, 2, 2, 2, 0]]), 3, xp=np)
+      array([[0, 4, 7, 7]], dtype=int32)
     """
     index = xp.expand_dims(sequence_index, -1)  # [..., S, 1]
     ends = xp.arange(max_sequences_per_pack + 1, dtype="int32")  # [D + 1]
@@ -102,29 +96,23 @@ def sequence_index_from_offsets(offsets, sequence_length: int, *, xp=ops):
     The inverse of `sequence_offsets` on well-formed offsets: 0 first, not
     decreasing, the last at most S.
 
-    Parameters
-    ----------
-    offsets : [..., D + 1] int
-    sequence_length : int
-        S.
-    xp : array namespace
-        As for `sequence_offsets`.
+    Args:
+      offsets: [..., D + 1] int, the sequence offsets (``cu_seqlens`` per
+        pack, as `sequence_offsets` gives them).
+      sequence_length: int, S.
+      xp: the array namespace, as for `sequence_offsets`.
 
-    Returns
-    -------
-    [..., S] int32
-        Token s gets 1 + the number of sequences ended at or before s when
-        ``s < offsets[..., D]``, else 0 (padding).
+    Returns:
+      [..., S] int32: token s gets 1 + the number of sequences ended at or
+      before s when ``s < offsets[..., D]``, else 0 (padding).
 
-    Notes
-    -----
-    O(B S D) time and memory, no loop.
+    Note:
+      O(B S D) time and memory, no loop.
 
-    Examples
-    --------
-    >>> import numpy as np
-    >>> sequence_index_from_offsets(np.array([[0, 4, 7, 7]]), 8, xp=np)
-    array([[1, 1, 1, 1, 2, 2, 2, 0]], dtype=int32)
+    Example:
+      >>> import numpy as np
+      >>> sequence_index_from_offsets(np.array([[0, 4, 7, 7]]), 8, xp=np)
+      array([[1, 1, 1, 1, 2, 2, 2, 0]], dtype=int32)
     """
     positions = xp.arange(sequence_length, dtype="int32")  # [S]
     ends = xp.expand_dims(offsets[..., 1:], -2)  # [..., 1, D]

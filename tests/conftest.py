@@ -188,6 +188,10 @@ def run_tool(tool: str, *args, cwd=None, tmp_path=None, timeout: float = 300,
       args: its command-line arguments.
       cwd: working folder (default: the repository).
       tmp_path: ``TMPDIR`` of the run.
+      timeout: seconds to wait for the tool; past them it is killed and
+        ``subprocess.TimeoutExpired`` raised.
+      python_options: interpreter options put before the tool (``("-X",
+        "importtime")``).
       env: more environment variables.
     """
     return finish_tool(start_tool(tool, *args, cwd=cwd, tmp_path=tmp_path,

@@ -41,3 +41,14 @@ def test_the_built_package_carries_the_papers_histograms(tmp_path):
                        "wikipedia_512.json"]
     assert (tmp_path / "data_prep" / "pack_pretraining_data.py").is_file()
     assert pathlib.Path(tmp_path / "packed_bert_tf/packing/histograms.py").is_file()
+
+
+# A NumPy-style section: a section name alone on its line, underlined by dashes.
+_NUMPY_SECTION = re.compile(r"^\s+(Parameters|Returns|Yields|Raises|Attributes|Notes|"
+                            r"Examples?|See Also)\n\s+-{3,}\s*$", re.M)
+
+
+def test_docstrings_are_in_one_style_googles():
+    offenders = [f"{name}: {match.group(1)}" for name, text in _tracked_text_files()
+                 if name.endswith(".py") for match in _NUMPY_SECTION.finditer(text)]
+    assert not offenders, offenders

@@ -274,49 +274,39 @@ def bucket_batches(lengths, bucketing: Bucketing, *,
                    epoch: int = 0, shuffle: bool = True) -> BatchPlan:
     """Plans one epoch of length-bucketed batches.
 
-    Parameters
-    ----------
-    lengths : [N] int
-        Tokens of every example.
-    bucketing : Bucketing
-        The batch size or token budget, the pool size, the bucket boundaries
-        (None: one bucket, the pool only sorted) and whether batches are
-        padded to their bucket's edge; `balance_cost` is not used here (see
-        `balance_across_workers`).
-    max_sequence_length : int, optional
-        Default: the last boundary, or the longest example.
-    seed, epoch : int
-        The shuffles (examples into pools, then batches) are drawn from
-        (seed, epoch): the same arguments give the same plan.
-    shuffle : bool
-        False: pools are the examples in dataset order and batches come in
-        pool order (bucket by bucket, shortest first), for evaluation.
-
-    Returns
-    -------
-    BatchPlan
-        Every example exactly once. At most one partial batch per bucket,
-        from the flush of the carry after the last pool (whose batches come
-        last without `shuffle`); its missing rows are padding.
-
-    Raises
-    ------
-    ValueError
-        See `BucketSpec.make`; also for lengths that are not 1-D integers >= 1.
-
-    Notes
-    -----
     This is bucketing as in tensor2tensor / fairseq ("sort a pool locally by
     length, batch, shuffle the batches") with the carry-over of unfilled
     batches to the next pool. O(N log P) time for pool size P, O(N) memory.
 
-    Examples
-    --------
-    >>> plan = bucket_batches([5, 1, 7, 2, 8, 3], Bucketing(
-    ...     batch_size=2, pool_size=6, bucket_boundaries=(4, 8),
-    ...     pad_to_bucket_boundary=True), shuffle=False)
-    >>> [plan[k].tolist() for k in range(len(plan))], plan.padded_lengths.tolist()
-    ([[1, 3], [0, 2], [5], [4]], [4, 8, 4, 8])
+    Args:
+      lengths: [N] int. Tokens of every example.
+      bucketing: the `Bucketing`: the batch size or token budget, the pool
+        size, the bucket boundaries (None: one bucket, the pool only sorted)
+        and whether batches are padded to their bucket's edge; `balance_cost`
+        is not used here (see `balance_across_workers`).
+      max_sequence_length: int, optional. Default: the last boundary, or the
+        longest example.
+      seed: int. The shuffles (examples into pools, then batches) are drawn
+        from (seed, epoch): the same arguments give the same plan.
+      epoch: int, the epoch of that (seed, epoch).
+      shuffle: False: pools are the examples in dataset order and batches come
+        in pool order (bucket by bucket, shortest first), for evaluation.
+
+    Returns:
+      The `BatchPlan`: every example exactly once. At most one partial batch
+      per bucket, from the flush of the carry after the last pool (whose
+      batches come last without `shuffle`); its missing rows are padding.
+
+    Raises:
+      ValueError: see `BucketSpec.make`; also for lengths that are not 1-D
+        integers >= 1.
+
+    Example:
+      >>> plan = bucket_batches([5, 1, 7, 2, 8, 3], Bucketing(
+      ...     batch_size=2, pool_size=6, bucket_boundaries=(4, 8),
+      ...     pad_to_bucket_boundary=True), shuffle=False)
+      >>> [plan[k].tolist() for k in range(len(plan))], plan.padded_lengths.tolist()
+      ([[1, 3], [0, 2], [5], [4]], [4, 8, 4, 8])
     """
     lengths = validated_lengths(lengths)
     spec = BucketSpec.make(bucketing, max_sequence_length=max_sequence_length,
@@ -400,31 +390,25 @@ def bucket_boundaries(histogram, num_buckets: int, *, multiple_of: int = 1
                       ) -> tuple[int, ...]:
     """Bucket edges that minimise padding when each bucket pads to its edge.
 
-    Parameters
-    ----------
-    histogram : [S] int
-        ``histogram[i]`` = number of sequences of length i + 1 (S = the max
-        sequence length, always the last edge).
-    num_buckets : int
-        At most this many buckets (fewer if more would not pad less).
-    multiple_of : int
-        Edges are multiples of this (hardware tiles), except the last.
-
-    Returns
-    -------
-    tuple of int, increasing, ending at S.
-
-    Notes
-    -----
     Padded tokens are ``sum over buckets of (sequences in it) x edge`` (the
     partial batches aside, whether batches have a fixed size or a token
     budget). Exact dynamic programming over the candidate edges: O(K E^2)
     for K buckets and E candidate edges (E <= S / multiple_of + 1).
 
-    Examples
-    --------
-    >>> bucket_boundaries([0, 0, 5, 0, 0, 0, 0, 5], 2)
-    (3, 8)
+    Args:
+      histogram: [S] int. ``histogram[i]`` = number of sequences of length
+        i + 1 (S = the max sequence length, always the last edge).
+      num_buckets: at most this many buckets (fewer if more would not pad
+        less).
+      multiple_of: edges are multiples of this (hardware tiles), except the
+        last.
+
+    Returns:
+      A tuple of int, increasing, ending at S.
+
+    Example:
+      >>> bucket_boundaries([0, 0, 5, 0, 0, 0, 0, 5], 2)
+      (3, 8)
     """
     histogram = np.asarray(histogram, dtype=np.int64)
     if histogram.ndim != 1 or not histogram.size or (histogram < 0).any():

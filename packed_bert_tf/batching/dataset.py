@@ -72,53 +72,47 @@ def bucketed_pretraining_dataset(file_patterns, *, record_format: RecordFormat,
                                  id_limits: IdLimits | None = None) -> tf.data.Dataset:
     """Length-bucketed batches of unpacked pre-training records, packed layout.
 
-    Parameters
-    ----------
-    file_patterns : str or list of str
-        Globs (comma-separated in a string) of unpacked TFRecord files.
-    record_format : RecordFormat
-        The records' format: unpacked, S and P (must match data generation).
-    bucketing : Bucketing
-        ``batch_size``: global examples per step; each replica gets
-        ``input_context.get_per_replica_batch_size(batch_size)`` rows. Or
-        ``token_budget``: global rows x S per step, split between replicas
-        the same way (with ``pad_to_bucket_boundary``, a bucket's batches
-        have ``budget // boundary`` rows). ``bucket_boundaries``: default
-        `default_boundaries` (four buckets); the last bucket always ends at
-        S. ``pad_to_bucket_boundary``: batches at their bucket's edge (one
-        shape per bucket: one XLA compilation each); False: at their longest
-        sequence (with more than one replica, the longest of the step),
-        which needs a ``batch_size``. ``pool_size``: records bucketed
+    Args:
+      file_patterns: a str or list of str. Globs (comma-separated in a string)
+        of unpacked TFRecord files.
+      record_format: the records' `RecordFormat`: unpacked, S and P (must
+        match data generation).
+      bucketing: the `Bucketing`. ``batch_size``: global examples per step;
+        each replica gets ``input_context.get_per_replica_batch_size(batch_size)``
+        rows. Or ``token_budget``: global rows x S per step, split between
+        replicas the same way (with ``pad_to_bucket_boundary``, a bucket's
+        batches have ``budget // boundary`` rows). ``bucket_boundaries``:
+        default `default_boundaries` (four buckets); the last bucket always
+        ends at S. ``pad_to_bucket_boundary``: batches at their bucket's edge
+        (one shape per bucket: one XLA compilation each); False: at their
+        longest sequence (with more than one replica, the longest of the
+        step), which needs a ``batch_size``. ``pool_size``: records bucketed
         together (per input pipeline). ``balance_cost``: what steps are
         balanced by, with more than one replica per pipeline (see
         `batch_costs`).
-    shuffling : Shuffling
-        Shuffles and plans depend on (seed, epoch) only (the seed must be an
-        int >= 0). ``shuffle_buffer_size`` records are shuffled together (a
-        block; bigger than the pool size so that pools differ from epoch to
-        epoch); ``cycle_length`` files are read at once.
-    input_context : tf.distribute.InputContext, optional
-        Pipeline i reads files i, i + n, ...; see the module docstring.
-    is_training : bool
-        Shuffle files, records and steps; repeat (see `num_epochs`). False:
-        records in file order, batches bucket by bucket.
-    num_epochs : int, optional
-        Epochs before the dataset ends. Default: forever when training, else 1.
-    id_limits : IdLimits, optional
-        Check every id (token, segment, position) against them
-        (`packed_bert_tf.data.pipeline.parse_records`).
+      shuffling: the `Shuffling`. Shuffles and plans depend on (seed, epoch)
+        only (the seed must be an int >= 0). ``shuffle_buffer_size`` records
+        are shuffled together (a block; bigger than the pool size so that
+        pools differ from epoch to epoch); ``cycle_length`` files are read
+        at once.
+      input_context: a ``tf.distribute.InputContext``, optional. Pipeline i
+        reads files i, i + n, ...; see the module docstring.
+      is_training: shuffle files, records and steps; repeat (see
+        `num_epochs`). False: records in file order, batches bucket by
+        bucket.
+      num_epochs: int, optional. Epochs before the dataset ends. Default:
+        forever when training, else 1.
+      id_limits: `IdLimits`, optional. Check every id (token, segment,
+        position) against them (`packed_bert_tf.data.pipeline.parse_records`).
 
-    Returns
-    -------
-    tf.data.Dataset of feature dicts, shapes [None, None] / [None, P] /
-    [None, 1] (see the module docstring), int32 except ``masked_lm_weights``.
+    Returns:
+      A ``tf.data.Dataset`` of feature dicts, shapes [None, None] / [None, P] /
+      [None, 1] (see the module docstring), int32 except ``masked_lm_weights``.
 
-    Raises
-    ------
-    ValueError
-        For packed records, the options `BucketSpec.make` rejects (pool
-        smaller than a batch, budget below the max length, ...), fewer files
-        than input pipelines, or a token budget without
+    Raises:
+      ValueError: for packed records, the options `BucketSpec.make` rejects
+        (pool smaller than a batch, budget below the max length, ...), fewer
+        files than input pipelines, or a token budget without
         ``pad_to_bucket_boundary`` for several replicas.
     """
     if record_format.is_packed:

@@ -42,28 +42,21 @@ class BatchPlan:
     ``tf.RaggedTensor.from_row_splits``) and is a [``batch_rows[k]``,
     ``padded_lengths[k]``] tensor.
 
-    Attributes
-    ----------
-    lengths : [N] int64
-        Tokens of every example of the dataset.
-    row_splits : [K + 1] int64
-    example_indices : [N] int64
-        Every example index 0..N-1 exactly once.
-    batch_rows : [K] int64
-        Rows of each batch tensor, B. Rows beyond the batch's examples (its
-        last ``batch_rows[k] - examples`` rows with one example per row) are
-        all padding.
-    padded_lengths : [K] int64
-        Tokens per row of each batch tensor, S.
-    buckets : [K] int64
-        Length bucket of each batch: index into `boundaries` (0 when the
-        batching has a single bucket).
-    boundaries : tuple of int
-        Upper edges (inclusive) of the length buckets, increasing; the last
-        is the max sequence length.
-    max_sequences_per_row : int
-        1 for bucketing and padding; D for packing, where the packs
-        themselves (which example in which row) are the `PackAssignment`.
+    Attributes:
+      lengths: [N] int64. Tokens of every example of the dataset.
+      row_splits: [K + 1] int64.
+      example_indices: [N] int64. Every example index 0..N-1 exactly once.
+      batch_rows: [K] int64. Rows of each batch tensor, B. Rows beyond the
+        batch's examples (its last ``batch_rows[k] - examples`` rows with one
+        example per row) are all padding.
+      padded_lengths: [K] int64. Tokens per row of each batch tensor, S.
+      buckets: [K] int64. Length bucket of each batch: index into `boundaries`
+        (0 when the batching has a single bucket).
+      boundaries: tuple of int. Upper edges (inclusive) of the length buckets,
+        increasing; the last is the max sequence length.
+      max_sequences_per_row: int. 1 for bucketing and padding; D for packing,
+        where the packs themselves (which example in which row) are the
+        `PackAssignment`.
     """
 
     lengths: np.ndarray
@@ -165,20 +158,17 @@ class BatchPlan:
 class BatchingMetrics:
     """How well a batching uses the tokens it computes on.
 
-    Attributes
-    ----------
-    num_batches, num_examples : int
-    real_tokens, padded_tokens : int
-        Tokens of the examples; tokens of all batch tensors (rows x S).
-    occupancy : float
-        ``real_tokens / padded_tokens``.
-    padding_fraction : float
-        ``1 - occupancy``.
-    examples_per_batch, real_tokens_per_batch, padded_tokens_per_batch : float
-        Means over batches.
-    num_shapes : int
-        Distinct batch shapes: XLA compiles the step once per shape.
-    shapes : tuple of (rows, S)
+    Attributes:
+      num_batches, num_examples: int.
+      real_tokens, padded_tokens: int. Tokens of the examples; tokens of all
+        batch tensors (rows x S).
+      occupancy: float. ``real_tokens / padded_tokens``.
+      padding_fraction: float. ``1 - occupancy``.
+      examples_per_batch, real_tokens_per_batch, padded_tokens_per_batch:
+        float. Means over batches.
+      num_shapes: int. Distinct batch shapes: XLA compiles the step once per
+        shape.
+      shapes: tuple of (rows, S).
     """
 
     num_batches: int
@@ -199,14 +189,13 @@ def batching_metrics(plan: BatchPlan) -> BatchingMetrics:
 
     O(N + K log K) for N examples in K batches.
 
-    Examples
-    --------
-    >>> plan = BatchPlan(lengths=[3, 2, 4], row_splits=[0, 2, 3],
-    ...                  example_indices=[0, 1, 2], batch_rows=[2, 2],
-    ...                  padded_lengths=[4, 4], buckets=[0, 0], boundaries=(4,))
-    >>> m = batching_metrics(plan)
-    >>> m.real_tokens, m.padded_tokens, m.occupancy, m.shapes
-    (9, 16, 0.5625, ((2, 4),))
+    Example:
+      >>> plan = BatchPlan(lengths=[3, 2, 4], row_splits=[0, 2, 3],
+      ...                  example_indices=[0, 1, 2], batch_rows=[2, 2],
+      ...                  padded_lengths=[4, 4], buckets=[0, 0], boundaries=(4,))
+      >>> m = batching_metrics(plan)
+      >>> m.real_tokens, m.padded_tokens, m.occupancy, m.shapes
+      (9, 16, 0.5625, ((2, 4),))
     """
     real = int(plan.real_tokens.sum())
     padded = int(plan.padded_tokens.sum())
@@ -242,22 +231,19 @@ def batch_costs(plan: BatchPlan, cost: str = "padded_tokens", *,
                 hidden_size: int = 1024) -> np.ndarray:
     """[K] float64 cost of each batch of a plan.
 
-    Parameters
-    ----------
-    plan : BatchPlan
-    cost : {"padded_tokens", "real_tokens", "attention"}
+    Args:
+      plan: the `BatchPlan`.
+      cost: one of ``"padded_tokens"``, ``"real_tokens"``, ``"attention"``.
         ``padded_tokens``: rows x S, the work of a model that computes on
         the whole batch tensor (the padded model, XLA, packing).
         ``real_tokens``: the batch's tokens, the work of a model that drops
         padding on the fly ("un-padding"). ``attention``: real tokens plus
         each sequence's attention term (`sequence_costs`), un-padding with
         attention quadratic in the sequence length.
-    hidden_size : int
-        H of the ``attention`` cost (BERT-large: 1024).
+      hidden_size: H of the ``attention`` cost (BERT-large: 1024).
 
-    Returns
-    -------
-    [K] float64. O(N).
+    Returns:
+      [K] float64. O(N).
     """
     if cost == "padded_tokens":
         return plan.padded_tokens.astype(np.float64)

@@ -45,18 +45,16 @@ METHODS = ("balanced", "round_robin")
 class WorkerAssignment:
     """Batches dealt to W data-parallel workers, step by step.
 
-    Attributes
-    ----------
-    batch_indices : [T, W] int64
-        Batch of the plan that worker w processes at step t; -1 = idle (with
-        ``same_shape_per_step``, an all-padding batch of the step's shape).
-    batch_rows, padded_lengths : [T, W] int64
-        Shape of each local batch (0 where idle without a shared shape).
-    costs : [T, W] float64
-        Cost of each local batch, by `cost`; an idle worker costs its
-        all-padding batch under ``padded_tokens`` and 0 otherwise.
-    cost : str
-        The cost the batches were balanced by (see `batch_costs`).
+    Attributes:
+      batch_indices: [T, W] int64. Batch of the plan that worker w processes
+        at step t; -1 = idle (with ``same_shape_per_step``, an all-padding
+        batch of the step's shape).
+      batch_rows, padded_lengths: [T, W] int64. Shape of each local batch (0
+        where idle without a shared shape).
+      costs: [T, W] float64. Cost of each local batch, by `cost`; an idle
+        worker costs its all-padding batch under ``padded_tokens`` and 0
+        otherwise.
+      cost: str. The cost the batches were balanced by (see `batch_costs`).
     """
 
     batch_indices: np.ndarray
@@ -101,25 +99,21 @@ def deal_steps(costs: np.ndarray, groups: np.ndarray, num_workers: int, *,
                ) -> tuple[np.ndarray, np.ndarray]:
     """Steps of W batches of one group each, neighbours in cost.
 
-    Parameters
-    ----------
-    costs : [K] float
-    groups : [K] int
-        Batches of a step all come from one group.
-    num_workers : int
-    rng : Generator or None
-        Breaks ties, picks the held-back batches and shuffles the steps and
-        the workers within a step; None keeps group order, costliest first.
-    hold_back : bool
-        Return a group's last ``count % W`` batches (random ones) instead of
-        making a step with idle workers of them.
-
-    Returns
-    -------
-    steps : [T, W] int64, positions into `costs`, -1 = idle.
-    held : [h] int64, the positions held back.
-
     O(K log K).
+
+    Args:
+      costs: [K] float.
+      groups: [K] int. Batches of a step all come from one group.
+      num_workers: int, W.
+      rng: a Generator or None. Breaks ties, picks the held-back batches and
+        shuffles the steps and the workers within a step; None keeps group
+        order, costliest first.
+      hold_back: return a group's last ``count % W`` batches (random ones)
+        instead of making a step with idle workers of them.
+
+    Returns:
+      A tuple (steps, held). steps: [T, W] int64, positions into `costs`,
+      -1 = idle. held: [h] int64, the positions held back.
     """
     steps, held = [], []
     for group in np.unique(groups):
@@ -159,58 +153,47 @@ def balance_across_workers(plan: BatchPlan, num_workers: int, *,
                            seed: int = 0) -> WorkerAssignment:
     """Deals the batches of a plan to `num_workers` synchronous workers.
 
-    Parameters
-    ----------
-    plan : BatchPlan
-    num_workers : int
-        W, data-parallel workers (replicas) in sync.
-    cost : {"padded_tokens", "real_tokens", "attention"}
-        What a batch costs a worker (see `batch_costs`): padded tokens for a
-        model on the whole batch tensor, real tokens (optionally plus the
-        attention term) for a model that drops padding on the fly.
-    method : {"balanced", "round_robin"}
-        ``balanced``: steps from one group of like batches, neighbours in
-        cost (see the module docstring), in shuffled order.
-        ``round_robin``: batch k to step k // W, worker k % W in plan order,
-        what sharding a stream of batches does; the baseline.
-    same_shape_per_step : bool
-        Balanced steps take batches of one bucket and row count and pad them
-        to the step's longest; round-robin steps pad rows and length to the
-        step's largest. False: batches keep their own shapes (a model that
-        drops padding) and ``balanced`` sorts all batches together.
-        Note: padding a step can take a token-budget batch without
-        ``pad_to_bucket_boundary`` over its budget.
-    hidden_size : int
-        H of the ``attention`` cost.
-    seed : int
-        Draws the order of the steps and the workers within a step.
-
-    Returns
-    -------
-    WorkerAssignment
-        Every batch of the plan exactly once; ``imbalance`` as above.
-
-    Raises
-    ------
-    ValueError
-        For fewer than one worker, or an unknown cost or method.
-
-    Notes
-    -----
     Sorted dealing is the "sorted greedy" schedule for identical machines:
     each step's W batches are consecutive in cost order, so a step's
     imbalance is bounded by the cost gap between neighbours. O(K log K).
 
-    Examples
-    --------
-    >>> plan = BatchPlan(lengths=[4, 1, 3, 2], row_splits=[0, 1, 2, 3, 4],
-    ...                  example_indices=[0, 1, 2, 3], batch_rows=[1, 1, 1, 1],
-    ...                  padded_lengths=[4, 1, 3, 2], buckets=[0, 0, 0, 0],
-    ...                  boundaries=(4,))
-    >>> a = balance_across_workers(plan, 2, cost="real_tokens",
-    ...                            same_shape_per_step=False)
-    >>> sorted(sorted(plan.lengths[a.batch_indices[t]].tolist()) for t in range(2)), a.imbalance
-    ([[1, 2], [3, 4]], 1.2)
+    Args:
+      plan: the `BatchPlan`.
+      num_workers: int, W, data-parallel workers (replicas) in sync.
+      cost: one of ``"padded_tokens"``, ``"real_tokens"``, ``"attention"``.
+        What a batch costs a worker (see `batch_costs`): padded tokens for a
+        model on the whole batch tensor, real tokens (optionally plus the
+        attention term) for a model that drops padding on the fly.
+      method: ``"balanced"`` or ``"round_robin"``.
+        ``balanced``: steps from one group of like batches, neighbours in
+        cost (see the module docstring), in shuffled order.
+        ``round_robin``: batch k to step k // W, worker k % W in plan order,
+        what sharding a stream of batches does; the baseline.
+      same_shape_per_step: balanced steps take batches of one bucket and row
+        count and pad them to the step's longest; round-robin steps pad rows
+        and length to the step's largest. False: batches keep their own
+        shapes (a model that drops padding) and ``balanced`` sorts all
+        batches together. Note: padding a step can take a token-budget batch
+        without ``pad_to_bucket_boundary`` over its budget.
+      hidden_size: H of the ``attention`` cost.
+      seed: draws the order of the steps and the workers within a step.
+
+    Returns:
+      The `WorkerAssignment`: every batch of the plan exactly once;
+      ``imbalance`` as above.
+
+    Raises:
+      ValueError: for fewer than one worker, or an unknown cost or method.
+
+    Example:
+      >>> plan = BatchPlan(lengths=[4, 1, 3, 2], row_splits=[0, 1, 2, 3, 4],
+      ...                  example_indices=[0, 1, 2, 3], batch_rows=[1, 1, 1, 1],
+      ...                  padded_lengths=[4, 1, 3, 2], buckets=[0, 0, 0, 0],
+      ...                  boundaries=(4,))
+      >>> a = balance_across_workers(plan, 2, cost="real_tokens",
+      ...                            same_shape_per_step=False)
+      >>> sorted(sorted(plan.lengths[a.batch_indices[t]].tolist()) for t in range(2)), a.imbalance
+      ([[1, 2], [3, 4]], 1.2)
     """
     if not isinstance(num_workers, (int, np.integer)) or num_workers < 1:
         raise ValueError(f"num_workers must be a positive integer, got {num_workers!r}")

@@ -82,8 +82,9 @@ def truncated_pair_lengths(length_a, length_b, max_length: int):
     long; otherwise both end at half, ``text_a`` keeping the odd token.
 
     Args:
-      length_a, length_b: [F] int word pieces of each text (0 for no text_b
-        is not meant here: single texts are cut to their own limit).
+      length_a: [F] int word pieces of ``text_a``.
+      length_b: [F] int word pieces of ``text_b`` (0 for no text_b is not
+        meant here: single texts are cut to their own limit).
       max_length: ``max_seq_length - 3``.
 
     Returns:

@@ -1,7 +1,7 @@
-"""GLUE and XNLI tasks: their labels, metrics and TSV files -> `InputExample`s.
+r"""GLUE and XNLI tasks: their labels, metrics and TSV files -> `InputExample`s.
 
 The files are read as google-research/bert ``run_classifier.py`` reads them
-(``DataProcessor._read_tsv``: ``csv.reader(f, delimiter="\\t",
+(``DataProcessor._read_tsv``: ``csv.reader(f, delimiter="\t",
 quotechar=None)``, so a quote is an ordinary character: MNLI and QQP have
 unbalanced ones), one record per line. The texts are returned exactly as in
 the file; tokenisation is the caller's.

@@ -485,10 +485,12 @@ def plan_rows(spec: PackSpec, arrays: dict, shape: RowShape, *, algorithm: str =
     sequence per row, in sequence order, D = 1.
 
     Args:
-      spec, arrays, dtypes: as `pack_rows` takes them.
+      spec: how the features go into a row, as `pack_rows` takes it.
+      arrays: the compact sequences, as `pack_rows` takes them.
       shape: the room in a row.
       algorithm: a `packed_bert_tf.packing.ALGORITHMS` name.
       seed: which sequences of a length share a pack, and the packs' order.
+      dtypes: the rows' dtypes, as `pack_rows` takes them.
     """
     assignment = pack_assignment(arrays["lengths"], shape.max_sequence_length,
                                  shape.max_sequences_per_pack, packed=shape.packed,

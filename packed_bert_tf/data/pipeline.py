@@ -282,32 +282,29 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     files more often (a warning says so; write the shards in a multiple of
     the replica count to read every file equally often).
 
-    Parameters
-    ----------
-    file_patterns : str or list of str
-        Globs (comma-separated in a string) of TFRecord files, all of one format.
-    batch_size : int
-        The global batch size; with `input_context`, each replica gets
-        ``input_context.get_per_replica_batch_size(batch_size)`` rows.
-    record_format : RecordFormat, optional
-        Expected format; read off the first file when not given. Records of
-        another size fail to parse with an error naming the feature.
-    is_training : bool
-        Shuffle files and records (`shuffling`) and repeat forever.
-    input_context : tf.distribute.InputContext, optional
-        This pipeline's place among the replicas (`pipeline_replicas`).
-    shuffling : Shuffling
-        The seed, the shuffle buffer and the files read at once.
-    batches : ReplicaBatches
-        Rows skipped first (a resumed run), repetition, padding with empty
-        batches (evaluation), micro-batches and packing on the fly.
-    id_limits : IdLimits, optional
-        Check every id (token, segment, position) against them (see
-        `parse_records`).
+    Args:
+      file_patterns: globs of TFRecord files, all of one format: a str
+        (comma-separated) or a list of str.
+      batch_size: int, the global batch size; with `input_context`, each
+        replica gets ``input_context.get_per_replica_batch_size(batch_size)``
+        rows.
+      record_format: optional `RecordFormat`, the expected format; read off
+        the first file when not given. Records of another size fail to parse
+        with an error naming the feature.
+      is_training: bool, shuffle files and records (`shuffling`) and repeat
+        forever.
+      input_context: optional `tf.distribute.InputContext`, this pipeline's
+        place among the replicas (`pipeline_replicas`).
+      shuffling: `Shuffling`, the seed, the shuffle buffer and the files read
+        at once.
+      batches: `ReplicaBatches`, rows skipped first (a resumed run),
+        repetition, padding with empty batches (evaluation), micro-batches
+        and packing on the fly.
+      id_limits: optional `IdLimits`; check every id (token, segment,
+        position) against them (see `parse_records`).
 
-    Returns
-    -------
-    tf.data.Dataset of dicts, static shapes (``drop_remainder=True``).
+    Returns:
+      tf.data.Dataset of dicts, static shapes (``drop_remainder=True``).
     """
     files = tfrecords.expand_file_patterns(file_patterns)
     if record_format is None:

@@ -72,13 +72,10 @@ def read_text_documents(input_files: Sequence[str]) -> list[list[str]]:
     does not end with a blank line continues its last document into the next
     file.
 
-    Raises
-    ------
-    ValueError
-        Naming the file and line of text that is not UTF-8, or a file that
-        holds no sentence at all.
-    OSError
-        When a file cannot be read.
+    Raises:
+      ValueError: naming the file and line of text that is not UTF-8, or a
+        file that holds no sentence at all.
+      OSError: when a file cannot be read.
     """
     documents: list[list[str]] = [[]]
     for path in input_files:
@@ -165,14 +162,13 @@ def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: 
     """Cuts the pair in place to ``max_num_tokens`` tokens, one token at a time
     from the front or back (at random) of the longer list (B on ties).
 
-    Notes
-    -----
-    google-research/bert's ``truncate_seq_pair``, draw for draw: one
-    ``rng.random()`` per token cut, in the same order. Which list loses the
-    next token depends on the lengths only and the draw only picks its end,
-    so counting the cuts at each end and slicing once gives the same lists in
-    O(len(A) + len(B)) (deleting from the front of a list one token at a time
-    is quadratic: hours on a one-line document of megabytes).
+    Note:
+      google-research/bert's ``truncate_seq_pair``, draw for draw: one
+      ``rng.random()`` per token cut, in the same order. Which list loses the
+      next token depends on the lengths only and the draw only picks its end,
+      so counting the cuts at each end and slicing once gives the same lists
+      in O(len(A) + len(B)) (deleting from the front of a list one token at a
+      time is quadratic: hours on a one-line document of megabytes).
     """
     len_a, len_b = len(tokens_a), len(tokens_b)
     front_a = front_b = 0
@@ -506,66 +502,58 @@ def create_training_instances(
         progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """Training instances of tokenized documents, in the unpacked record format.
 
-    Parameters
-    ----------
-    documents
-        Each a sequence of sentences, each a sequence of token ids. Empty
-        sentences and documents are dropped (as BERT's reader does).
-    vocab
-        Token -> id in vocabulary order (`tokenization.load_vocab`): gives the
-        ids of [CLS], [SEP] and [MASK], the random replacement tokens (every
-        entry, as BERT's ``vocab_words``) and, for whole-word masking, the
-        ``##`` pieces.
-    options
-        S, P, the masking and pairing probabilities, the passes, the seed
-        and whole-word masking (`InstanceOptions`).
-    progress
-        Called as ``progress(done, total)`` after each document of each
-        duplication (``total`` = dupe_factor x documents): a tool's display.
+    Args:
+      documents: each a sequence of sentences, each a sequence of token ids.
+        Empty sentences and documents are dropped (as BERT's reader does).
+      vocab: token -> id in vocabulary order (`tokenization.load_vocab`):
+        gives the ids of [CLS], [SEP] and [MASK], the random replacement
+        tokens (every entry, as BERT's ``vocab_words``) and, for whole-word
+        masking, the ``##`` pieces.
+      options: S, P, the masking and pairing probabilities, the passes, the
+        seed and whole-word masking (`InstanceOptions`).
+      progress: called as ``progress(done, total)`` after each document of
+        each duplication (``total`` = dupe_factor x documents): a tool's
+        display.
 
-    Returns
-    -------
-    dict
-        `features.UNPACKED_FEATURE_NAMES` -> arrays: int32 [N, S] ``input_ids``,
-        ``input_mask``, ``segment_ids``; int32 [N, P] ``masked_lm_positions``,
-        ``masked_lm_ids``; float32 [N, P] ``masked_lm_weights``; int32 [N, 1]
-        ``next_sentence_labels``. Padding is 0 everywhere.
+    Returns:
+      A dict, `features.UNPACKED_FEATURE_NAMES` -> arrays: int32 [N, S]
+      ``input_ids``, ``input_mask``, ``segment_ids``; int32 [N, P]
+      ``masked_lm_positions``, ``masked_lm_ids``; float32 [N, P]
+      ``masked_lm_weights``; int32 [N, 1] ``next_sentence_labels``. Padding
+      is 0 everywhere.
 
-    Raises
-    ------
-    ValueError
-        For a vocabulary without [CLS], [SEP] or [MASK], or no non-empty
-        document (options out of range fail when `InstanceOptions` is made).
+    Raises:
+      ValueError: for a vocabulary without [CLS], [SEP] or [MASK], or no
+        non-empty document (options out of range fail when `InstanceOptions`
+        is made).
 
-    Notes
-    -----
-    google-research/bert ``create_pretraining_data.py`` (Devlin et al. 2018),
-    draw for draw; working on ids instead of strings changes nothing, since
-    text never tokenizes to [CLS] or [SEP]. O(dupe_factor x tokens) Python
-    steps; about 40,000 instances per second at S = 128 (the shuffle of each
-    instance's candidate positions, about 150 ``getrandbits`` draws, is about
-    40 % of it).
+    Note:
+      google-research/bert ``create_pretraining_data.py`` (Devlin et al.
+      2018), draw for draw; working on ids instead of strings changes
+      nothing, since text never tokenizes to [CLS] or [SEP].
+      O(dupe_factor x tokens) Python steps; about 40,000 instances per second
+      at S = 128 (the shuffle of each instance's candidate positions, about
+      150 ``getrandbits`` draws, is about 40 % of it).
 
-    Example
-    -------
-    >>> vocab = {t: i for i, t in enumerate(
-    ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])}
-    >>> documents = [[[5, 6], [7, 5, 6]], [[6, 6, 7], [5]]]
-    >>> arrays = create_training_instances(documents, vocab, InstanceOptions(
-    ...     max_seq_length=10, max_predictions_per_seq=2, masked_lm_prob=0.15,
-    ...     dupe_factor=1, random_seed=2))
-    >>> arrays["input_ids"]
-    array([[2, 4, 6, 3, 7, 5, 6, 3, 0, 0],
-           [2, 6, 6, 7, 3, 4, 3, 0, 0, 0]], dtype=int32)
-    >>> arrays["segment_ids"]
-    array([[0, 0, 0, 0, 1, 1, 1, 1, 0, 0],
-           [0, 0, 0, 0, 0, 1, 1, 0, 0, 0]], dtype=int32)
-    >>> arrays["masked_lm_positions"], arrays["masked_lm_ids"]
-    (array([[1, 0],
-           [5, 0]], dtype=int32), array([[5, 0],
-           [5, 0]], dtype=int32))
-    >>> arrays["next_sentence_labels"][:, 0]
-    array([0, 0], dtype=int32)
+    Example:
+      >>> vocab = {t: i for i, t in enumerate(
+      ...     ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c"])}
+      >>> documents = [[[5, 6], [7, 5, 6]], [[6, 6, 7], [5]]]
+      >>> arrays = create_training_instances(documents, vocab, InstanceOptions(
+      ...     max_seq_length=10, max_predictions_per_seq=2, masked_lm_prob=0.15,
+      ...     dupe_factor=1, random_seed=2))
+      >>> arrays["input_ids"]
+      array([[2, 4, 6, 3, 7, 5, 6, 3, 0, 0],
+             [2, 6, 6, 7, 3, 4, 3, 0, 0, 0]], dtype=int32)
+      >>> arrays["segment_ids"]
+      array([[0, 0, 0, 0, 1, 1, 1, 1, 0, 0],
+             [0, 0, 0, 0, 0, 1, 1, 0, 0, 0]], dtype=int32)
+      >>> arrays["masked_lm_positions"], arrays["masked_lm_ids"]
+      (array([[1, 0],
+             [5, 0]], dtype=int32), array([[5, 0],
+             [5, 0]], dtype=int32))
+      >>> arrays["next_sentence_labels"][:, 0]
+      array([0, 0], dtype=int32)
     """
     missing = [token for token in ("[CLS]", "[SEP]", "[MASK]") if token not in vocab]
     if missing:

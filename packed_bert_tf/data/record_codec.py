@@ -100,11 +100,15 @@ def failure_message(path: str, record: int, lengths: Mapping[str, int], kind: st
     feature, whichever reader found the failure.
 
     Args:
+      path: the file.
+      record: the record's index in the file.
+      lengths: feature name -> values per record, in the reader's order.
       kind: ``truncated``, ``length_checksum``, ``data_checksum``,
         ``not_example``, ``missing``, ``wrong_type`` (``count``: the list
         kind found, 1 bytes, 2 float, 3 int64), ``wrong_count`` (``count``:
         the values found) or ``out_of_range`` (an int32 output).
       feature: index of the feature at fault in `lengths`.
+      count: what ``kind`` says it is (else unused).
     """
     if kind == "truncated":
         return f"{path}: record {record} is corrupt (the file ends inside it)"

@@ -45,11 +45,10 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
     records): a batch is then valid only until the next one is asked for.
     Through TensorFlow the arrays are its own buffers: read-only.
 
-    Raises
-    ------
-    RecordError
-        Naming the file and record index of a corrupt or truncated record, a
-        missing feature, one of the wrong type or one of the wrong length.
+    Raises:
+      RecordError: naming the file and record index of a corrupt or truncated
+        record, a missing feature, one of the wrong type or one of the wrong
+        length.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -54,33 +54,31 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
     `packed_bert_tf.data.pipeline.pretraining_dataset`): the rows of each
     global batch depend on the replica count alone.
 
-    Parameters
-    ----------
-    packs : PackedRows
-    batch_size : int
-        The global batch size; with `input_context` each replica gets
-        ``input_context.get_per_replica_batch_size(batch_size)`` rows.
-    is_training : bool
-        True: shuffle the rows (reshuffled every pass, from `seed`), repeat
-        forever, drop the last partial batch. False: every row once, in
-        order, the rows filled up with empty ones (``pack_index`` -1, weight
-        0) to a multiple of `batch_size`, so that shapes stay static and every
-        replica gets the same number of whole batches.
-    input_context : tf.distribute.InputContext, optional
-        This pipeline's place among the replicas.
-    shuffle_buffer_size : int, optional
-        Default: all rows.
-    skip_batches : int
-        Batches of each replica to skip (a resumed run, with the same `seed`).
-    micro_batches : int, optional
-        K: each element stacks K consecutive batches of one replica,
-        [K, b, ...]; default: elements are batches.
+    Args:
+      packs: the `PackedRows` to batch.
+      batch_size: int, the global batch size; with `input_context` each
+        replica gets ``input_context.get_per_replica_batch_size(batch_size)``
+        rows.
+      is_training: bool. True: shuffle the rows (reshuffled every pass, from
+        `seed`), repeat forever, drop the last partial batch. False: every
+        row once, in order, the rows filled up with empty ones
+        (``pack_index`` -1, weight 0) to a multiple of `batch_size`, so that
+        shapes stay static and every replica gets the same number of whole
+        batches.
+      input_context: optional `tf.distribute.InputContext`, this pipeline's
+        place among the replicas.
+      seed: optional int, the seed of the training shuffle (unused when
+        `is_training` is False).
+      shuffle_buffer_size: optional int. Default: all rows.
+      skip_batches: int, batches of each replica to skip (a resumed run, with
+        the same `seed`).
+      micro_batches: optional int K: each element stacks K consecutive
+        batches of one replica, [K, b, ...]; default: elements are batches.
 
-    Returns
-    -------
-    tf.data.Dataset of dicts (see the module docstring);
-    ``packed_bert_tf.data.pipeline.with_sequence_offsets(dataset,
-    packs.max_sequences_per_pack)`` adds the sequence offsets.
+    Returns:
+      tf.data.Dataset of dicts (see the module docstring);
+      ``packed_bert_tf.data.pipeline.with_sequence_offsets(dataset,
+      packs.max_sequences_per_pack)`` adds the sequence offsets.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -26,20 +26,19 @@ from packed_bert_tf.packing.ragged import position_in_row, row_splits_from_lengt
 class SequenceBatch:
     """N unpacked pre-training sequences without padding (ragged arrays).
 
-    Attributes
-    ----------
-    lengths : [N] int32, real tokens per sequence
-    token_ids, segment_ids : [sum(lengths)] uint16 or int32 / int8, all
-        sequences' tokens
-    masked_counts : [N] int32, masked-LM predictions per sequence
-    masked_positions, masked_ids : [sum(masked_counts)] int16 / int32,
-        positions relative to the sequence's first token ([CLS]), in record
-        order
-    next_sentence_labels : [N] int8
-
     `token_splits` and `masked_splits` (where each sequence starts in the
     flat arrays) are computed once, on first use; build changed copies with
     ``dataclasses.replace``.
+
+    Attributes:
+      lengths: [N] int32, real tokens per sequence.
+      token_ids: [sum(lengths)] uint16 or int32, all sequences' tokens.
+      segment_ids: [sum(lengths)] int8, the segment ids of all sequences' tokens.
+      masked_counts: [N] int32, masked-LM predictions per sequence.
+      masked_positions: [sum(masked_counts)] int16, positions relative to the
+        sequence's first token ([CLS]), in record order.
+      masked_ids: [sum(masked_counts)] int32, in record order.
+      next_sentence_labels: [N] int8.
     """
 
     lengths: np.ndarray

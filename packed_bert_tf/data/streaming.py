@@ -94,6 +94,7 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
       spec: how the features go into a pack; default `PackSpec.pretraining`
         with M = `max_predictions_per_pack` (default: the examples' P + D - 1,
         as the offline packer).
+      max_predictions_per_pack: M of the default spec (not with ``spec``).
       seed: orders each round's packs.
       skip_long_sequences: skip (and count) examples with more than S tokens
         instead of failing on the first one.

@@ -216,8 +216,10 @@ def text_sequences(files: Sequence[str], tokenizer: WordPieceTokenizer,
       files: the text files, all of them (`epoch_files` picks this replica's).
       tokenizer: the `WordPieceTokenizer`.
       options: the objective and sizes.
-      seed, epoch: what the order and the draws are a function of.
-      replica, num_replicas: this replica, among all.
+      seed: what the order and the draws are a function of, with ``epoch``.
+      epoch: the pass over the text (from 0).
+      replica: this replica.
+      num_replicas: all the replicas.
       shuffle_buffer_size: the sequences are shuffled through a buffer of this
         many (`shuffled`; 1: in the order they are made).
 

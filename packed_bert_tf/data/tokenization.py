@@ -53,11 +53,9 @@ MAX_INPUT_CHARS_PER_WORD = 200
 def tokenizer_json_vocabulary(path: str) -> list[str]:
     """The tokens by id of a Hugging Face ``tokenizer.json`` with a WordPiece model.
 
-    Raises
-    ------
-    ValueError
-        Naming the file: not JSON, a model that is not WordPiece, or ids that
-        are not 0..n-1.
+    Raises:
+      ValueError: naming the file: not JSON, a model that is not WordPiece, or
+        ids that are not 0..n-1.
     """
     with open(path, encoding="utf-8") as file:
         try:
@@ -82,14 +80,11 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
     occurs twice keeps its last id (a warning names both lines: the first
     line's id is never used).
 
-    Raises
-    ------
-    ValueError
-        Naming the file (and line) when a line is blank or not UTF-8, when a
-        special token of `SPECIAL_TOKENS` is missing, or when ``[PAD]`` is not
-        id 0 (records pad ``input_ids`` with 0).
-    OSError
-        When the file cannot be read.
+    Raises:
+      ValueError: naming the file (and line) when a line is blank or not
+        UTF-8, when a special token of `SPECIAL_TOKENS` is missing, or when
+        ``[PAD]`` is not id 0 (records pad ``input_ids`` with 0).
+      OSError: when the file cannot be read.
     """
     vocab: dict[str, int] = {}
     duplicates = []
@@ -142,25 +137,24 @@ def _bert_normalizer(do_lower_case: bool) -> normalizers.BertNormalizer:
 class WordPieceTokenizer:
     """BERT's tokenizer on a ``vocab.txt``, run by `tokenizers`.
 
-    Parameters
-    ----------
-    vocab_file
-        A BERT ``vocab.txt``; see `load_vocab` for the checks.
-    do_lower_case
-        True for uncased models (lower-case and strip accents), False for cased.
+    Args:
+      vocab_file: a BERT ``vocab.txt``; see `load_vocab` for the checks.
+      do_lower_case: True for uncased models (lower-case and strip accents),
+        False for cased.
 
-    Attributes
-    ----------
-    vocab : dict
-        Token -> id, in file order (``list(vocab)`` is BERT's ``vocab_words``).
-    pad_id, unk_id, cls_id, sep_id, mask_id : int
-        Ids of the special tokens.
+    Attributes:
+      vocab: dict, token -> id, in file order (``list(vocab)`` is BERT's
+        ``vocab_words``).
+      pad_id: int, id of the special token ``[PAD]``.
+      unk_id: int, id of the special token ``[UNK]``.
+      cls_id: int, id of the special token ``[CLS]``.
+      sep_id: int, id of the special token ``[SEP]``.
+      mask_id: int, id of the special token ``[MASK]``.
 
-    Example
-    -------
-    >>> tokenizer = WordPieceTokenizer("vocab.txt")        # doctest: +SKIP
-    >>> tokenizer.tokenize("Unaffable café!")              # doctest: +SKIP
-    ['una', '##ffa', '##ble', 'cafe', '!']
+    Example:
+      >>> tokenizer = WordPieceTokenizer("vocab.txt")        # doctest: +SKIP
+      >>> tokenizer.tokenize("Unaffable café!")              # doctest: +SKIP
+      ['una', '##ffa', '##ble', 'cafe', '!']
     """
 
     def __init__(self, vocab_file: str, *, do_lower_case: bool = True):
@@ -262,40 +256,35 @@ def train_wordpiece_vocab(lines: Sequence[str], vocab_size: int, vocab_file: str
                           limit_alphabet: int = 1000) -> dict[str, int]:
     """Trains a WordPiece vocabulary on text and writes it as ``vocab.txt``.
 
-    Parameters
-    ----------
-    lines
-        The training text, e.g. the sentences of a corpus.
-    vocab_size
-        Number of tokens wanted, special tokens included. The vocabulary is
-        smaller when the text has fewer distinct pieces, and larger when the
-        special tokens and the alphabet alone exceed it.
-    vocab_file
-        Written atomically: one token per line, ``[PAD] [UNK] [CLS] [SEP]
-        [MASK]`` first, then ``##`` + each character that continues words, the
-        characters, and the learnt pieces in the order they were learnt.
-    do_lower_case
-        Normalise as the tokenizer that will use the vocabulary does.
-    min_frequency, limit_alphabet
-        As `tokenizers.trainers.WordPieceTrainer` (defaults of
-        ``BertWordPieceTokenizer``): pieces seen fewer times are not merged,
-        and only the most frequent characters are kept.
+    Args:
+      lines: the training text, e.g. the sentences of a corpus.
+      vocab_size: number of tokens wanted, special tokens included. The
+        vocabulary is smaller when the text has fewer distinct pieces, and
+        larger when the special tokens and the alphabet alone exceed it.
+      vocab_file: written atomically: one token per line, ``[PAD] [UNK] [CLS]
+        [SEP] [MASK]`` first, then ``##`` + each character that continues
+        words, the characters, and the learnt pieces in the order they were
+        learnt.
+      do_lower_case: normalise as the tokenizer that will use the vocabulary
+        does.
+      min_frequency: as `tokenizers.trainers.WordPieceTrainer` (default of
+        ``BertWordPieceTokenizer``): pieces seen fewer times are not merged.
+      limit_alphabet: as `tokenizers.trainers.WordPieceTrainer` (default of
+        ``BertWordPieceTokenizer``): only the most frequent characters are
+        kept.
 
-    Returns
-    -------
-    dict
-        Token -> id of the written vocabulary.
+    Returns:
+      A dict, token -> id of the written vocabulary.
 
-    Notes
-    -----
-    Training is `tokenizers`' WordPiece trainer (byte-pair merges on words
-    with ``##`` continuation pieces). On its own it is not deterministic: the
-    ids of the ``##`` pieces follow hash-map order and merges of equal counts
-    are chosen by id (huggingface/tokenizers#1794). Here the alphabet and the
-    ``##`` pieces are computed first, deterministically, and given to the
-    trainer (as its initial alphabet and leading tokens), so equal input
-    gives an identical vocabulary. Cost: one more pass over the text in
-    Python.
+    Note:
+      Training is `tokenizers`' WordPiece trainer (byte-pair merges on words
+      with ``##`` continuation pieces). On its own it is not deterministic:
+      the ids of the ``##`` pieces follow hash-map order and merges of equal
+      counts are chosen by id (huggingface/tokenizers#1794). Here the alphabet
+      and the ``##`` pieces are computed first, deterministically, and given
+      to the trainer (as its initial alphabet and leading tokens), so equal
+      input gives an identical vocabulary. Cost: one more pass over the text
+      in Python.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be more than the {len(SPECIAL_TOKENS)} "

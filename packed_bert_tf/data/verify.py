@@ -124,15 +124,13 @@ def verify_packing(unpacked_files, packed_files, *,
 
     ``file_read(path)`` is called after each file is read (a tool's progress).
 
-    Raises
-    ------
-    VerificationError
-        Naming the first unpacked sequence (file, record) missing from the
-        packed set, or the first packed sequence (file, record) that is not in
-        the unpacked set (or is there once too often).
-    RecordError, ValueError
-        For a packed record that breaks the format (positions not restarting,
-        inconsistent indices, ...), naming the file and record.
+    Raises:
+      VerificationError: naming the first unpacked sequence (file, record)
+        missing from the packed set, or the first packed sequence (file,
+        record) that is not in the unpacked set (or is there once too often).
+      RecordError: for a packed record that breaks the format (positions not
+        restarting, inconsistent indices, ...), naming the file and record.
+      ValueError: as `RecordError`.
     """
     unpacked_files, packed_files = list(unpacked_files), list(packed_files)
     source, source_file, source_record, *_ = _fingerprints(

@@ -81,11 +81,14 @@ def span_losses(start_logits, end_logits, input_mask, start_positions, end_posit
     """Start and end cross entropy and accuracy as `WeightedSum`s over sequences.
 
     Args:
-      start_logits, end_logits: [B, S] per-token logits.
+      start_logits: [B, S] per-token logits of the answer start.
+      end_logits: [B, S] per-token logits of the answer end.
       input_mask: [B, S] int sequence index (1..D), 0 = padding.
-      start_positions, end_positions: [B, D] int offsets in the row of each
-        sequence's answer start and end (they must lie in the sequence; any
-        valid offset for an empty slot).
+      start_positions: [B, D] int offsets in the row of each sequence's answer
+        start (they must lie in the sequence; any valid offset for an empty
+        slot).
+      end_positions: [B, D] int offsets in the row of each sequence's answer
+        end (the same rule).
       sequence_weights: [B, D] 1 for a real sequence, 0 for an empty slot.
 
     Returns:

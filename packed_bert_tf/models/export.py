@@ -90,7 +90,9 @@ def export_for_serving(model, export_dir: str, *, max_seq_length: int,
         takes part: call this outside the strategy's scope.
       export_dir: the SavedModel folder (created; an existing SavedModel
         there is replaced).
-      max_seq_length, max_sequences_per_pack, max_predictions_per_seq,
+      max_seq_length: S, as `serving_input_signature`.
+      max_sequences_per_pack: D, as `serving_input_signature`.
+      max_predictions_per_seq: M, as `serving_input_signature`.
       input_features: as `serving_input_signature`.
       output_names: the outputs to serve, for a model that returns a dict;
         default the model's ``SERVING_OUTPUTS`` (else every output). A model

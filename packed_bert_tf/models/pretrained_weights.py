@@ -295,8 +295,8 @@ def from_preset(model_class, path, *args, bert_config: BertConfig | None = None,
       model_class: `BertPretrainingModel`, `BertSquadModel` or
         `BertClassifierModel`.
       path: the weights (`find_pretrained_weights`).
-      *args, **kwargs: the class's other arguments (``num_labels``,
-        ``packed``, ...).
+      *args: the class's other positional arguments (``num_labels``, ...).
+      **kwargs: the class's other keyword arguments (``packed``, ...).
       bert_config: the config, when ``path`` states none; when it does, the
         two must agree.
       allow_partial: see `load_pretrained_weights`.

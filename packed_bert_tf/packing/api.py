@@ -77,18 +77,14 @@ def pack_histogram(histogram, max_sequence_length: int,
                    algorithm: str = "optimal", **options) -> PackingPlan:
     """Packs a length histogram into rows of `max_sequence_length` tokens.
 
-    Parameters
-    ----------
-    histogram : array_like of int
-        ``histogram[i]`` = number of sequences of length ``i + 1``. It may be
-        shorter than `max_sequence_length` (missing bins are 0); longer only if
-        the extra bins are 0.
-    max_sequence_length : int
-        Tokens per pack, S.
-    max_sequences_per_pack : int or None
-        Cap on sequences per pack, D (None: no cap beyond S).
-    algorithm : str
-        One of `ALGORITHMS`:
+    Args:
+      histogram: array_like of int, ``histogram[i]`` = number of sequences of
+        length ``i + 1``. It may be shorter than `max_sequence_length` (missing
+        bins are 0); longer only if the extra bins are 0.
+      max_sequence_length: int, tokens per pack, S.
+      max_sequences_per_pack: int or None, cap on sequences per pack, D (None:
+        no cap beyond S).
+      algorithm: str, one of `ALGORITHMS`:
 
         - ``none``: one sequence per pack (the unpacked baseline).
         - ``greedy``: next-fit in dataset order (the paper's GREEDY / T5
@@ -119,30 +115,25 @@ def pack_histogram(histogram, max_sequence_length: int,
           (`packing.coarse`), returned when within ``certified_gap`` of
           the LP bound of the rounded-down relaxation, which is then the
           reported bound.
+      **options: the algorithm's options, as listed under ``algorithm``.
 
-    Returns
-    -------
-    PackingPlan
-        Exact by construction: every sequence packed once, no pack over S
-        tokens or D sequences.
+    Returns:
+      `PackingPlan`: exact by construction: every sequence packed once, no
+      pack over S tokens or D sequences.
 
-    Raises
-    ------
-    ValueError
-        For negative counts, sequences longer than S, a cap below 1, an
-        unknown algorithm or an unknown option.
+    Raises:
+      ValueError: For negative counts, sequences longer than S, a cap below 1,
+        an unknown algorithm or an unknown option.
 
-    Notes
-    -----
-    Costs on the Wikipedia-512 histogram (16.3 M sequences) are recorded in
-    BENCHMARKS.md (``benchmarks/packing_benchmark.py``).
+    Note:
+      Costs on the Wikipedia-512 histogram (16.3 M sequences) are recorded in
+      BENCHMARKS.md (``benchmarks/packing_benchmark.py``).
 
-    Examples
-    --------
-    >>> plan = pack_histogram([0, 2, 1, 1], max_sequence_length=4,
-    ...                       max_sequences_per_pack=2, algorithm="spfhp")
-    >>> plan.strategies, plan.counts, plan.num_packs
-    (((2, 2), (3,), (4,)), (1, 1, 1), 3)
+    Example:
+      >>> plan = pack_histogram([0, 2, 1, 1], max_sequence_length=4,
+      ...                       max_sequences_per_pack=2, algorithm="spfhp")
+      >>> plan.strategies, plan.counts, plan.num_packs
+      (((2,), (3,), (4,)), (2, 1, 1), 4)
     """
     if not isinstance(max_sequence_length, (int, np.integer)) or max_sequence_length < 1:
         raise ValueError(f"max_sequence_length must be a positive integer, got "

@@ -20,10 +20,9 @@ class PackAssignment:
     ``tf.RaggedTensor.from_row_splits``), longest first. Each example index
     appears exactly once.
 
-    Attributes
-    ----------
-    row_splits : [P + 1] int64
-    sequence_indices : [N] int64
+    Attributes:
+      row_splits: [P + 1] int64.
+      sequence_indices: [N] int64.
     """
 
     row_splits: np.ndarray
@@ -109,37 +108,30 @@ class PackAssignment:
 def assign_sequences(lengths, plan: PackingPlan, seed: int = 0) -> PackAssignment:
     """Assigns every example of a dataset to a pack of the plan.
 
-    Parameters
-    ----------
-    lengths : [N] int
-        Length of every example; their histogram must equal ``plan.histogram``.
-    plan : PackingPlan
-    seed : int
-        Which example of a given length fills which slot, and the order of the
-        packs, are drawn from this seed: the same (lengths, plan, seed) always
-        give the same packs.
-
-    Returns
-    -------
-    PackAssignment
-        The plan's packs in shuffled order (so that long and short packs are
-        mixed in the output), each holding example indices of the lengths its
-        strategy lists.
-
-    Notes
-    -----
     Vectorised: the slots of all packs, sorted by length, are matched with the
     examples sorted by length (shuffled within each length). O(N log N).
 
-    Examples
-    --------
-    >>> from packed_bert_tf.packing import pack_histogram
-    >>> lengths = [3, 1, 2, 2]
-    >>> plan = pack_histogram([1, 2, 1], max_sequence_length=4,
-    ...                       max_sequences_per_pack=2, algorithm="optimal")
-    >>> packs = assign_sequences(lengths, plan, seed=0)
-    >>> sorted(sorted(int(i) for i in pack) for pack in packs)
-    [[0, 1], [2, 3]]
+    Args:
+      lengths: [N] int, length of every example; their histogram must equal
+        ``plan.histogram``.
+      plan: a `PackingPlan`.
+      seed: int; which example of a given length fills which slot, and the
+        order of the packs, are drawn from this seed: the same (lengths, plan,
+        seed) always give the same packs.
+
+    Returns:
+      `PackAssignment`: the plan's packs in shuffled order (so that long and
+      short packs are mixed in the output), each holding example indices of the
+      lengths its strategy lists.
+
+    Example:
+      >>> from packed_bert_tf.packing import pack_histogram
+      >>> lengths = [3, 1, 2, 2]
+      >>> plan = pack_histogram([1, 2, 1], max_sequence_length=4,
+      ...                       max_sequences_per_pack=2, algorithm="optimal")
+      >>> packs = assign_sequences(lengths, plan, seed=0)
+      >>> sorted(sorted(int(i) for i in pack) for pack in packs)
+      [[0, 1], [2, 3]]
     """
     lengths = np.asarray(lengths)
     histogram = histogram_from_lengths(lengths, plan.max_sequence_length)
@@ -181,12 +173,11 @@ def pack_assignment(lengths, max_sequence_length: int, max_sequences_per_pack: i
     example goes where); otherwise one example per pack in example order,
     the layout of standard BERT batches. No examples: no packs.
 
-    Examples
-    --------
-    >>> [list(map(int, pack)) for pack in pack_assignment([3, 1], 4, 2, packed=False)]
-    [[0], [1]]
-    >>> [sorted(map(int, pack)) for pack in pack_assignment([3, 1], 4, 2)]
-    [[0, 1]]
+    Example:
+      >>> [list(map(int, pack)) for pack in pack_assignment([3, 1], 4, 2, packed=False)]
+      [[0], [1]]
+      >>> [sorted(map(int, pack)) for pack in pack_assignment([3, 1], 4, 2)]
+      [[0, 1]]
     """
     lengths = np.asarray(lengths)
     if not packed:
@@ -203,15 +194,12 @@ def rows_of_packs(pack_index, num_packs: int) -> np.ndarray:
     (-1 for padding rows, ignored; any order): how a task unpacks a model's
     outputs on its rows back to its examples.
 
-    Raises
-    ------
-    ValueError
-        When a pack is missing from the outputs or appears twice.
+    Raises:
+      ValueError: When a pack is missing from the outputs or appears twice.
 
-    Examples
-    --------
-    >>> rows_of_packs([1, -1, 0], 2).tolist()
-    [2, 0]
+    Example:
+      >>> rows_of_packs([1, -1, 0], 2).tolist()
+      [2, 0]
     """
     pack_index = np.asarray(pack_index, np.int64).reshape(-1)
     real = pack_index >= 0

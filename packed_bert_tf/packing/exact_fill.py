@@ -106,14 +106,12 @@ LIMIT_REFINEMENTS = 3
 class ExactFill:
     """Rows filled exactly, and what is left.
 
-    Attributes
-    ----------
-    rows : [R, 4] int64
-        Sequence lengths of each full row (0 = no sequence), each summing to S.
-    residual : [S] int64
-        Histogram of the sequences in no row.
-    complement_limit : int
-        Step 1's limit on the room ``S - a`` of the longest sequences.
+    Attributes:
+      rows: [R, 4] int64, sequence lengths of each full row (0 = no sequence),
+        each summing to S.
+      residual: [S] int64, histogram of the sequences in no row.
+      complement_limit: int, step 1's limit on the room ``S - a`` of the
+        longest sequences.
     """
 
     rows: np.ndarray
@@ -150,26 +148,22 @@ def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
     """Rows of at most 4 sequences filled to exactly S tokens, and the rest,
     for each matching in turn (step 1, the same for all, is done once).
 
-    Parameters
-    ----------
-    histogram : [S] int
-        ``histogram[i]`` = number of sequences of length ``i + 1``.
-    max_sequence_length : int
-        Tokens per row, S.
-    matchings : tuple of Matching
-        How step 2 treats one-sequence halves, one after the other (the
-        caller stops at the first whose rows it certifies).
-    seed : int
-        Seed of the random matching (the result is deterministic given it).
+    Args:
+      histogram: [S] int, ``histogram[i]`` = number of sequences of length
+        ``i + 1``.
+      max_sequence_length: int, tokens per row, S.
+      matchings: tuple of `Matching`, how step 2 treats one-sequence halves,
+        one after the other (the caller stops at the first whose rows it
+        certifies).
+      seed: int, seed of the random matching (the result is deterministic
+        given it).
 
-    Yields
-    ------
-    list of ExactFill
-        For each matching, one per complement limit tried, best first
-        (fewest residual tokens, then fewest residual sequences): the caller
-        packs the residual of the first one or two and keeps the plan with
-        fewer packs. Empty when the first limit tried leaves over
-        `GIVE_UP_FRACTION` of the tokens.
+    Yields:
+      list of `ExactFill`: for each matching, one per complement limit tried,
+      best first (fewest residual tokens, then fewest residual sequences): the
+      caller packs the residual of the first one or two and keeps the plan
+      with fewer packs. Empty when the first limit tried leaves over
+      `GIVE_UP_FRACTION` of the tokens.
     """
     max_len = int(max_sequence_length)
     counts = np.zeros(max_len + 1, dtype=np.int64)

@@ -27,11 +27,10 @@ def greedy_pack_ends(lengths: np.ndarray, max_sequence_length: int,
     Returns the exclusive end index of every pack, so pack ``k`` holds
     ``lengths[ends[k - 1]:ends[k]]`` (with ``ends[-1]`` taken as 0).
 
-    Notes
-    -----
-    For every start position the end of a pack starting there is found at
-    once with a binary search on the cumulative lengths (O(n log n), numpy);
-    only the chain of pack starts is then walked, one step per pack.
+    Note:
+      For every start position the end of a pack starting there is found at
+      once with a binary search on the cumulative lengths (O(n log n), numpy);
+      only the chain of pack starts is then walked, one step per pack.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     n = lengths.size

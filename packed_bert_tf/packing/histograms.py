@@ -69,12 +69,10 @@ def find_histogram(name: str) -> pathlib.Path | None:
 def load_histogram(path_or_name: str) -> LengthHistogram:
     """Loads a histogram from a file path, or by name from the search path.
 
-    Raises
-    ------
-    FileNotFoundError
-        When neither a file nor a known name, listing the folders searched.
-    ValueError
-        When the file holds anything but non-negative whole counts.
+    Raises:
+      FileNotFoundError: When neither a file nor a known name, listing the
+        folders searched.
+      ValueError: When the file holds anything but non-negative whole counts.
     """
     path = pathlib.Path(path_or_name)
     if not path.is_file():

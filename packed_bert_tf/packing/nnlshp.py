@@ -66,12 +66,11 @@ def pack_nnlshp(histogram: np.ndarray, max_sequence_length: int,
     (the slot becomes padding), so the plan packs each real sequence exactly
     once; the number of packs does not change.
 
-    Notes
-    -----
-    Source: Krell, Kosec, Perez, Fitzgibbon, "Efficient Sequence Packing
-    without Cross-contamination", arXiv 2107.02027, section 2.2 and
-    appendix. Cost: one NNLS solve on an S x K dense matrix, K about
-    S^2 / 12 for D = 3 (about 20 s at S = 512 on 2 cores).
+    Note:
+      Source: Krell, Kosec, Perez, Fitzgibbon, "Efficient Sequence Packing
+      without Cross-contamination", arXiv 2107.02027, section 2.2 and
+      appendix. Cost: one NNLS solve on an S x K dense matrix, K about
+      S^2 / 12 for D = 3 (about 20 s at S = 512 on 2 cores).
     """
     max_len = max_sequence_length
     num_strategies = count_exact_fill_strategies(max_len, max_sequences_per_pack)

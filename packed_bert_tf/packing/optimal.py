@@ -148,15 +148,14 @@ def maximal_patterns(item_lengths: np.ndarray, capacity: int,
     not decrease with length, the most valuable pattern is among them. When
     every length is present these are the patterns that fill a row exactly.
 
-    Parameters
-    ----------
-    item_lengths : [n] int, strictly increasing, each in [1, capacity]
-    capacity, max_items : int
+    Args:
+      item_lengths: [n] int, strictly increasing, each in [1, capacity].
+      capacity: int.
+      max_items: int.
 
-    Returns
-    -------
-    [m, k] int32 item indices, k = min(max_items, 3), each row sorted,
-    padded with n (no item). Cost O(n^2) time in blocks, O(m) memory.
+    Returns:
+      [m, k] int32 item indices, k = min(max_items, 3), each row sorted,
+      padded with n (no item). Cost O(n^2) time in blocks, O(m) memory.
     """
     lengths = np.asarray(item_lengths, dtype=np.int64)
     num_items = lengths.size
@@ -221,19 +220,17 @@ def knapsack_pricing(values: np.ndarray, item_lengths: np.ndarray, capacity: int
     Patterns are multisets of at most `max_items` items (repetition allowed)
     of total length at most `capacity`.
 
-    Returns
-    -------
-    best_values : [n] float
-        Largest value of a pattern holding item j.
-    pattern_of : callable
-        ``pattern_of(j)`` gives that pattern as a list of item indices.
+    Returns:
+      A tuple (best_values, pattern_of):
+        best_values: [n] float, largest value of a pattern holding item j.
+        pattern_of: callable, ``pattern_of(j)`` gives that pattern as a list
+          of item indices.
 
-    Notes
-    -----
-    Dynamic programming over layers k = number of items: ``best[k][r]`` is
-    the largest value of at most k items of total length at most r. A layer
-    is a max-plus product of the previous one with the items, done in blocks
-    of rows: O(capacity x n) time per layer, O(capacity + block x n) memory.
+    Note:
+      Dynamic programming over layers k = number of items: ``best[k][r]`` is
+      the largest value of at most k items of total length at most r. A layer
+      is a max-plus product of the previous one with the items, done in blocks
+      of rows: O(capacity x n) time per layer, O(capacity + block x n) memory.
     """
     values = np.asarray(values, dtype=np.float64)
     lengths = np.asarray(item_lengths, dtype=np.int64)
@@ -618,30 +615,27 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
                  max_iterations: int = 1000, integer_node_limit: int = 50):
     """Near-optimal packing by column generation plus rounding and repair.
 
-    Parameters
-    ----------
-    histogram : [S] int
-    max_sequence_length, max_sequences_per_pack : int
-    initial_strategies : iterable of tuples of lengths
-        Patterns to start the master LP from (a heuristic's strategies make a
-        good warm start); a pattern per length is always added.
-    max_iterations : int
-        Cap on column-generation rounds per LP solve.
-    integer_node_limit : int
-        Branch-and-bound nodes HiGHS may explore in each integer master.
+    Args:
+      histogram: [S] int.
+      max_sequence_length: int.
+      max_sequences_per_pack: int.
+      initial_strategies: iterable of tuples of lengths, patterns to start the
+        master LP from (a heuristic's strategies make a good warm start); a
+        pattern per length is always added.
+      max_iterations: int, cap on column-generation rounds per LP solve.
+      integer_node_limit: int, branch-and-bound nodes HiGHS may explore in
+        each integer master.
 
-    Returns
-    -------
-    pairs : list of (strategy, count)
-    lp_lower_bound : float
-        A lower bound on the number of packs: the LP optimum on the whole
-        histogram when column generation converged.
+    Returns:
+      A tuple (pairs, lp_lower_bound):
+        pairs: list of (strategy, count).
+        lp_lower_bound: float, a lower bound on the number of packs: the LP
+          optimum on the whole histogram when column generation converged.
 
-    Notes
-    -----
-    See the module docstring for the method. Time on the Wikipedia-512
-    histogram (16.3 M sequences, 508 lengths) with D = 3: a few tenths of a
-    second.
+    Note:
+      See the module docstring for the method. Time on the Wikipedia-512
+      histogram (16.3 M sequences, 508 lengths) with D = 3: a few tenths of a
+      second.
     """
     histogram = np.asarray(histogram, dtype=np.int64)
     max_len = max_sequence_length

@@ -82,28 +82,23 @@ def _merged_strategy_counts(strategy_counts):
 class PackingPlan:
     """How to pack a length histogram into rows of fixed length.
 
-    Attributes
-    ----------
-    algorithm : str
-        Name of the algorithm that made the plan.
-    max_sequence_length : int
-        Tokens per pack (row), S.
-    max_sequences_per_pack : int
-        Cap on sequences per pack, D.
-    histogram : tuple of int
-        ``histogram[i]`` = number of sequences of length ``i + 1``; length S.
-    strategies : tuple of tuple of int
-        Distinct pack contents, each sorted longest first.
-    counts : tuple of int
-        ``counts[j]`` = number of packs built with ``strategies[j]``.
-    lp_lower_bound : float or None
-        Optimum of the linear-programming relaxation (fractional packs) where
-        the algorithm computed one; where ``optimal`` returned a certified
-        shortcut's plan, the bound it was certified against (the token bound,
-        or the LP of a rounded-down relaxation), never above that optimum;
-        else None. No plan can use fewer than ``ceil(lp_lower_bound)`` packs.
-    solve_time_seconds : float
-        Wall time the algorithm took.
+    Attributes:
+      algorithm: str, name of the algorithm that made the plan.
+      max_sequence_length: int, tokens per pack (row), S.
+      max_sequences_per_pack: int, cap on sequences per pack, D.
+      histogram: tuple of int, ``histogram[i]`` = number of sequences of length
+        ``i + 1``; length S.
+      strategies: tuple of tuple of int, distinct pack contents, each sorted
+        longest first.
+      counts: tuple of int, ``counts[j]`` = number of packs built with
+        ``strategies[j]``.
+      lp_lower_bound: float or None, optimum of the linear-programming
+        relaxation (fractional packs) where the algorithm computed one; where
+        ``optimal`` returned a certified shortcut's plan, the bound it was
+        certified against (the token bound, or the LP of a rounded-down
+        relaxation), never above that optimum; else None. No plan can use
+        fewer than ``ceil(lp_lower_bound)`` packs.
+      solve_time_seconds: float, wall time the algorithm took.
     """
 
     algorithm: str

@@ -14,13 +14,12 @@ def format_plan_table(plans: Sequence[PackingPlan],
                       lp_lower_bound_packs: int | None = None) -> str:
     """A fixed-width table of plans of one histogram, one row per plan.
 
-    Parameters
-    ----------
-    plans : sequence of PackingPlan
-        Plans of the same histogram (any algorithms).
-    lp_lower_bound_packs : int, optional
-        The LP bound in packs; defaults to the best any plan reports. The last
-        column is each plan's packs minus this bound ("-" if unknown).
+    Args:
+      plans: sequence of `PackingPlan`, plans of the same histogram (any
+        algorithms).
+      lp_lower_bound_packs: int, optional, the LP bound in packs; defaults to
+        the best any plan reports. The last column is each plan's packs minus
+        this bound ("-" if unknown).
     """
     if lp_lower_bound_packs is None:
         known = [p.lp_lower_bound_packs for p in plans

@@ -15,14 +15,12 @@ from packed_bert_tf.packing.assign import PackAssignment
 class StreamPacking:
     """Packs of a stream of sequences, in the order they were emitted.
 
-    Attributes
-    ----------
-    assignment : PackAssignment
-        Packs as ragged rows of stream indices (0 = the first sequence read).
-    read_at_emission : [N] int64
-        For each sequence (by stream index), how many sequences had been read
-        when its pack was emitted: sequence i waited
-        ``read_at_emission[i] - i - 1`` later sequences in the buffer.
+    Attributes:
+      assignment: `PackAssignment`, packs as ragged rows of stream indices
+        (0 = the first sequence read).
+      read_at_emission: [N] int64, for each sequence (by stream index), how
+        many sequences had been read when its pack was emitted: sequence i
+        waited ``read_at_emission[i] - i - 1`` later sequences in the buffer.
     """
 
     assignment: PackAssignment

@@ -71,10 +71,9 @@ def exact_fill_patterns(max_sequence_length: int, max_sequences_per_pack: int) -
     """Every multiset of at most D lengths summing to exactly S
     (`nnlshp.exact_fill_strategies`) as a table.
 
-    Returns
-    -------
-    [K, D] int32, each row sorted longest first and padded with 0; rows in
-    descending lexicographic order.
+    Returns:
+      [K, D] int32, each row sorted longest first and padded with 0; rows in
+      descending lexicographic order.
     """
     total, parts = max_sequence_length, max_sequences_per_pack
     count = count_exact_fill_strategies(total, parts)
@@ -112,24 +111,20 @@ def _pattern_matrix(max_sequence_length: int, max_sequences_per_pack: int):
 class StreamingPacker:
     """Packs a stream of sequence lengths round by round (module docstring).
 
-    Parameters
-    ----------
-    max_sequence_length : int
-        Tokens per pack, S.
-    max_sequences_per_pack : int
-        Cap on sequences per pack, D.
-    buffer_size : int
-        Sequences held before a round; the packer never holds more.
-    max_wait : int or None
-        A sequence that has waited this many later sequences leaves in the
-        next round; rounds come at least every `buffer_size` sequences, so
-        none waits more than ``max_wait + buffer_size`` (tested). Default:
-        twice `buffer_size`.
-    seed : int
-        Seeds the order of each round's packs.
-    columns_per_round, pool_rounds : int
-        Column generation: patterns added per pricing step, and rounds an
-        unused pattern stays in the pool.
+    Args:
+      max_sequence_length: int, tokens per pack, S.
+      max_sequences_per_pack: int, cap on sequences per pack, D.
+      buffer_size: int, sequences held before a round; the packer never holds
+        more.
+      max_wait: int or None, a sequence that has waited this many later
+        sequences leaves in the next round; rounds come at least every
+        `buffer_size` sequences, so none waits more than
+        ``max_wait + buffer_size`` (tested). Default: twice `buffer_size`.
+      seed: int, seeds the order of each round's packs.
+      columns_per_round: int, column generation: patterns added per pricing
+        step.
+      pool_rounds: int, column generation: rounds an unused pattern stays in
+        the pool.
     """
 
     def __init__(self, max_sequence_length: int, max_sequences_per_pack: int = 3, *,
@@ -210,17 +205,16 @@ class StreamingPacker:
     def push(self, lengths) -> tuple[PackAssignment, np.ndarray]:
         """Reads the next sequences' lengths; returns the packs emitted meanwhile.
 
-        Returns
-        -------
-        assignment : PackAssignment
-            Packs of stream indices (each pack longest first), in emission order.
-        read_at_emission : [packs] int64
-            Sequences read when each pack was emitted.
+        Returns:
+          A tuple (assignment, read_at_emission):
+            assignment: `PackAssignment`, packs of stream indices (each pack
+              longest first), in emission order.
+            read_at_emission: [packs] int64, sequences read when each pack was
+              emitted.
 
-        Raises
-        ------
-        ValueError
-            A length outside ``1..max_sequence_length``, naming its stream index.
+        Raises:
+          ValueError: A length outside ``1..max_sequence_length``, naming its
+            stream index.
         """
         lengths = np.asarray(lengths, dtype=np.int64).ravel()
         bad = np.flatnonzero((lengths < 1) | (lengths > self.max_sequence_length))

@@ -5,19 +5,17 @@ spaces) before comparison. Each question scores the best exact match and the
 best token F1 over its gold answers; the dataset scores are the means over all
 questions, in percent. A question without a prediction scores 0.
 
-Notes
------
-Source: the SQuAD v1.1 evaluation script (Rajpurkar et al., 2016,
-https://rajpurkar.github.io/SQuAD-explorer/). Written from its specification;
-the normalisation order (lower -> punctuation -> articles -> whitespace) and
-the Counter-based token overlap are the official ones.
+Note:
+  Source: the SQuAD v1.1 evaluation script (Rajpurkar et al., 2016,
+  https://rajpurkar.github.io/SQuAD-explorer/). Written from its specification;
+  the normalisation order (lower -> punctuation -> articles -> whitespace) and
+  the Counter-based token overlap are the official ones.
 
-Example
--------
->>> normalize_answer("The  U.S.A.!")
-'usa'
->>> round(f1_score("the big red dog", "a red dog barked"), 4)
-0.6667
+Example:
+  >>> normalize_answer("The  U.S.A.!")
+  'usa'
+  >>> round(f1_score("the big red dog", "a red dog barked"), 4)
+  0.6667
 """
 
 import collections
@@ -72,20 +70,17 @@ def metric_max_over_ground_truths(metric_fn, prediction, ground_truths):
 def evaluate(dataset, predictions):
     """Exact match and F1, in percent, over every question of ``dataset``.
 
-    Parameters
-    ----------
-    dataset : list of dict
-        The SQuAD JSON's ``data`` list: articles -> ``paragraphs`` -> ``qas``,
-        each question with an ``id`` and ``answers`` (``[{"text": ...}]``).
-    predictions : dict
-        Question id -> predicted answer text. Questions missing here score 0
-        and are logged; predictions for unknown ids are ignored.
+    Args:
+      dataset: list of dict. The SQuAD JSON's ``data`` list: articles ->
+        ``paragraphs`` -> ``qas``, each question with an ``id`` and
+        ``answers`` (``[{"text": ...}]``).
+      predictions: dict, question id -> predicted answer text. Questions
+        missing here score 0 and are logged; predictions for unknown ids are
+        ignored.
 
-    Returns
-    -------
-    dict
-        ``{"exact_match": float, "f1": float}``, both ``100 * mean`` over all
-        questions (0.0 for a dataset with no questions).
+    Returns:
+      A dict ``{"exact_match": float, "f1": float}``, both ``100 * mean`` over
+      all questions (0.0 for a dataset with no questions).
     """
     exact_match = f1 = 0.0
     total = unanswered = 0
@@ -124,19 +119,14 @@ def _load_json(path, what):
 def evaluate_files(dataset_path, predictions_path):
     """`evaluate` on a SQuAD v1.1 dataset file and a predictions file.
 
-    Parameters
-    ----------
-    dataset_path : str
-        SQuAD JSON with ``version`` and ``data``. A version other than 1.1 is
-        logged, not rejected (as the official script).
-    predictions_path : str
-        JSON object mapping question id -> answer text.
+    Args:
+      dataset_path: str. SQuAD JSON with ``version`` and ``data``. A version
+        other than 1.1 is logged, not rejected (as the official script).
+      predictions_path: str. JSON object mapping question id -> answer text.
 
-    Raises
-    ------
-    ValueError
-        For malformed JSON, a dataset without a ``data`` list, or predictions
-        that are not a JSON object; the message names the file.
+    Raises:
+      ValueError: for malformed JSON, a dataset without a ``data`` list, or
+        predictions that are not a JSON object; the message names the file.
     """
     dataset_json = _load_json(dataset_path, "dataset")
     if not isinstance(dataset_json, dict):

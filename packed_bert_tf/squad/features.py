@@ -1,10 +1,10 @@
-"""SQuAD v1.1 JSON -> examples -> fixed-length features, cached as TFRecords.
+r"""SQuAD v1.1 JSON -> examples -> fixed-length features, cached as TFRecords.
 
 Letters: F features, S ``max_seq_length``, Q query tokens, N context tokens.
 
 The rules are google-research/bert ``run_squad.py``'s:
 
-* the context is split at white space (``" \\t\\r\\n"`` and U+202F) into words,
+* the context is split at white space (``" \t\r\n"`` and U+202F) into words,
   with ``char_to_word_offset`` mapping each character to its word;
 * a training answer is the words from the one holding ``answer_start`` to
   the one holding its last character; when the whitespace-normalised answer

@@ -122,7 +122,8 @@ def unpack_logits(packs: PackedRows, pack_index, start_logits, end_logits
       packs: the rows the outputs came from (`pack_features`).
       pack_index: [N] int, the row of each output (from the dataset's
         ``pack_index``; -1 for padding rows, ignored), in any order.
-      start_logits, end_logits: [N, S] the model's outputs.
+      start_logits: [N, S] the model's answer-start output.
+      end_logits: [N, S] the model's answer-end output.
 
     Returns:
       `FeatureLogits`.

@@ -20,23 +20,21 @@ def create_strategy(name: str = "default", *, tpu: str | None = None,
                     ) -> tf.distribute.Strategy:
     """The strategy for ``--distribution_strategy``.
 
-    Parameters
-    ----------
-    name : {"default", "mirrored", "multi_worker_mirrored", "tpu"}
-        ``default``: no distribution, the first device (``tf.distribute``'s
-        default strategy). ``mirrored``: every local GPU, or every logical CPU
-        device when there is no GPU. ``multi_worker_mirrored``: synchronous
-        data parallelism across the workers of ``TF_CONFIG``
-        (`packed_bert_tf.training.cluster`). ``tpu``: the TPU
-        named by `tpu` (a name, ``grpc://`` address or ``local``).
-    tpu : str, optional
-        The TPU to connect to, for ``name="tpu"``.
-    devices : list of str, optional
-        The devices of ``mirrored`` (default: see above).
-    cluster_timeout_seconds : float
-        ``multi_worker_mirrored``: how long to wait for every worker to
-        connect; then the process exits with one line (a bad ``TF_CONFIG``
-        raises `cluster.ClusterError` at once).
+    Args:
+      name: ``"default"``, ``"mirrored"``, ``"multi_worker_mirrored"`` or
+        ``"tpu"``. ``default``: no distribution, the first device
+        (``tf.distribute``'s default strategy). ``mirrored``: every local GPU,
+        or every logical CPU device when there is no GPU.
+        ``multi_worker_mirrored``: synchronous data parallelism across the
+        workers of ``TF_CONFIG`` (`packed_bert_tf.training.cluster`).
+        ``tpu``: the TPU named by `tpu` (a name, ``grpc://`` address or
+        ``local``).
+      tpu: str, optional. The TPU to connect to, for ``name="tpu"``.
+      devices: list of str, optional. The devices of ``mirrored`` (default:
+        see above).
+      cluster_timeout_seconds: float. ``multi_worker_mirrored``: how long to
+        wait for every worker to connect; then the process exits with one
+        line (a bad ``TF_CONFIG`` raises `cluster.ClusterError` at once).
     """
     if name == "default":
         return tf.distribute.get_strategy()

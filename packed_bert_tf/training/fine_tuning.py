@@ -162,8 +162,10 @@ def check_feature_ids(input_ids, segment_ids, config, describe) -> None:
     which XLA would clamp silently.
 
     Args:
-      input_ids, segment_ids: [N, K] numpy, the features' rows (ragged
-        features: one row of all their tokens).
+      input_ids: [N, K] numpy, the features' token ids (ragged features: one
+        row of all their tokens).
+      segment_ids: [N, K] numpy, the features' segment ids, laid out as
+        ``input_ids``.
       config: the model's `BertConfig`.
       describe: ``(row, column) -> str``, where that id comes from (the file
         and the example).

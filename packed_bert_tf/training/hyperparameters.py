@@ -50,38 +50,36 @@ def adjust_for_packing(mode: str, packing_factor: float, *, beta_1: float, beta_
                        steps_per_update: int) -> PackingAdjustment:
     """Adjusts the unpacked hyper-parameters for training on packed data.
 
-    Parameters
-    ----------
-    mode : {"none", "lamb_betas", "accumulation"}
+    Args:
+      mode: ``"none"``, ``"lamb_betas"`` or ``"accumulation"``.
         ``"lamb_betas"``: ``beta_i := beta_i ** packing_factor``.
         ``"accumulation"``: ``steps_per_update := max(1, round(steps_per_update
         / packing_factor))``, halves rounded up. ``"none"``: unchanged.
-    packing_factor : float
-        Average sequences per pack, >= 1 (``read_packing_factor``).
-    beta_1, beta_2 : float
-        LAMB's decay rates for unpacked training, in [0, 1).
-    steps_per_update : int
-        Gradient-accumulation steps per update for unpacked training, >= 1.
+      packing_factor: float. Average sequences per pack, >= 1
+        (``read_packing_factor``).
+      beta_1: float. LAMB's first-moment decay rate for unpacked training, in
+        [0, 1).
+      beta_2: float. LAMB's second-moment decay rate for unpacked training, in
+        [0, 1).
+      steps_per_update: int. Gradient-accumulation steps per update for
+        unpacked training, >= 1.
 
-    Returns
-    -------
-    PackingAdjustment
-        All three hyper-parameters (changed or not) and a description.
+    Returns:
+      A `PackingAdjustment`: all three hyper-parameters (changed or not) and a
+      description.
 
-    Notes
-    -----
-    Krell et al., "Efficient Sequence Packing without Cross-contamination:
-    Accelerating Large Language Models without Impacting Performance",
-    arXiv 2107.02027, section 3.3 (adjusting hyper-parameters).
+    Note:
+      Krell et al., "Efficient Sequence Packing without Cross-contamination:
+      Accelerating Large Language Models without Impacting Performance",
+      arXiv 2107.02027, section 3.3 (adjusting hyper-parameters).
 
-    Example
-    -------
-    >>> adjust_for_packing("lamb_betas", 2.0, beta_1=0.9, beta_2=0.999,
-    ...                    steps_per_update=32).beta_1
-    0.81
-    >>> adjust_for_packing("accumulation", 2.0, beta_1=0.9, beta_2=0.999,
-    ...                    steps_per_update=32).steps_per_update
-    16
+    Example:
+      >>> adjust_for_packing("lamb_betas", 2.0, beta_1=0.9, beta_2=0.999,
+      ...                    steps_per_update=32).beta_1
+      0.81
+      >>> adjust_for_packing("accumulation", 2.0, beta_1=0.9, beta_2=0.999,
+      ...                    steps_per_update=32).steps_per_update
+      16
     """
     if mode not in PACKING_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(PACKING_MODES)}")
@@ -115,22 +113,17 @@ def adjust_for_packing(mode: str, packing_factor: float, *, beta_1: float, beta_
 def read_packing_factor(path_or_dir) -> float:
     """Reads ``packing_factor`` from the packing tool's ``packing_stats.json``.
 
-    Parameters
-    ----------
-    path_or_dir : str or os.PathLike
-        The JSON file, or the folder of packed shards that holds it (any
-        path ``tf.io.gfile`` reads, ``gs://`` included).
+    Args:
+      path_or_dir: a str or ``os.PathLike``: the JSON file, or the folder of
+        packed shards that holds it (any path ``tf.io.gfile`` reads,
+        ``gs://`` included).
 
-    Returns
-    -------
-    float
-        The packing factor, sequences per pack, >= 1.
+    Returns:
+      float: the packing factor, sequences per pack, >= 1.
 
-    Raises
-    ------
-    ValueError
-        The file is missing or not JSON, has no ``packing_factor``, or its
-        value is not a finite number >= 1.
+    Raises:
+      ValueError: the file is missing or not JSON, has no ``packing_factor``,
+        or its value is not a finite number >= 1.
     """
     import tensorflow as tf
 

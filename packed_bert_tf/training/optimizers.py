@@ -47,16 +47,21 @@ def create_optimizer(name: str, learning_rate, *, beta_1: float = 0.9,
                      loss_scaling: bool = False) -> keras.optimizers.Optimizer:
     """The optimizer for ``--optimizer``, with MLPerf's defaults.
 
-    Parameters
-    ----------
-    name : {"lamb", "adamw"}
-        ``lamb``: `LAMB` (decay inside the trust ratio, LayerNorm and bias
-        excluded). ``adamw``: Keras' AdamW, the same variables excluded from
-        its decoupled weight decay.
-    learning_rate : float or LearningRateSchedule
-        Called with the update count (0 at the first update).
-    loss_scaling : bool
-        Wrap in a dynamic `keras.optimizers.LossScaleOptimizer` (for float16).
+    Args:
+      name: ``"lamb"`` or ``"adamw"``. ``lamb``: `LAMB` (decay inside the
+        trust ratio, LayerNorm and bias excluded). ``adamw``: Keras' AdamW,
+        the same variables excluded from its decoupled weight decay.
+      learning_rate: a float or a ``LearningRateSchedule``, called with the
+        update count (0 at the first update).
+      beta_1: decay rate of the first moment (MLPerf 0.9).
+      beta_2: decay rate of the second moment (MLPerf 0.999).
+      epsilon: the optimizer's epsilon (MLPerf 1e-6).
+      weight_decay_rate: the weight decay (MLPerf 0.01): LAMB's
+        ``weight_decay_rate``, AdamW's ``weight_decay``.
+      global_clipnorm: clip all gradients together to this global norm
+        (MLPerf 1.0); None or 0 disables clipping.
+      loss_scaling: wrap in a dynamic `keras.optimizers.LossScaleOptimizer`
+        (for float16).
     """
     if name == "lamb":
         optimizer = LAMB(learning_rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,

@@ -193,7 +193,10 @@ def resume_trajectory(context: RunContext, steps: StepCounting, values: Mapping,
       values: flag -> value, the options that fix the data's order.
       rows_per_update: rows each replica reads per update (what a resumed run
         skips per update done).
-      allow_flag, allow_changes: see `trajectory.resume`.
+      allow_flag: the flag that sets ``allow_changes``, for the error (see
+        `trajectory.resume`).
+      allow_changes: accept values that differ from the record (see
+        `trajectory.resume`).
 
     Returns:
       The run's segments, this one last.

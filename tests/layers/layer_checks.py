@@ -28,6 +28,7 @@ def run_layer_checks(layer_class, init_kwargs, call_args, expected_output_shapes
         positionally, the others by name.
       expected_output_shapes: the output shape, or a list for several outputs.
       expected_num_trainable_weights: checked when given.
+      seed: TensorFlow's random seed, set first (``tf.random.set_seed``).
 
     Returns:
       The built layer and its eager outputs.

@@ -62,9 +62,12 @@ def run_both_ways(server, tool: str, flags_of, timeout: float = 400) -> dict:
     forked by ``server``.
 
     Args:
+      server: the fork server that starts the processes.
+      tool: the tool to run (as `run_tool` takes it).
       flags_of: ``flags_of(name)``: the flags of the run ``two_workers`` or
         ``one_process`` (their own --output_dir each), without
         --distribution_strategy.
+      timeout: seconds to wait for each process (`finish_tool`).
 
     Returns:
       {"workers": [chief's, other's ToolResult], "one_process": ToolResult}.

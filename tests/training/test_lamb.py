@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
 from tests.conftest import run_json_check
-from tests.training.numpy_lamb import numpy_lamb
+from tests.training.numpy_lamb import LambReference, numpy_lamb
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
@@ -63,6 +63,12 @@ NUM_STEPS = 5
 GRADIENT_SCALES = [3.0, 0.2, 1.5, 0.05, 2.0]  # global norms above and below 1
 
 
+def reference_of(case):
+    """The case's hyper-parameters for `numpy_lamb`."""
+    return LambReference(learning_rate=case["learning_rate"], decayed=case["decayed"],
+                         adapted=case["adapted"], **case["reference"])
+
+
 def initial_weights(rng):
     weights = {path: rng.normal(size=shape) for path, shape in SHAPES.items()}
     weights["zero_init/kernel"] = np.zeros(SHAPES["zero_init/kernel"])
@@ -110,9 +116,8 @@ def test_matches_numpy_reference_step_by_step(case_name, execution):
         apply = tf.function(apply, jit_compile=execution == "xla")
     for step, gradients in enumerate(all_gradients, start=1):
         apply([tf.constant(gradients[path], tf.float64) for path in SHAPES])
-        want, want_m, want_v = numpy_lamb(
-            weights, all_gradients[:step], learning_rate=case["learning_rate"],
-            decayed=case["decayed"], adapted=case["adapted"], **case["reference"])
+        want, want_m, want_v = numpy_lamb(weights, all_gradients[:step],
+                                          reference_of(case))
         for variable, momentum, velocity in zip(variables, optimizer._momentums,
                                                 optimizer._velocities):
             path = variable.path
@@ -134,9 +139,7 @@ def test_float32_variables_follow_the_reference():
     for gradients in all_gradients:
         optimizer.apply_gradients(
             (tf.constant(gradients[v.path], tf.float32), v) for v in variables)
-    want, _, _ = numpy_lamb(weights, all_gradients, learning_rate=case["learning_rate"],
-                            decayed=case["decayed"], adapted=case["adapted"],
-                            **case["reference"])
+    want, _, _ = numpy_lamb(weights, all_gradients, reference_of(case))
     for variable in variables:
         np.testing.assert_allclose(variable.numpy(), want[variable.path], rtol=1e-5,
                                    atol=1e-7, err_msg=variable.path)

@@ -19,7 +19,7 @@ from packed_bert_tf.training.steps import (
     updates_to_boundary,
 )
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
-from tests.training.numpy_lamb import numpy_lamb
+from tests.training.numpy_lamb import LambReference, numpy_lamb
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
@@ -139,11 +139,12 @@ def numpy_run(initial, elements, *, per_micro_batch: bool):
         return total
 
     weights, _, _ = numpy_lamb(
-        initial, gradients_at, num_steps=UPDATES,
-        learning_rate=lambda update: schedule_numpy(update * K + K - 1),
-        beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01,
-        decayed={"kernel"}, adapted={"kernel"}, bias_correction=True,
-        global_clipnorm=None if per_micro_batch else 1.0)
+        initial, gradients_at, LambReference(
+            learning_rate=lambda update: schedule_numpy(update * K + K - 1),
+            beta_1=0.9, beta_2=0.999, epsilon=1e-6, weight_decay_rate=0.01,
+            decayed={"kernel"}, adapted={"kernel"}, bias_correction=True,
+            global_clipnorm=None if per_micro_batch else 1.0),
+        num_steps=UPDATES)
     return weights, norms
 
 
