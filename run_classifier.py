@@ -12,6 +12,8 @@ SavedModel for packed serving). The run's logic
 is `packed_bert_tf.classification.run.run_classifier`.
 """
 
+import sys
+
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -42,6 +44,8 @@ def define_flags():
     flags.DEFINE_integer("eval_batch_size", defaults.eval_batch_size,
                          "Rows per evaluation batch.")
     define_fine_tuning_flags("examples", defaults)
+    # They are this script's flags too (its --helpshort lists them).
+    flags.adopt_module_key_flags(sys.modules[define_fine_tuning_flags.__module__])
 
 
 def main(argv):

@@ -11,9 +11,13 @@ the ``packing_stats.json`` beside packed shards. A restarted run resumes from
 the last checkpoint in --output_dir. --batching=packed (the default) trains
 on packed records (``python -m data_prep.pack_pretraining_data``), or packs
 unpacked ones as it reads them (`packed_bert_tf.data.streaming`); unpacked
-records also train with --batching=padded (or bucketed). The run's logic is
+records also train with --batching=padded (or bucketed). --input_text_file
+trains straight from text instead: tokenized, masked afresh each epoch and
+packed as it is read. The run's logic is
 `packed_bert_tf.pretraining.run.run_pretraining`.
 """
+
+import sys
 
 from absl import app, flags
 
@@ -24,20 +28,16 @@ def define_flags():
     """Defines the script's flags (only when run as a program); their defaults are
     `PretrainingOptions`'s."""
     from packed_bert_tf.pretraining.run import PretrainingOptions as defaults
-    from packed_bert_tf.training.flags import (
-        define_bucketing_flags,
-        define_hardware_flags,
-        define_init_checkpoint_flags,
-        define_loop_flags,
-        define_step_flags,
-    )
+    from packed_bert_tf.training.flags import define_base_flags
     from packed_bert_tf.training.hyperparameters import PACKING_MODES
-    from packed_bert_tf.training.optimizers import OPTIMIZERS
-    from packed_bert_tf.training.options import BATCHING
+
+    # The model, the rows of a step, the optimizer, batching, the loop and the
+    # hardware, as every front end has them.
+    define_base_flags("sequences", defaults)
+    # They are this script's flags too (its --helpshort lists them).
+    flags.adopt_module_key_flags(sys.modules[define_base_flags.__module__])
 
     # Inputs and outputs.
-    flags.DEFINE_string("bert_config_file", defaults.bert_config_file,
-                        "bert_config.json of the model.")
     flags.DEFINE_string("input_file", defaults.input_file,
                         "Training TFRecords, packed or unpacked: glob or comma list.")
     flags.DEFINE_string(
@@ -46,11 +46,6 @@ def define_flags():
         "files, one sentence per line and a blank line between documents. Tokenized, "
         "cut into sequences (--pretraining_objective), masked afresh each time a "
         "sequence is read and packed on the fly, with no offline step.")
-    flags.DEFINE_string("vocab_file", defaults.vocab_file,
-                        "--input_text_file: the WordPiece vocab.txt, or a Hugging Face "
-                        "tokenizer.json (default: the --init_checkpoint folder's).")
-    flags.DEFINE_bool("do_lower_case", defaults.do_lower_case,
-                      "--input_text_file: lower-case the text (uncased models).")
     flags.DEFINE_enum("pretraining_objective", defaults.pretraining_objective,
                       ["nsp", "mlm"],
                       "--input_text_file: nsp: BERT's sentence pairs with next-sentence "
@@ -70,7 +65,6 @@ def define_flags():
     flags.DEFINE_string("output_dir", defaults.output_dir,
                         "Checkpoints, TensorBoard summaries, train_summary.json. One run "
                         "at a time (OUTPUT_DIR/.lock).")
-    define_init_checkpoint_flags(defaults)
     flags.DEFINE_bool("resume_with_changed_flags", defaults.resume_with_changed_flags,
                       "Resume --output_dir although flags that fix the run's trajectory "
                       "(batch size, steps per update, sequence sizes, batching, seed, "
@@ -86,37 +80,23 @@ def define_flags():
                          "have P + max_sequences_per_pack - 1.")
     flags.DEFINE_bool("packed_input", defaults.packed_input,
                       "Whether --input_file is packed. Default: read off the records.")
-    flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
-                         "D of packed records.")
     flags.DEFINE_float("packing_factor", defaults.packing_factor,
                        "Average sequences per pack. Default: packing_stats.json beside "
                        "the packed input, or estimated on the first records when "
                        "packing on the fly.")
     flags.DEFINE_integer("shuffle_buffer_size", defaults.shuffle_buffer_size,
                          "Records in the shuffle buffer.")
-    flags.DEFINE_enum("batching", defaults.batching, list(BATCHING),
-                      "packed: one pack per row, from packed records "
-                      "(data_prep.pack_pretraining_data) or packed on the fly from "
-                      "unpacked ones. padded: unpacked records padded to "
-                      "--max_seq_length (standard BERT). bucketed: unpacked records "
-                      "batched by length (packed_bert_tf.batching).")
     flags.DEFINE_integer("packing_buffer_size", defaults.packing_buffer_size,
                          "--batching=packed on unpacked records: records each input "
                          "pipeline's packer decides over at once (more: nearer the LP "
                          "bound, more memory, later first batch).")
-    define_bucketing_flags("records", defaults)
     flags.DEFINE_integer("token_budget", defaults.token_budget,
                          "--batching=bucketed: rows x length per step instead of "
                          "--train_batch_size rows.")
 
     # Optimisation.
-    flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
-                         "Rows (packs, for packed input) per micro-batch, over all "
-                         "replicas.")
     flags.DEFINE_integer("eval_batch_size", defaults.eval_batch_size,
                          "Rows per evaluation batch.")
-    flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
-    flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
     flags.DEFINE_integer("num_train_steps", defaults.num_train_steps,
                          "Steps to train for (micro-batches, see --step_unit); a "
                          "multiple of --steps_per_update.")
@@ -124,7 +104,6 @@ def define_flags():
                          "Linear warm-up steps.")
     flags.DEFINE_integer("start_warmup_step", defaults.start_warmup_step,
                          "The step the warm-up starts at.")
-    define_step_flags(defaults)
     flags.DEFINE_float("lamb_beta_1", defaults.lamb_beta_1, "LAMB/Adam beta_1.")
     flags.DEFINE_float("lamb_beta_2", defaults.lamb_beta_2, "LAMB/Adam beta_2.")
     flags.DEFINE_float("lamb_weight_decay_rate", defaults.lamb_weight_decay_rate,
@@ -171,11 +150,6 @@ def define_flags():
     flags.DEFINE_string("submission_platform", defaults.submission_platform,
                         "MLPerf log: the system. Default: the replicas and their device "
                         "kind (e.g. 2xCPU).")
-    define_loop_flags(defaults)
-    flags.DEFINE_integer("seed", defaults.seed, "Seed of weights, dropout and data order.")
-
-    # Hardware.
-    define_hardware_flags(defaults)
 
 
 def main(argv):

@@ -11,6 +11,8 @@ serving). Features are cached as TFRecords in --output_dir. The run's logic is
 `packed_bert_tf.squad.run.run_squad`.
 """
 
+import sys
+
 from absl import app, flags
 
 FLAGS = flags.FLAGS
@@ -42,6 +44,8 @@ def define_flags():
     flags.DEFINE_integer("max_answer_length", defaults.max_answer_length,
                          "Longest answer, in tokens.")
     define_fine_tuning_flags("features", defaults)
+    # They are this script's flags too (its --helpshort lists them).
+    flags.adopt_module_key_flags(sys.modules[define_fine_tuning_flags.__module__])
 
 
 def main(argv):

@@ -112,51 +112,67 @@ def define_init_checkpoint_flags(defaults) -> None:
         "refusing the run.")
 
 
-def define_fine_tuning_flags(examples: str, defaults) -> None:
-    """The flags run_squad.py and run_classifier.py share: the model and its
-    vocabulary, the batch sizes and schedule, the loop, step, packing,
-    hardware, bucketing and export flags. ``examples``: what one row of the
-    unpacked layout holds ("features", "examples"); ``defaults`` as for
-    `define_hardware_flags`. The task's own flags (its files, sequence length,
-    ``--do_*``, ``--output_dir``) are the front end's.
+def define_base_flags(examples: str, defaults) -> None:
+    """The flags every front end has, defined once: the model, its vocabulary
+    and starting weights, the rows of a step, the optimizer, packing and
+    batching, the seed, and the loop, step, bucketing and hardware flags.
+
+    Args:
+      examples: what one sequence of the unpacked layout is, in the help
+        ("sequences", "features", "examples").
+      defaults: the front end's options dataclass, whose field defaults are
+        the flags' (one place for each default).
     """
     from packed_bert_tf.training.optimizers import OPTIMIZERS
     from packed_bert_tf.training.options import BATCHING
 
     flags.DEFINE_string("bert_config_file", defaults.bert_config_file,
-                        "bert_config.json of the (pre-trained) model.")
+                        "bert_config.json of the model (default: the --init_checkpoint "
+                        "folder's, for a Hugging Face or keras-hub folder).")
     flags.DEFINE_string("vocab_file", defaults.vocab_file,
-                        "The WordPiece vocab.txt the model was trained on.")
+                        "The WordPiece vocab.txt the model was trained on, or a Hugging "
+                        "Face tokenizer.json (default: the --init_checkpoint folder's).")
     flags.DEFINE_bool("do_lower_case", defaults.do_lower_case,
                       "Lower-case the text (uncased models).")
     define_init_checkpoint_flags(defaults)
     flags.DEFINE_integer("train_batch_size", defaults.train_batch_size,
                          f"Rows per micro-batch over all replicas (packs when packing: "
                          f"each holds up to --max_sequences_per_pack {examples}).")
+    flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
+    flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
+    flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
+                         f"--batching=packed: at most this many {examples} per row (D).")
+    one = examples[:-1]
+    flags.DEFINE_enum("batching", defaults.batching, list(BATCHING),
+                      f"packed: several {examples} per row, each attending only to "
+                      f"itself (packed records, or {examples} packed as they are read). "
+                      f"padded: one {one} per row at --max_seq_length "
+                      f"(google-research/bert). bucketed: one {one} per row, training "
+                      f"batches padded to their length bucket (packed_bert_tf.batching).")
+    define_bucketing_flags(examples, defaults)
+    flags.DEFINE_integer("seed", defaults.seed,
+                         "Seed of weights, dropout, packing and data order.")
+    define_loop_flags(defaults)
+    define_step_flags(defaults)
+    define_hardware_flags(defaults)
+
+
+def define_fine_tuning_flags(examples: str, defaults) -> None:
+    """The flags run_squad.py and run_classifier.py share: `define_base_flags`,
+    the prediction batch, the schedule in epochs, the packing algorithm and
+    the export. ``examples`` and ``defaults`` as for `define_base_flags`. The
+    task's own flags (its files, sequence length, ``--do_*``,
+    ``--output_dir``) are the front end's.
+    """
+    define_base_flags(examples, defaults)
     flags.DEFINE_integer("predict_batch_size", defaults.predict_batch_size,
                          "Rows per prediction batch.")
-    flags.DEFINE_float("learning_rate", defaults.learning_rate, "Peak learning rate.")
     flags.DEFINE_float("num_train_epochs", defaults.num_train_epochs,
                        "Passes over the training rows.")
     flags.DEFINE_float("warmup_proportion", defaults.warmup_proportion,
                        "Fraction of steps of linear warm-up.")
-    define_loop_flags(defaults)
-    flags.DEFINE_enum("optimizer", defaults.optimizer, list(OPTIMIZERS), "The optimizer.")
-    define_step_flags(defaults)
-    flags.DEFINE_integer("max_sequences_per_pack", defaults.max_sequences_per_pack,
-                         f"--batching=packed: cap on {examples} per row.")
     flags.DEFINE_string("algorithm", defaults.algorithm,
                         "--batching=packed: packing algorithm.")
-    define_hardware_flags(defaults)
-    flags.DEFINE_integer("seed", defaults.seed,
-                         "Seed of weights, dropout, packing and order.")
-    one = examples[:-1]
-    flags.DEFINE_enum("batching", defaults.batching, list(BATCHING),
-                      f"packed: several {examples} per row, each attending only to "
-                      f"itself. padded: one {one} per row at --max_seq_length "
-                      f"(google-research/bert). bucketed: one {one} per row, training "
-                      f"batches padded to their length bucket (packed_bert_tf.batching).")
-    define_bucketing_flags(examples, defaults)
     define_export_flags(defaults)
 
 
