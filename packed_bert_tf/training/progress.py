@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 
 import tensorflow as tf
 from absl import logging
@@ -48,12 +51,8 @@ class TrainingLogger:
         self.writer = (tf.summary.create_file_writer(os.path.join(output_dir, subdir))
                        if output_dir else None)
         if progress_bar is None:
-            progress_bar = stderr_is_terminal()
-        self.progress_bar = None
-        if progress_bar:
-            import keras
-
-            self.progress_bar = keras.utils.Progbar(total_steps, unit_name="step")
+            progress_bar = stderr_is_terminal() and sys.stdout.isatty()
+        self.progress_bar = BarBelowLogs(total_steps) if progress_bar else None
 
     def log(self, step: int, values: dict) -> None:
         """Logs ``values`` (floats) at ``step``."""
@@ -67,11 +66,75 @@ class TrainingLogger:
         if self.progress_bar is not None:
             shown = [(name, values[name]) for name in ("loss", "sequences_per_second")
                      if name in values]
-            self.progress_bar.update(step, values=shown, finalize=False)
+            self.progress_bar.update(step, shown)
 
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.progress_bar is not None:
+            self.progress_bar.close()
+            self.progress_bar = None
+
+
+class BarBelowLogs:
+    """A Keras progress bar on the terminal's last line, every log line above it.
+
+    The bar and the log lines would otherwise share a line: the bar ends
+    without a new line, and the log lines reach the terminal by another way
+    (stderr, through the filter of `command_line.quiet_native_logs`). While
+    the bar is shown, absl's log lines are written to the bar's stream
+    (stdout, the same terminal) instead: the bar's line is cleared, the log
+    line written, and the bar drawn again below it.
+
+    Args:
+      total_steps: the step the bar is full at.
+    """
+
+    #: Carriage return, then erase to the end of the line (ANSI).
+    CLEAR_LINE = "\r\x1b[K"
+
+    def __init__(self, total_steps: int):
+        import keras
+
+        self.stream = sys.stdout
+        self.bar = keras.utils.Progbar(total_steps, unit_name="step")
+        self.line = ""  # the bar as last drawn
+        self._handler = logging.get_absl_handler().python_handler
+        self._log_stream = self._handler.stream
+        self._handler.setStream(self)
+
+    def update(self, step: int, values: list) -> None:
+        """Draws the bar at ``step`` with ``values`` ((name, value) pairs)."""
+        drawn = io.StringIO()
+        with contextlib.redirect_stdout(drawn):
+            self.bar.update(step, values=values, finalize=False)
+        if drawn.getvalue():  # Keras draws at most every 0.05 s
+            self.line = drawn.getvalue().rsplit("\r", 1)[-1].rstrip("\n")
+            self._draw()
+
+    def write(self, text: str) -> int:
+        """A log record's text (absl's handler writes here): above the bar."""
+        self.stream.write(self.CLEAR_LINE + text)
+        if text.endswith("\n"):
+            self._draw()
+        else:
+            self.stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def _draw(self) -> None:
+        self.stream.write(self.CLEAR_LINE + self.line)
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Leaves the bar as drawn, on a line of its own, and gives absl's
+        log lines their stream back."""
+        self._handler.setStream(self._log_stream)
+        if self.line:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def write_scalar_summary(name: str, value: float) -> None:

@@ -149,3 +149,33 @@ def test_a_terminal_gets_the_progress_bar_and_a_pipe_does_not(runs):
     bar = re.compile(rf"\b\d+/{STEPS}\b.*step - loss: ")
     assert bar.search(stopped["ctrl_c"][1])
     assert not bar.search(stopped["sigterm"][1])
+    # On the terminal the log lines are above the bar, never on its line.
+    screen = _terminal_lines(stopped["ctrl_c"][1])
+    logged = [line for line in screen if "train step" in line]
+    assert len(logged) >= 2, screen
+    assert not [line for line in screen if bar.search(line) and "train step" in line], screen
+    assert all(line.lstrip().startswith("I") for line in logged), logged
+
+
+def _terminal_lines(output: str) -> list[str]:
+    """The lines a terminal shows for ``output``: carriage returns, erases to
+    the end of the line and backspaces applied, colours dropped."""
+    lines = []
+    for raw in output.replace("\r\n", "\n").split("\n"):
+        line, cursor = [], 0
+        for part in re.split(r"(\r|\x1b\[K|\x1b\[[0-9;]*m|\x08)", raw):
+            if part == "\r":
+                cursor = 0
+            elif part == "\x1b[K":
+                del line[cursor:]
+            elif part == "\x08":
+                cursor = max(0, cursor - 1)
+            elif not part.startswith("\x1b["):
+                for character in part:
+                    if cursor < len(line):
+                        line[cursor] = character
+                    else:
+                        line.append(character)
+                    cursor += 1
+        lines.append("".join(line))
+    return lines
