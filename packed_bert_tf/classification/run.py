@@ -37,11 +37,15 @@ from packed_bert_tf.training.fine_tuning import (
     check_fine_tuning_options,
     check_resume,
     export,
-    make_tokenizer,
     start_fine_tuning,
     train_on_rows,
 )
-from packed_bert_tf.training.startup import RunContext, mixed_precision_policy, run_task
+from packed_bert_tf.training.startup import (
+    RunContext,
+    make_tokenizer,
+    mixed_precision_policy,
+    run_task,
+)
 
 SUMMARY_FILE = "classifier_summary.json"
 EVAL_FILE = "eval_results.json"

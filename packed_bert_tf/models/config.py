@@ -85,6 +85,13 @@ class BertConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def first_difference(self, other: "BertConfig") -> tuple | None:
+        """(key, this value, the other's) of the first key where the two
+        differ, in field order; None when they are equal."""
+        mine, theirs = self.to_dict(), other.to_dict()
+        return next(((key, mine[key], theirs[key]) for key in mine
+                     if mine[key] != theirs[key]), None)
+
     def to_json_file(self, path) -> None:
         with open(path, "w", encoding="utf-8") as file:
             json.dump(self.to_dict(), file, indent=2, sort_keys=True)

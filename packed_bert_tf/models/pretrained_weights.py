@@ -309,11 +309,11 @@ def from_preset(model_class, path, *args, bert_config: BertConfig | None = None,
     if config is None:
         raise ValueError(f"{weights.path} ({weights.holds}) states no config: pass "
                          f"bert_config")
-    if bert_config is not None and bert_config != config:
-        given, stated = bert_config.to_dict(), config.to_dict()
-        key = next(key for key in stated if given[key] != stated[key])
-        raise ValueError(f"bert_config's {key!r} is {given[key]!r} but {weights.path} "
-                         f"has {stated[key]!r}")
+    difference = bert_config.first_difference(config) if bert_config else None
+    if difference:
+        key, given, stated = difference
+        raise ValueError(f"bert_config's {key!r} is {given!r} but {weights.path} "
+                         f"has {stated!r}")
     model = model_class(config, *args, **kwargs)
     model.build()
     load_pretrained_weights(model, weights, allow_partial=allow_partial)

@@ -41,7 +41,6 @@ from packed_bert_tf.data.pipeline import Shuffling
 from packed_bert_tf.data.streaming import PackOnTheFly
 from packed_bert_tf.data.text_dataset import TextInput, text_files_of
 from packed_bert_tf.data.text_sequences import TextSequenceOptions, check_text_files, text_sequences
-from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
@@ -66,6 +65,7 @@ from packed_bert_tf.training.startup import (
     RunContext,
     RunSpec,
     StartedRun,
+    make_tokenizer,
     mixed_precision_policy,
     resume_trajectory,
     run_task,
@@ -221,10 +221,7 @@ def _check_text(options: PretrainingOptions, config):
     if not options.vocab_file or not tf.io.gfile.exists(options.vocab_file):
         raise ValueError(f"--input_text_file needs --vocab_file (a vocab.txt or a "
                          f"tokenizer.json): {options.vocab_file!r} is not a file")
-    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
-                         f"ids but the model's vocab_size is {config.vocab_size}")
+    tokenizer = make_tokenizer(options, config)
     files = text_files_of(options.input_text_file)
     check_text_files(files)
     text = TextInput(
@@ -498,16 +495,14 @@ def _trajectory_values(options, inputs, steps: StepCounting, strategy) -> tuple[
         values.update({"--bucket_boundaries": list(options.bucket_boundaries or []),
                        "--pool_size": options.pool_size,
                        "--token_budget": options.token_budget})
+    flag, files = (("--input_file", inputs.train_files) if inputs.text is None
+                   else ("--input_text_file", inputs.text.files))
+    values[flag] = [path if "://" in path else os.path.abspath(path) for path in files]
     if inputs.text is not None:
-        values["--input_text_file"] = [path if "://" in path else os.path.abspath(path)
-                                       for path in inputs.text.files]
         values.update({f"--{name}": getattr(options, name) for name in (
             "pretraining_objective", "masked_lm_prob", "short_seq_prob",
             "do_whole_word_mask", "do_lower_case")})
         values["--vocab_file"] = os.path.abspath(options.vocab_file)
-    else:
-        values["--input_file"] = [path if "://" in path else os.path.abspath(path)
-                                  for path in inputs.train_files]
     # Bucketed batches hold varying rows: their resume skips whole updates
     # (rows_per_update 1: an update).
     rows = (1 if options.batching == "bucketed" else

@@ -21,7 +21,6 @@ from packed_bert_tf.batching.dataset import bucketed_rows_dataset
 from packed_bert_tf.data.features import IdLimits
 from packed_bert_tf.data.packed_rows import PackedRows
 from packed_bert_tf.data.rows_dataset import rows_dataset
-from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
@@ -144,16 +143,6 @@ def _check_not_pretraining_output(output_dir: str) -> None:
                      f"(run_pretraining.py): start from its weights with "
                      f"--init_checkpoint={output_dir} and give this run an --output_dir "
                      f"of its own")
-
-
-def make_tokenizer(options, config) -> WordPieceTokenizer:
-    """The ``--vocab_file`` tokenizer; refused if it has more ids than the model."""
-    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
-                         f"tokens but vocab_size in --bert_config_file is "
-                         f"{config.vocab_size}")
-    return tokenizer
 
 
 def check_feature_ids(input_ids, segment_ids, config, describe) -> None:
@@ -326,5 +315,5 @@ def _packed_copy(model):
 
 
 __all__ = ["FineTuningOptions", "check_fine_tuning_options", "check_resume",
-           "export", "make_tokenizer", "num_train_steps", "start_fine_tuning",
+           "export", "num_train_steps", "start_fine_tuning",
            "step_counting", "train_dataset_fn", "train_on_rows"]

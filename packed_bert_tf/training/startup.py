@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.data.tokenization import load_vocab
+from packed_bert_tf.data.tokenization import WordPieceTokenizer, load_vocab
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.pretrained_weights import (
     PretrainedWeights,
@@ -56,16 +56,27 @@ def read_bert_config(path: str | None, flag: str = "--bert_config_file") -> Bert
     return BertConfig.from_json_file(path)
 
 
+def make_tokenizer(options, config: BertConfig) -> WordPieceTokenizer:
+    """The ``--vocab_file`` tokenizer (``--do_lower_case``); refused in one line
+    if it has more ids than the model."""
+    tokenizer = WordPieceTokenizer(options.vocab_file, do_lower_case=options.do_lower_case)
+    if tokenizer.vocab_size > config.vocab_size:
+        raise ValueError(f"--vocab_file={options.vocab_file} has {tokenizer.vocab_size} "
+                         f"ids but the model's vocab_size is {config.vocab_size}")
+    return tokenizer
+
+
 def read_model_config(options) -> tuple[BertConfig, PretrainedWeights | None]:
     """The model config and the ``--init_checkpoint`` weights of a run.
 
     The config is ``--bert_config_file``'s, else that of the
     ``--init_checkpoint`` folder (Hugging Face, keras-hub); with both, they
     must agree. A run that resumes from ``--output_dir`` with a
-    ``--bert_config_file`` does not look at ``--init_checkpoint``. A folder's vocabulary likewise stands in for a missing
-    ``--vocab_file`` (the options are updated; with both, they must hold
-    the same tokens), and a ``--do_lower_case`` that disagrees with the
-    folder's tokenizer is warned about.
+    ``--bert_config_file`` does not look at ``--init_checkpoint``. A
+    folder's vocabulary likewise stands in for a missing ``--vocab_file``
+    (the options are updated; with both, they must hold the same tokens),
+    and a ``--do_lower_case`` that disagrees with the folder's tokenizer is
+    warned about.
 
     Raises:
       ValueError: one line naming the flag, the file and the key: no
@@ -84,13 +95,13 @@ def read_model_config(options) -> tuple[BertConfig, PretrainedWeights | None]:
             raise ValueError("--bert_config_file is required (or an --init_checkpoint "
                              "folder that holds its config: Hugging Face, keras-hub)")
         return read_bert_config(options.bert_config_file), weights
-    if options.bert_config_file:
-        given = read_bert_config(options.bert_config_file).to_dict()
-        for key, value in folder_config.to_dict().items():
-            if given[key] != value:
-                raise ValueError(f"--bert_config_file={options.bert_config_file}: key "
-                                 f"{key!r} is {given[key]!r} but --init_checkpoint="
-                                 f"{weights.path} ({weights.holds}) has {value!r}")
+    difference = (read_bert_config(options.bert_config_file).first_difference(folder_config)
+                  if options.bert_config_file else None)
+    if difference:
+        key, given, stated = difference
+        raise ValueError(f"--bert_config_file={options.bert_config_file}: key {key!r} is "
+                         f"{given!r} but --init_checkpoint={weights.path} ({weights.holds}) "
+                         f"has {stated!r}")
     if hasattr(options, "vocab_file") and weights.vocab_file:
         if not options.vocab_file:
             options.vocab_file = weights.vocab_file
@@ -340,5 +351,5 @@ def restore_or_initialize(checkpoints: TrainingCheckpoints, init_fn=None,
 
 
 __all__ = ["RunContext", "RunSpec", "StartedRun", "mixed_precision_policy",
-           "read_bert_config", "read_model_config", "restore_or_initialize",
+           "make_tokenizer", "read_bert_config", "read_model_config", "restore_or_initialize",
            "resume_trajectory", "run_task", "start_run"]
