@@ -11,7 +11,7 @@ $(BIN)/python:
 
 # Editable installs; the stamps re-run pip when setup.py or the C extension
 # (which pip compiles into the source tree) changes.
-EXTENSION := packed_bert_tf/data/_record_codec.c
+EXTENSION := packed_bert_tf/data/records/_record_codec.c
 $(VENV)/.installed: setup.py $(EXTENSION) | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $@

@@ -10,7 +10,7 @@ record format (packed or not) is read off the files; the packing factor from
 the ``packing_stats.json`` beside packed shards. A restarted run resumes from
 the last checkpoint in --output_dir. --batching=packed (the default) trains
 on packed records (``python -m data_prep.pack_pretraining_data``), or packs
-unpacked ones as it reads them (`packed_bert_tf.data.streaming`); unpacked
+unpacked ones as it reads them (`packed_bert_tf.data.inputs.pack_dataset`); unpacked
 records also train with --batching=padded (or bucketed). --input_text_file
 trains straight from text instead: tokenized, masked afresh each epoch and
 packed as it is read. The run's logic is
@@ -27,9 +27,9 @@ FLAGS = flags.FLAGS
 def define_flags():
     """Defines the script's flags (only when run as a program); their defaults are
     `PretrainingOptions`'s."""
+    from packed_bert_tf.pretraining.hyperparameters import PACKING_MODES
     from packed_bert_tf.pretraining.run import PretrainingOptions as defaults
     from packed_bert_tf.training.flags import define_base_flags
-    from packed_bert_tf.training.hyperparameters import PACKING_MODES
 
     # The model, the rows of a step, the optimizer, batching, the loop and the
     # hardware, as every front end has them.

@@ -21,11 +21,11 @@ setup(
     # The paper's length histograms (packed_bert_tf.packing.histograms).
     package_data={"packed_bert_tf.packing": ["paper_histograms/*.json"]},
     python_requires=">=3.10",
-    # The record codec (packed_bert_tf.data.record_codec): optional, so that an
+    # The record codec (packed_bert_tf.data.records.record_codec): optional, so that an
     # install without a C compiler still works (records then go through
     # TensorFlow, slower).
-    ext_modules=[Extension("packed_bert_tf.data._record_codec",
-                           ["packed_bert_tf/data/_record_codec.c"],
+    ext_modules=[Extension("packed_bert_tf.data.records._record_codec",
+                           ["packed_bert_tf/data/records/_record_codec.c"],
                            extra_compile_args=["-O3"], optional=True)],
     install_requires=[
         "tensorflow>=2.16",  # ships Keras 3

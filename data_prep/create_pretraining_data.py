@@ -3,7 +3,7 @@ r"""Masked-LM / next-sentence pre-training records from text, as google-research
 The flags and their meanings are those of google-research/bert's
 ``create_pretraining_data.py``, and so is the output: TFRecords of
 ``tf.train.Example`` in the unpacked format (see
-``packed_bert_tf/data/features.py``), instances written round-robin to the
+``packed_bert_tf/data/records/record_format.py``), instances written round-robin to the
 comma-separated ``--output_file`` list.
 
     python -m data_prep.create_pretraining_data \
@@ -35,7 +35,7 @@ leaves no file that looks finished and never records of one run beside the
 vocabulary of another. An output that is also an input (the corpus,
 ``--vocab_file``) or another output is refused before any work, and so is a
 second run writing the same files while the first one runs. Local output files are
-written without TensorFlow (`packed_bert_tf.data.record_files`, by the C codec:
+written without TensorFlow (`packed_bert_tf.data.records.record_files`, by the C codec:
 the same bytes, without TensorFlow's seconds of start-up); for other file systems (``gs://``, ...)
 TensorFlow is imported, after the flags and the vocabulary are checked, so
 mistakes there are reported at once.
@@ -57,9 +57,10 @@ from absl import app, flags, logging
 
 from data_prep import tool_output
 from packed_bert_tf import output_files as output_files_module
-from packed_bert_tf.data import file_patterns, pretraining_instances, tokenization
-from packed_bert_tf.data.pretraining_instances import InstanceOptions
-from packed_bert_tf.data.record_files import RecordWriter
+from packed_bert_tf.data import filesystem, tokenization
+from packed_bert_tf.data.preparation import pretraining_instances
+from packed_bert_tf.data.preparation.pretraining_instances import InstanceOptions
+from packed_bert_tf.data.records.record_files import RecordWriter
 from packed_bert_tf.tool_progress import Progress
 
 #: Records serialised per batch.
@@ -209,8 +210,8 @@ def _input_files(input_patterns: str, output_files: list[str]) -> tuple[list[str
     imported only now that the flags and the vocabulary are good.
     """
     if all(map(output_files_module.is_local, output_files)):
-        input_files = file_patterns.expand_file_patterns(input_patterns, glob=glob.glob,
-                                                         flag="input_file")
+        input_files = filesystem.expand_file_patterns_with_glob(input_patterns, glob=glob.glob,
+                                                                flag="input_file")
         folders = [path for path in input_files if os.path.isdir(path)]
         if folders:
             raise ValueError(f"--input_file: {folders[0]} is a folder (give its files)")
@@ -223,12 +224,11 @@ def _input_files(input_patterns: str, output_files: list[str]) -> tuple[list[str
         return input_files, megabytes
     import tensorflow as tf
 
-    from packed_bert_tf.data import tfrecords
-    input_files = tfrecords.expand_file_patterns(input_patterns, flag="input_file")
+    input_files = filesystem.expand_file_patterns(input_patterns, flag="input_file")
     megabytes = sum(tf.io.gfile.stat(path).length for path in input_files) / 1e6
     try:
         for output_file in output_files:
-            tfrecords.make_parent_dirs(output_file)
+            filesystem.make_parent_dirs(output_file)
     except tf.errors.OpError as error:
         raise OSError(f"--output_file: {error.message}") from None
     return input_files, megabytes

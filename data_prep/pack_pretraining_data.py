@@ -223,38 +223,38 @@ def _prepare_output_dir(job, overwrite) -> int:
     """Checks --output_dir's files before any work (the run holds the folder's
     lock: no other run is writing there); returns the number of unfinished
     files of an interrupted earlier run it removed."""
-    from packed_bert_tf.data import pack_pipeline
+    from packed_bert_tf.data.preparation import beam_packing
 
     names = _list_dir(job.output_dir)
-    existing = [name for name, _ in names if pack_pipeline.is_output_file(name)]
+    existing = [name for name, _ in names if beam_packing.is_output_file(name)]
     if existing and not overwrite:
         raise ValueError(f"--output_dir {job.output_dir} already holds {existing[0]} "
                          f"(and {len(existing) - 1} more); pass --overwrite to replace")
     # Killed runs (SIGKILL, power loss) leave unfinished files: never results.
-    return _remove([path for name, path in names if pack_pipeline.is_temporary(name)])
+    return _remove([path for name, path in names if beam_packing.is_temporary(name)])
 
 
 def _job_from_flags(skipped: list[str]):
     """The packing job of the flags, every flag checked (ValueError naming it);
     side files the --input_file globs matched go to ``skipped``."""
-    from packed_bert_tf.data import pack_pipeline
+    from packed_bert_tf.data.preparation import beam_packing
 
     for name in ("input_file", "output_dir"):
         if not getattr(FLAGS, name):
             raise ValueError(f"--{name} is required")
-    files = pack_pipeline.match_files(FLAGS.input_file, skipped=skipped)
+    files = beam_packing.match_files(FLAGS.input_file, skipped=skipped)
     if FLAGS.files_per_group < 0:
         raise ValueError(f"--files_per_group must be >= 0, got {FLAGS.files_per_group}")
     workers = os.cpu_count() or 1
-    return pack_pipeline.PackingJob(
-        input_files=tuple(files), output_dir=pack_pipeline.absolute_path(FLAGS.output_dir),
+    return beam_packing.PackingJob(
+        input_files=tuple(files), output_dir=beam_packing.absolute_path(FLAGS.output_dir),
         num_output_shards=FLAGS.num_output_shards,
         max_seq_length=FLAGS.max_seq_length,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,
         max_sequences_per_pack=FLAGS.max_sequences_per_pack,
         max_masked_tokens=FLAGS.max_masked_tokens, algorithm=FLAGS.algorithm,
         seed=FLAGS.seed, scope=FLAGS.packing_scope,
-        files_per_group=FLAGS.files_per_group or pack_pipeline.default_files_per_group(
+        files_per_group=FLAGS.files_per_group or beam_packing.default_files_per_group(
             len(files), workers, FLAGS.packing_scope, FLAGS.num_output_shards))
 
 
@@ -391,9 +391,9 @@ def _pack(job, options, argv, skipped: list[str], removed: int, release_lock) ->
     from apache_beam.options.pipeline_options import StandardOptions
     from apache_beam.runners.runner import PipelineState
 
-    from packed_bert_tf.data import pack_pipeline
+    from packed_bert_tf.data.preparation import beam_packing
 
-    transform = pack_pipeline.PackPretrainingData(job)
+    transform = beam_packing.PackPretrainingData(job)
     if skipped:
         print(f"skipped {', '.join(os.path.basename(p) for p in skipped)} (not records)")
     if removed:
@@ -423,7 +423,7 @@ def _pack(job, options, argv, skipped: list[str], removed: int, release_lock) ->
 
     from apache_beam.io.filesystems import FileSystems
 
-    from packed_bert_tf.data.features import PACKING_STATS_FILE
+    from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE
 
     with FileSystems.open(FileSystems.join(job.output_dir, PACKING_STATS_FILE)) as f:
         stats = json.loads(f.read())

@@ -12,7 +12,7 @@ that is not always the exact ``floor(i * T / N)``: for T = 30 and N = 22 the
 twelfth pick is record 14, not 15 (see `pick_indices`).
 
 The output is one TFRecord file in the unpacked MLPerf format (the seven
-features of ``packed_bert_tf/data/features.py``), each record the picked
+features of ``packed_bert_tf/data/records/record_format.py``), each record the picked
 input record's values, features that the format does not have left out, as
 MLPerf's script writes them; ``python -m data_prep.pack_pretraining_data``
 packs it like any other unpacked records. Local files are read and written
@@ -45,9 +45,9 @@ from absl import app, flags
 
 from data_prep import tool_output
 from packed_bert_tf import output_files
-from packed_bert_tf.data import file_patterns
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.record_files import RecordError, RecordWriter, iter_array_batches
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.records.record_files import RecordError, RecordWriter, iter_array_batches
+from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.tool_progress import Progress
 
 FLAGS = flags.FLAGS
@@ -182,16 +182,15 @@ def _input_files(patterns: str) -> list[str]:
     if not patterns:
         raise ValueError("--input_tfrecord is empty")
     if all(map(output_files.is_local, patterns.split(","))):
-        files = file_patterns.expand_file_patterns(patterns, glob=glob.glob,
-                                                   flag="input_tfrecord", skipped=[])
+        files = filesystem.expand_file_patterns_with_glob(patterns, glob=glob.glob,
+                                                          flag="input_tfrecord", skipped=[])
         folders = [path for path in files if os.path.isdir(path)]
         if folders:
             raise ValueError(f"--input_tfrecord: {folders[0]} is a folder (give its "
                              f"files)")
         return files
-    from packed_bert_tf.data import tfrecords  # TensorFlow: only for remote files
-
-    return tfrecords.expand_file_patterns(patterns, flag="input_tfrecord", skipped=[])
+    # Remote files: TensorFlow's glob, imported only then.
+    return filesystem.expand_file_patterns(patterns, flag="input_tfrecord", skipped=[])
 
 
 def _size(path: str) -> int:
@@ -207,9 +206,7 @@ def _make_parent_folder(path: str) -> None:
         if output_files.is_local(path):
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         else:
-            from packed_bert_tf.data import tfrecords
-
-            tfrecords.make_parent_dirs(path)
+            filesystem.make_parent_dirs(path)
     except OSError as error:
         raise OSError(f"--output_tfrecord: {error.filename or path}: "
                       f"{error.strerror or error}") from None

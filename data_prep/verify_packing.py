@@ -40,15 +40,16 @@ def main(argv):
     tool_output.quiet_unless_verbose()
     import tensorflow as tf
 
-    from packed_bert_tf.data import tfrecords, verify
+    from packed_bert_tf.data import filesystem
+    from packed_bert_tf.data.records import packing_verification
     from packed_bert_tf.tool_progress import Progress
 
     skipped = []
     try:
-        unpacked = tfrecords.expand_file_patterns(FLAGS.unpacked, flag="unpacked",
-                                                  skipped=skipped)
-        packed = tfrecords.expand_file_patterns(FLAGS.packed, flag="packed",
-                                                skipped=skipped)
+        unpacked = filesystem.expand_file_patterns(FLAGS.unpacked, flag="unpacked",
+                                                   skipped=skipped)
+        packed = filesystem.expand_file_patterns(FLAGS.packed, flag="packed",
+                                                 skipped=skipped)
         if skipped:
             print(f"skipped {', '.join(os.path.basename(p) for p in skipped)} (not "
                   f"records)")
@@ -56,7 +57,7 @@ def main(argv):
               flush=True)
         sizes = {path: tf.io.gfile.stat(path).length / 1e6 for path in unpacked + packed}
         with Progress("verifying", total=sum(sizes.values()), unit="MB") as progress:
-            report = verify.verify_packing(
+            report = packing_verification.verify_packing(
                 unpacked, packed, file_read=lambda path: progress.advance(sizes[path]))
     except ValueError as error:  # VerificationError and RecordError included
         sys.exit(f"verify_packing: {error}")

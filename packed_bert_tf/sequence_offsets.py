@@ -42,7 +42,7 @@ Attention kernels take one of three forms of the same information:
 The computations take the array namespace ``xp``: ``keras.ops`` by default
 (any Keras backend, symbolic tensors too), ``tf.experimental.numpy`` inside
 ``tf.data`` graphs whatever the Keras backend
-(`packed_bert_tf.data.pipeline.with_sequence_offsets`), or ``numpy``. They
+(`packed_bert_tf.data.inputs.pretraining_dataset.with_sequence_offsets`), or ``numpy``. They
 use only names those three share, so every caller runs the same code.
 `check_packed_batch` (numpy) checks a batch off the hot path.
 

@@ -67,7 +67,7 @@ def write_unpacked_dataset(folder, *, num_files=3, per_file=300, seed=0,
                            max_seq_length=SMALL_SEQ_LENGTH,
                            max_predictions_per_seq=SMALL_PREDICTIONS):
     """Writes unpacked shards of synthetic sequences (a third at full length)."""
-    from packed_bert_tf.data import record_files, synthetic
+    from packed_bert_tf.data.records import record_files, synthetic_records
 
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,7 +75,7 @@ def write_unpacked_dataset(folder, *, num_files=3, per_file=300, seed=0,
     for index in range(num_files):
         lengths = np.where(rng.random(per_file) < 0.3, max_seq_length,
                            rng.integers(5, max_seq_length + 1, per_file))
-        arrays = synthetic.unpacked_arrays(
+        arrays = synthetic_records.unpacked_arrays(
             lengths, max_seq_length=max_seq_length,
             max_predictions_per_seq=max_predictions_per_seq, vocab_size=5000,
             seed=seed * 100 + index)

@@ -3,7 +3,7 @@ records (`bucketed_pretraining_dataset`), and of rows held in memory
 (`bucketed_rows_dataset`, SQuAD's and the classifier's).
 
 Reads unpacked (MLPerf-format) TFRecords and yields batches in the packed
-layout of `packed_bert_tf.data.pipeline` with one sequence per row (D = 1),
+layout of `packed_bert_tf.data.inputs.pretraining_dataset` with one sequence per row (D = 1),
 each batch at its own shape [R, S]: S its bucket's boundary (or its longest
 sequence), R its rows. Letters: R rows, S padded length, P masked-LM slots.
 
@@ -45,16 +45,16 @@ import tensorflow as tf
 from packed_bert_tf.batching.bucketing import Bucketing, BucketSpec, bucket_batches, epoch_rng
 from packed_bert_tf.batching.plan import COSTS
 from packed_bert_tf.batching.sharding import balance_across_workers, plan_pool
-from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import IdLimits, RecordFormat
-from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.pipeline import (
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.inputs.pretraining_dataset import (
     Shuffling,
     interleave_records,
     parse_records,
     shard_files,
     to_packed_layout,
 )
+from packed_bert_tf.data.packed.packed_rows import PackedRows
+from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat
 
 _TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
@@ -103,7 +103,7 @@ def bucketed_pretraining_dataset(file_patterns, *, record_format: RecordFormat,
       num_epochs: int, optional. Epochs before the dataset ends. Default:
         forever when training, else 1.
       id_limits: `IdLimits`, optional. Check every id (token, segment,
-        position) against them (`packed_bert_tf.data.pipeline.parse_records`).
+        position) against them (`packed_bert_tf.data.inputs.pretraining_dataset.parse_records`).
 
     Returns:
       A ``tf.data.Dataset`` of feature dicts, shapes [None, None] / [None, P] /
@@ -121,7 +121,7 @@ def bucketed_pretraining_dataset(file_patterns, *, record_format: RecordFormat,
         raise ValueError(f"unknown balance_cost {bucketing.balance_cost!r}; expected one "
                          f"of {', '.join(COSTS)}")
     epoch_rng(shuffling.seed, 0)  # rejects a negative seed now rather than mid-epoch
-    files = shard_files(tfrecords.expand_file_patterns(file_patterns), input_context)
+    files = shard_files(filesystem.expand_file_patterns(file_patterns), input_context)
     max_seq_length = record_format.max_seq_length
     num_workers, per_replica = _per_replica_bucketing(input_context, bucketing)
     if (bucketing.token_budget is not None and not bucketing.pad_to_bucket_boundary
@@ -302,7 +302,7 @@ def bucketed_rows_dataset(packs: PackedRows, batch_size: int, *, seed: int,
 
     Returns:
       tf.data.Dataset of the layout of
-      `packed_bert_tf.data.rows_dataset.rows_dataset`, shapes [None, None] /
+      `packed_bert_tf.data.inputs.rows_dataset.rows_dataset`, shapes [None, None] /
       [None, 1] / [None].
     """
     if packs.packed:

@@ -1,6 +1,6 @@
 """Per-example classifier logits of a model, on one device or many.
 
-The rows come from `packed_bert_tf.data.rows_dataset` like every task's
+The rows come from `packed_bert_tf.data.inputs.rows_dataset` like every task's
 rows held in memory; this adds what is the classifier's own: one output per
 sequence, unpacked example by example.
 """
@@ -11,8 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.classification.packing import unpack_logits
-from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.rows_dataset import predict_rows
+from packed_bert_tf.data.inputs.rows_dataset import predict_rows
+from packed_bert_tf.data.packed.packed_rows import PackedRows
 
 
 def predict_logits(model, packs: PackedRows, batch_size: int, *,
@@ -20,7 +20,7 @@ def predict_logits(model, packs: PackedRows, batch_size: int, *,
                    jit_compile: bool = False) -> np.ndarray:
     """Per-example logits of a model, in example order, on one device or many.
 
-    `packed_bert_tf.data.rows_dataset.predict_rows` of ``logits``, unpacked
+    `packed_bert_tf.data.inputs.rows_dataset.predict_rows` of ``logits``, unpacked
     (`unpack_logits`).
 
     Args:

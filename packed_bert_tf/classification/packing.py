@@ -18,7 +18,7 @@ C = [CLS], S = [SEP])::
     sequence_slot[7] = 0, sequence_offset[7] = 0
     sequence_slot[3] = 1, sequence_offset[3] = 5
 
-The layout is the project's one (`packed_bert_tf.data.packed_rows`) under
+The layout is the project's one (`packed_bert_tf.data.packed.packed_rows`) under
 `CLASSIFIER_SPEC`. The unpacked layout (google-research/bert's) is the same
 with D = 1, one example per row padded to S, in example order. numpy only.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packed_bert_tf.data.packed_rows import (
+from packed_bert_tf.data.packed.packed_rows import (
     PackedRows,
     PackSpec,
     RowShape,
@@ -62,7 +62,7 @@ def pack_features(features, *, packed: bool = True,
       seed: which examples of a length share a pack, and the packs' order.
 
     Returns:
-      `packed_bert_tf.data.packed_rows.PackedRows`: int32 arrays but
+      `packed_bert_tf.data.packed.packed_rows.PackedRows`: int32 arrays but
       ``label_ids``, which keeps the labels' dtype (float32 for regression).
     """
     return plan_rows(CLASSIFIER_SPEC, _compact(features),
@@ -74,7 +74,7 @@ def pack_features(features, *, packed: bool = True,
 def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: int,
                  *, packed: bool = True) -> PackedRows:
     """Writes the features into the rows of an assignment
-    (`packed_bert_tf.data.packed_rows.pack_rows` under `CLASSIFIER_SPEC`).
+    (`packed_bert_tf.data.packed.packed_rows.pack_rows` under `CLASSIFIER_SPEC`).
 
     Args:
       features: `packed_bert_tf.classification.features.ClassifierFeatures`.

@@ -13,6 +13,7 @@ A packed row (S = 6, D = 2)::
 """
 
 from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
+from packed_bert_tf.layers.bert_encoder import BertEncoder
 from packed_bert_tf.layers.block_diagonal_attention_mask import (
     BlockDiagonalAttentionMask,
     attention_mask_from_offsets,
@@ -31,11 +32,11 @@ from packed_bert_tf.layers.losses import (
     weighted_mean,
 )
 from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
+from packed_bert_tf.layers.multi_head_self_attention import MultiHeadSelfAttention, masked_softmax
 from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
 from packed_bert_tf.layers.ops import gather_positions, gelu, get_activation
 from packed_bert_tf.layers.pooler import make_pooler_dense, pool
 from packed_bert_tf.layers.position_embedding import PositionEmbedding
-from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention, masked_softmax
 from packed_bert_tf.layers.sequence_classification_head import (
     SequenceClassificationHead,
     classification_loss_normalisers,
@@ -50,7 +51,6 @@ from packed_bert_tf.layers.squad_span_head import (
     squad_span_loss,
 )
 from packed_bert_tf.layers.transformer_block import BertTransformerBlock
-from packed_bert_tf.layers.transformer_encoder import BertEncoder
 
 __all__ = [
     "BertEmbeddings", "BertEncoder", "BertTransformerBlock",

@@ -6,8 +6,8 @@ Letters: B batch, S sequence length, H hidden, I intermediate size.
 import keras
 from keras import ops
 
+from packed_bert_tf.layers.multi_head_self_attention import MultiHeadSelfAttention
 from packed_bert_tf.layers.ops import get_activation
-from packed_bert_tf.layers.self_attention import MultiHeadSelfAttention
 
 
 @keras.saving.register_keras_serializable(package="packed_bert_tf")

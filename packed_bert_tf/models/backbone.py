@@ -7,12 +7,12 @@ import keras
 from keras import ops
 
 from packed_bert_tf.layers.bert_embeddings import BertEmbeddings
+from packed_bert_tf.layers.bert_encoder import BertEncoder
 from packed_bert_tf.layers.block_diagonal_attention_mask import (
     block_diagonal_attention_mask,
     padding_attention_mask,
 )
 from packed_bert_tf.layers.pooler import make_pooler_dense, pool
-from packed_bert_tf.layers.transformer_encoder import BertEncoder
 from packed_bert_tf.models.config import BertConfig
 
 #: google-research/bert's LayerNorm epsilon.

@@ -28,8 +28,8 @@ import math
 
 from mlperf_logging.mllog import constants as mllog_keys
 
+from packed_bert_tf.pretraining.mlperf_log import NO_LOG, open_mlperf_log
 from packed_bert_tf.training.loop import PeriodicEvaluation
-from packed_bert_tf.training.mlperf_log import NO_LOG, open_mlperf_log
 
 #: MLPerf's BERT target: masked-LM accuracy.
 TARGET_METRIC = "masked_lm_accuracy"

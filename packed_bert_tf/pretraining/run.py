@@ -34,17 +34,26 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.batching.bucketing import Bucketing
-from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.dynamic_masking import MaskingOptions
-from packed_bert_tf.data.features import IdLimits, RecordFormat
-from packed_bert_tf.data.pipeline import Shuffling
-from packed_bert_tf.data.streaming import PackOnTheFly
-from packed_bert_tf.data.text_dataset import TextInput, text_files_of
-from packed_bert_tf.data.text_sequences import TextSequenceOptions, check_text_files, text_sequences
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.inputs.dynamic_masking import MaskingOptions
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
+from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
+from packed_bert_tf.data.inputs.text_dataset import TextInput, text_files_of
+from packed_bert_tf.data.inputs.text_sequences import (
+    TextSequenceOptions,
+    check_text_files,
+    text_sequences,
+)
+from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.pretraining import task
 from packed_bert_tf.pretraining.comparison import TRAIN_SUMMARY_FILE
+from packed_bert_tf.pretraining.hyperparameters import (
+    PACKING_MODES,
+    adjust_for_packing,
+    read_packing_factor,
+)
 from packed_bert_tf.pretraining.mlperf import (
     MlperfRun,
     check_mlperf_options,
@@ -52,12 +61,8 @@ from packed_bert_tf.pretraining.mlperf import (
 )
 from packed_bert_tf.training import interrupts, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training.clipping import clipping
 from packed_bert_tf.training.distribution import check_global_batch_size, check_static_shapes
-from packed_bert_tf.training.hyperparameters import (
-    PACKING_MODES,
-    adjust_for_packing,
-    read_packing_factor,
-)
 from packed_bert_tf.training.loop import PeriodicEvaluation, train_and_export
 from packed_bert_tf.training.options import BATCHING, TrainingOptions
 from packed_bert_tf.training.progress import format_values
@@ -71,7 +76,7 @@ from packed_bert_tf.training.startup import (
     run_task,
     start_run,
 )
-from packed_bert_tf.training.steps import StepCounting, clipping
+from packed_bert_tf.training.step_counting import StepCounting
 from packed_bert_tf.training.trainer import Trainer
 
 EVAL_RESULTS_FILE = "eval_results.json"
@@ -184,7 +189,7 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
             raise ValueError("--do_train needs --input_file (or --input_text_file)")
         check_global_batch_size(options.train_batch_size, strategy, "--train_batch_size")
         check_static_shapes(options.batching, strategy)
-        train_files = tfrecords.expand_file_patterns(options.input_file, flag="input_file")
+        train_files = filesystem.expand_file_patterns(options.input_file, flag="input_file")
         train_format = task.expected_record_format(
             train_files, packed_input=options.packed_input, **sizes)
         _check_batching(options, train_files, train_format)
@@ -198,8 +203,8 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         if not options.eval_input_file:
             raise ValueError("--do_eval needs --eval_input_file")
         check_global_batch_size(options.eval_batch_size, strategy, "--eval_batch_size")
-        eval_files = tfrecords.expand_file_patterns(options.eval_input_file,
-                                                    flag="eval_input_file")
+        eval_files = filesystem.expand_file_patterns(options.eval_input_file,
+                                                     flag="eval_input_file")
         eval_format = task.expected_record_format(eval_files, **sizes)
         _check_first_records(eval_files, eval_format, IdLimits.of_config(config))
     return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor,

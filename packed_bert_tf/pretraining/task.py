@@ -18,9 +18,14 @@ import numpy as np
 import tensorflow as tf
 
 from packed_bert_tf.batching.bucketing import Bucketing
-from packed_bert_tf.data import pipeline, record_files
-from packed_bert_tf.data.features import IdLimits, RecordFormat, default_max_masked_tokens
-from packed_bert_tf.data.streaming import PackOnTheFly
+from packed_bert_tf.data.inputs import pretraining_dataset
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
+from packed_bert_tf.data.records import record_files
+from packed_bert_tf.data.records.record_format import (
+    IdLimits,
+    RecordFormat,
+    default_max_masked_tokens,
+)
 from packed_bert_tf.layers.losses import (
     loss_normalisers,
     masked_lm_accuracy,
@@ -29,7 +34,7 @@ from packed_bert_tf.layers.losses import (
     next_sentence_loss,
     pretraining_losses,
 )
-from packed_bert_tf.packing.streaming import pack_stream
+from packed_bert_tf.packing.streaming_packer import pack_stream
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics, stack_micro_batches
 
 METRIC_NAMES = ("loss", "masked_lm_loss", "next_sentence_loss", "masked_lm_accuracy",
@@ -107,7 +112,7 @@ def expected_record_format(files: Sequence[str], *, max_seq_length: int,
     Packed records must have S = ``max_seq_length``, D = ``max_sequences_per_pack``
     and M = P + D - 1 masked-LM slots; unpacked ones S and P.
     """
-    from packed_bert_tf.data.verify import infer_record_format
+    from packed_bert_tf.data.records.packing_verification import infer_record_format
 
     found = infer_record_format(files[0])
     if packed_input is not None and found.is_packed != packed_input:
@@ -176,7 +181,7 @@ def find_bad_record(files: Sequence[str], record_format: RecordFormat,
 
 def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
                      steps_per_update: int, record_format: RecordFormat,
-                     shuffling: pipeline.Shuffling, skip_rows: int = 0,
+                     shuffling: pretraining_dataset.Shuffling, skip_rows: int = 0,
                      id_limits: IdLimits | None = None,
                      pack_on_the_fly: PackOnTheFly | None = None):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``.
@@ -185,16 +190,17 @@ def train_dataset_fn(files: Sequence[str], *, global_batch_size: int,
     ``steps_per_update``), its records in the order of ``shuffling``; each
     replica first skips ``skip_rows`` rows (a resumed run: those it had read,
     `trajectory.rows_read`). ``id_limits``: every id is checked against them
-    (`pipeline.parse_records`). ``pack_on_the_fly``: unpacked records are
+    (`pretraining_dataset.parse_records`). ``pack_on_the_fly``: unpacked records are
     packed as they are read.
     """
-    batches = pipeline.ReplicaBatches(skip_rows=skip_rows, micro_batches=steps_per_update,
-                                      pack_on_the_fly=pack_on_the_fly)
+    batches = pretraining_dataset.ReplicaBatches(skip_rows=skip_rows,
+                                                 micro_batches=steps_per_update,
+                                                 pack_on_the_fly=pack_on_the_fly)
 
     def dataset_fn(input_context: tf.distribute.InputContext):
         # Each replica's batches are stacked before the pipeline hands them
-        # out in turn (`pipeline.pretraining_dataset`).
-        return pipeline.pretraining_dataset(
+        # out in turn (`pretraining_dataset.pretraining_dataset`).
+        return pretraining_dataset.pretraining_dataset(
             files, global_batch_size, record_format=record_format, is_training=True,
             input_context=input_context, shuffling=shuffling, batches=batches,
             id_limits=id_limits)
@@ -233,14 +239,15 @@ def lengths_packing_factor(batches, max_seq_length: int, packing: PackOnTheFly, 
 
 
 def text_train_dataset_fn(text, *, global_batch_size: int, steps_per_update: int,
-                          shuffling: pipeline.Shuffling, skip_rows: int = 0,
+                          shuffling: pretraining_dataset.Shuffling, skip_rows: int = 0,
                           pack_on_the_fly: PackOnTheFly | None = None):
-    """`train_dataset_fn` for text (`packed_bert_tf.data.text_dataset.TextInput`):
+    """`train_dataset_fn` for text (`packed_bert_tf.data.inputs.text_dataset.TextInput`):
     sequences cut, masked and packed as they are read."""
-    from packed_bert_tf.data.text_dataset import text_pretraining_dataset
+    from packed_bert_tf.data.inputs.text_dataset import text_pretraining_dataset
 
-    batches = pipeline.ReplicaBatches(skip_rows=skip_rows, micro_batches=steps_per_update,
-                                      pack_on_the_fly=pack_on_the_fly)
+    batches = pretraining_dataset.ReplicaBatches(skip_rows=skip_rows,
+                                                 micro_batches=steps_per_update,
+                                                 pack_on_the_fly=pack_on_the_fly)
 
     def dataset_fn(input_context: tf.distribute.InputContext):
         return text_pretraining_dataset(text, global_batch_size,
@@ -251,7 +258,7 @@ def text_train_dataset_fn(text, *, global_batch_size: int, steps_per_update: int
 
 
 def bucketed_train_dataset_fn(files: Sequence[str], *, record_format: RecordFormat,
-                              bucketing: Bucketing, shuffling: pipeline.Shuffling,
+                              bucketing: Bucketing, shuffling: pretraining_dataset.Shuffling,
                               skip_steps: int = 0, id_limits: IdLimits | None = None):
     """``dataset_fn`` of length-bucketed batches (`packed_bert_tf.batching`).
 
@@ -285,10 +292,11 @@ def eval_dataset_fn(files: Sequence[str], *, global_batch_size: int,
 
 
 def _eval_dataset(files, global_batch_size, record_format, id_limits, input_context):
-    return pipeline.pretraining_dataset(
+    return pretraining_dataset.pretraining_dataset(
         files, global_batch_size, record_format=record_format, is_training=False,
         input_context=input_context,
-        batches=pipeline.ReplicaBatches(pad_with_empty_batches=True), id_limits=id_limits)
+        batches=pretraining_dataset.ReplicaBatches(pad_with_empty_batches=True),
+        id_limits=id_limits)
 
 
 def evaluation_steps(files: Sequence[str], *, global_batch_size: int,
@@ -296,6 +304,6 @@ def evaluation_steps(files: Sequence[str], *, global_batch_size: int,
     """Steps that read every evaluation record once on every replica (one batch
     per replica and step; the records are shared between replicas)."""
     context = tf.distribute.InputContext(num_replicas_in_sync=strategy.num_replicas_in_sync)
-    steps = pipeline.pipeline_batches(pipeline.count_records(files), global_batch_size,
-                                      context)
+    steps = pretraining_dataset.pipeline_batches(pretraining_dataset.count_records(files),
+                                                 global_batch_size, context)
     return min(steps, max_eval_steps) if max_eval_steps else steps

@@ -1,6 +1,6 @@
 """Per-feature SQuAD logits of a model, on one device or many.
 
-The rows come from `packed_bert_tf.data.rows_dataset` like every task's
+The rows come from `packed_bert_tf.data.inputs.rows_dataset` like every task's
 rows held in memory; this adds what is SQuAD's own: per-token outputs,
 unpacked feature by feature.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.rows_dataset import predict_rows
+from packed_bert_tf.data.inputs.rows_dataset import predict_rows
+from packed_bert_tf.data.packed.packed_rows import PackedRows
 from packed_bert_tf.squad.packing import FeatureLogits, unpack_logits
 
 
@@ -20,7 +20,7 @@ def predict_logits(model, packs: PackedRows, batch_size: int, *,
                    jit_compile: bool = False) -> FeatureLogits:
     """Per-feature start and end logits of a model, on one device or many.
 
-    `packed_bert_tf.data.rows_dataset.predict_rows` of ``start_logits`` and
+    `packed_bert_tf.data.inputs.rows_dataset.predict_rows` of ``start_logits`` and
     ``end_logits`` [B, S], unpacked (`unpack_logits`).
 
     Args:

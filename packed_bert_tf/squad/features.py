@@ -596,9 +596,10 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, *,
 
 def write_features(path: str, features: SquadFeatures) -> int:
     """Writes the features to one TFRecord file atomically; returns records written."""
-    from packed_bert_tf.data import record_files, tfrecords
+    from packed_bert_tf.data import filesystem
+    from packed_bert_tf.data.records import record_files
 
-    tfrecords.make_parent_dirs(path)
+    filesystem.make_parent_dirs(path)
     arrays = {name: np.asarray(value, np.int64) if value.ndim == 1 else value
               for name, value in features.arrays().items()}
     with record_files.RecordWriter(path) as writer:

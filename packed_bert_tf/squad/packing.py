@@ -17,7 +17,7 @@ A pack of two features (S = 12, D = 2; a = feature 7, b = feature 3)::
     sequence_slot[7] = 0, sequence_offset[7] = 0
     sequence_slot[3] = 1, sequence_offset[3] = 5
 
-The layout is the project's one (`packed_bert_tf.data.packed_rows`) under
+The layout is the project's one (`packed_bert_tf.data.packed.packed_rows`) under
 `SQUAD_SPEC`. The unpacked layout is the same with D = 1, one feature per
 row, in feature order. numpy only.
 """
@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from packed_bert_tf.data.packed_rows import (
+from packed_bert_tf.data.packed.packed_rows import (
     PackedRows,
     PackSpec,
     RowShape,
@@ -56,7 +56,7 @@ def pack_features(features, *, packed: bool = True, max_sequences_per_pack: int 
       seed: which features of a length share a pack, and the packs' order.
 
     Returns:
-      `packed_bert_tf.data.packed_rows.PackedRows`, all arrays int32: the
+      `packed_bert_tf.data.packed.packed_rows.PackedRows`, all arrays int32: the
       module docstring's features, ``sequence_weights`` (1 real, 0 empty).
     """
     return plan_rows(SQUAD_SPEC, _compact(features),
@@ -67,7 +67,7 @@ def pack_features(features, *, packed: bool = True, max_sequences_per_pack: int 
 def layout_packs(features, assignment: PackAssignment, max_sequences_per_pack: int,
                  *, packed: bool = True) -> PackedRows:
     """Writes the features into the rows of an assignment
-    (`packed_bert_tf.data.packed_rows.pack_rows` under `SQUAD_SPEC`).
+    (`packed_bert_tf.data.packed.packed_rows.pack_rows` under `SQUAD_SPEC`).
 
     Args:
       features: `packed_bert_tf.squad.features.SquadFeatures`.

@@ -12,31 +12,19 @@ The modules, by concern:
   the model config, the dtype policy, the task's model and optimizer, and a
   `trainer.Trainer` restored from the run's checkpoints or initialised from
   an original BERT one.
-- ``trainer``, ``steps``: the compiled distributed step (gradient
-  accumulation, clipping) and how steps are counted.
+- ``trainer``, ``step_counting``: the compiled distributed step (gradient
+  accumulation) and how steps are counted.
 - ``loop``, ``checkpoints``, ``progress``, ``interrupts``, ``trajectory``:
   the host loop, its checkpoints, logs and stop on a signal, and what a
   resumed run must keep.
-- ``optimizers``, ``lamb``, ``clipping``, ``schedules``, ``hyperparameters``:
-  MLPerf's LAMB and AdamW, the learning-rate schedule and the packing-aware
-  hyper-parameter adjustment (Krell et al., arXiv 2107.02027, section 3.3).
+- ``optimizers``, ``lamb``, ``clipping``, ``schedules``: MLPerf's LAMB and
+  AdamW, where the gradient is clipped, and the learning-rate schedule.
 - ``fine_tuning``: what the fine-tuning front ends share.
 
 The package itself exports the optimiser pieces below.
 """
 
-from packed_bert_tf.training.hyperparameters import (
-                                                     PACKING_MODES,
-                                                     PACKING_STATS_FILE,
-                                                     PackingAdjustment,
-                                                     adjust_for_packing,
-                                                     read_packing_factor,
-)
 from packed_bert_tf.training.lamb import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY, LAMB
 from packed_bert_tf.training.schedules import PolynomialDecayWithWarmup
 
-__all__ = [
-    "DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY", "LAMB", "PACKING_MODES", "PACKING_STATS_FILE",
-    "PackingAdjustment", "PolynomialDecayWithWarmup", "adjust_for_packing",
-    "read_packing_factor",
-]
+__all__ = ["DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY", "LAMB", "PolynomialDecayWithWarmup"]

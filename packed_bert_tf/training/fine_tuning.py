@@ -18,9 +18,9 @@ import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf.batching.dataset import bucketed_rows_dataset
-from packed_bert_tf.data.features import IdLimits
-from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.rows_dataset import rows_dataset
+from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
+from packed_bert_tf.data.packed.packed_rows import PackedRows
+from packed_bert_tf.data.records.record_format import IdLimits
 from packed_bert_tf.models.export import export_for_serving
 from packed_bert_tf.packing import ALGORITHMS
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
@@ -34,7 +34,7 @@ from packed_bert_tf.training.startup import (
     resume_trajectory,
     start_run,
 )
-from packed_bert_tf.training.steps import StepCounting
+from packed_bert_tf.training.step_counting import StepCounting
 
 
 @dataclasses.dataclass

@@ -50,9 +50,10 @@ def define_step_flags(defaults) -> None:
     """--steps_per_update, --step_unit and
     --clip_by_global_norm_after_gradient_allreduce: the micro-batches of an
     update, what the step flags count and where the gradient is clipped under
-    accumulation (`packed_bert_tf.training.steps`); ``defaults`` as for
+    accumulation (`packed_bert_tf.training.step_counting`,
+    `packed_bert_tf.training.clipping`); ``defaults`` as for
     `define_hardware_flags`."""
-    from packed_bert_tf.training.steps import STEP_UNITS
+    from packed_bert_tf.training.step_counting import STEP_UNITS
 
     flags.DEFINE_integer("steps_per_update", defaults.steps_per_update,
                          "Gradient-accumulation steps (micro-batches) per update.")

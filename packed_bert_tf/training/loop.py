@@ -22,7 +22,7 @@ from packed_bert_tf.training.checkpoints import (
 )
 from packed_bert_tf.training.options import TrainingOptions
 from packed_bert_tf.training.progress import TrainingLogger, format_values
-from packed_bert_tf.training.steps import crossed, updates_to_boundary
+from packed_bert_tf.training.step_counting import crossed, updates_to_boundary
 from packed_bert_tf.training.trainer import STATISTICS, Trainer
 
 

@@ -39,7 +39,7 @@ class TrainingOptions:
       steps_per_update: micro-batches per optimizer update (gradient
         accumulation).
       step_unit: what the step counts count: ``micro_batch`` or ``update``
-        (`packed_bert_tf.training.steps`).
+        (`packed_bert_tf.training.step_counting`).
       clip_by_global_norm_after_gradient_allreduce: clip the accumulated
         gradient once per update instead of each micro-batch's.
       save_checkpoints_steps: steps between checkpoints (one at the end too).

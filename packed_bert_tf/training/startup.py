@@ -38,12 +38,13 @@ from packed_bert_tf.models.pretrained_weights import (
 )
 from packed_bert_tf.training import cluster, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
+from packed_bert_tf.training.clipping import clipping
 from packed_bert_tf.training.distribution import set_mixed_precision
 from packed_bert_tf.training.optimizers import create_optimizer
 from packed_bert_tf.training.options import TrainingOptions
 from packed_bert_tf.training.output_dirs import WorkerOutputDirs, run_on_this_worker
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.steps import StepCounting, clipping
+from packed_bert_tf.training.step_counting import StepCounting
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 
 
@@ -281,7 +282,7 @@ def start_run(spec: RunSpec, options: TrainingOptions, context: RunContext) -> S
     ``spec.num_train_steps`` (`PolynomialDecayWithWarmup`), counted in
     updates (`AtUpdateSteps`); the model and ``--optimizer`` are made under
     the strategy, the optimizer clipping as ``options``' clipping says
-    (`packed_bert_tf.training.steps.clipping`: per micro-batch in the
+    (`packed_bert_tf.training.clipping.clipping`: per micro-batch in the
     trainer, or once per update in the optimizer); then the model resumes
     from the latest checkpoint in ``dirs.shared``, else starts from
     ``--init_checkpoint`` (any form of `load_pretrained_weights`; a source

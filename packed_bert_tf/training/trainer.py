@@ -21,7 +21,7 @@ each replica:
    (`packed_bert_tf.training.clipping.ClipAfterCrossReplicaSum`).
 
 With ``micro_batch_clipnorm`` (the MLPerf reference's default clipping, see
-`packed_bert_tf.training.steps`), steps 1 and 2 go micro-batch by micro-batch
+`packed_bert_tf.training.clipping`), steps 1 and 2 go micro-batch by micro-batch
 instead: each micro-batch's loss is its own global mean (normalisers of that
 micro-batch, summed over the replicas), its gradient (XLA-compiled) is summed
 over the replicas, clipped to that global norm and added to the update's

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.batching import Bucketing, bucket_batches, bucketed_pretraining_dataset
-from packed_bert_tf.data import record_files
-from packed_bert_tf.data.features import IdLimits, RecordFormat
-from packed_bert_tf.data.pipeline import Shuffling
+from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
+from packed_bert_tf.data.records import record_files
+from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
 
 pytestmark = pytest.mark.slow
@@ -242,8 +242,8 @@ tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 import numpy as np
 from packed_bert_tf.batching import Bucketing, bucketed_pretraining_dataset
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.pipeline import Shuffling
+from packed_bert_tf.data.records.record_format import RecordFormat
+from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
 
 tf.random.set_seed(0)  # a global seed (as keras.utils.set_random_seed sets) is fine
 files = json.loads(sys.argv[1])

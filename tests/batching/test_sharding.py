@@ -15,7 +15,7 @@ from packed_bert_tf.batching import (
     padded_batches,
     plan_pool,
 )
-from packed_bert_tf.data.synthetic import lengths_from_histogram
+from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram
 
 
 def _one_per_batch(lengths):

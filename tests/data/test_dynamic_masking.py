@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data import dynamic_masking
-from packed_bert_tf.data.dynamic_masking import DynamicMasker, MaskingOptions
+from packed_bert_tf.data.inputs import dynamic_masking
+from packed_bert_tf.data.inputs.dynamic_masking import DynamicMasker, MaskingOptions
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = range(5)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from packed_bert_tf.data.features import IdLimits, RecordFormat
+from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat
 from packed_bert_tf.models import BertConfig
 
 LIMITS = IdLimits(vocab_size=100, type_vocab_size=2, max_position_embeddings=8)

@@ -7,8 +7,12 @@ import time
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import features, pretraining_instances, record_files
-from packed_bert_tf.data.pretraining_instances import InstanceOptions, create_training_instances
+from packed_bert_tf.data.preparation import pretraining_instances
+from packed_bert_tf.data.preparation.pretraining_instances import (
+    InstanceOptions,
+    create_training_instances,
+)
+from packed_bert_tf.data.records import record_files, record_format
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -51,9 +55,9 @@ def unmasked(arrays):
 def check_instances(arrays, *, max_seq_length, max_predictions_per_seq, masked_lm_prob,
                     vocab_size):
     """Every instance is [CLS] A [SEP] B [SEP] with consistent features."""
-    lengths = features.RecordFormat.unpacked(
+    lengths = record_format.RecordFormat.unpacked(
         max_seq_length, max_predictions_per_seq).feature_lengths()
-    assert list(arrays) == list(features.UNPACKED_FEATURE_NAMES)
+    assert list(arrays) == list(record_format.UNPACKED_FEATURE_NAMES)
     num = len(arrays["input_ids"])
     assert num > 0
     for name, width in lengths.items():

@@ -8,12 +8,12 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.data import record_codec, record_files, tfrecords
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.records import record_codec, record_files, tensorflow_records
+from packed_bert_tf.data.records.record_format import RecordFormat
 
 pytestmark = pytest.mark.slow
 
-_record_codec = pytest.importorskip("packed_bert_tf.data._record_codec")
+_record_codec = pytest.importorskip("packed_bert_tf.data.records._record_codec")
 
 FORMAT = RecordFormat.unpacked(16, 4)
 LENGTHS = FORMAT.feature_lengths()
@@ -30,8 +30,8 @@ def _arrays(num, rng, low=0, high=100):
 def _read(path, reader, **kwargs):
     """All batches of a file by one reader, concatenated."""
     if reader == "tensorflow":
-        batches = tfrecords.iter_array_batches_with_tensorflow(path, LENGTHS,
-                                                               kwargs.get("batch_size", 7))
+        batches = tensorflow_records.iter_array_batches_with_tensorflow(path, LENGTHS,
+                                                                        kwargs.get("batch_size", 7))
     else:
         batches = record_files.iter_array_batches(path, FORMAT, **kwargs)
     parts = {}
@@ -196,7 +196,7 @@ def test_mutated_records_fail_or_decode_as_tensorflow_and_protobuf_do():
     where protobuf parses the record, the C reader succeeds exactly when
     ``tf.io.parse_example`` does, with the same values; where protobuf
     refuses it, so does the C reader."""
-    spec = tfrecords.parse_spec(SMALL)
+    spec = tensorflow_records.parse_spec(SMALL)
     rng = np.random.default_rng(0)
     counts = {"both decode": 0, "both refuse": 0, "not protobuf": 0}
     for _ in range(400):
@@ -285,7 +285,7 @@ def test_a_feature_that_does_not_fit_is_named(tmp_path, entries, message, reader
     if reader == "c":
         batches = record_codec.iter_file_batches(str(path), lengths, 8, np.int64, False)
     else:
-        batches = tfrecords.iter_array_batches_with_tensorflow(str(path), lengths, 8)
+        batches = tensorflow_records.iter_array_batches_with_tensorflow(str(path), lengths, 8)
     with pytest.raises(record_files.RecordError) as error:
         list(batches)
     assert str(error.value) == f"{path}: record 1 {message}"
@@ -373,7 +373,7 @@ def test_c_encoder_writes_the_tensorflow_encoders_bytes(seed, num, width, dtype)
                 "c_floats": rng.standard_normal((num, width)).astype(np.float64)}
     floats = {"c_floats"}
     ours = record_codec.encode_examples(features, floats)
-    theirs = tfrecords.encode_examples_with_tensorflow(features, floats)
+    theirs = tensorflow_records.encode_examples_with_tensorflow(features, floats)
     assert ours[0].tobytes() == theirs[0].tobytes()
     np.testing.assert_array_equal(ours[1], theirs[1])
     for index in range(num):  # and protobuf reads it back
@@ -384,7 +384,7 @@ def test_c_encoder_writes_the_tensorflow_encoders_bytes(seed, num, width, dtype)
 
 
 @pytest.mark.parametrize("encode", [record_codec.encode_examples,
-                                    tfrecords.encode_examples_with_tensorflow])
+                                    tensorflow_records.encode_examples_with_tensorflow])
 def test_both_encoders_write_protobufs_bytes(encode):
     rng = np.random.default_rng(7)
     features = {"empty": np.zeros((3, 0), np.int64), "ints": rng.integers(-5, 300, (3, 4)),

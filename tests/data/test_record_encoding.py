@@ -6,8 +6,8 @@ import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packed_bert_tf.data import record_codec
-from packed_bert_tf.data.tfrecords import encode_examples_with_tensorflow
+from packed_bert_tf.data.records import record_codec
+from packed_bert_tf.data.records.tensorflow_records import encode_examples_with_tensorflow
 
 ENCODERS = [pytest.param(record_codec.encode_examples, id="c",
                          marks=pytest.mark.skipif(not record_codec.available(),
@@ -93,14 +93,14 @@ def test_every_varint_width_equals_the_protobuf_library(encode_examples, values)
 
 @pytest.mark.parametrize("encode_examples", ENCODERS)
 def test_packed_records_equal_the_protobuf_library(encode_examples):
-    from packed_bert_tf.data import synthetic
-    from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
-    from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.records import synthetic_records
+    from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES, RecordFormat
     from packed_bert_tf.packing import assign_sequences, pack_lengths
 
     lengths = np.random.default_rng(0).integers(5, 129, 300)
-    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=128,
-                                       max_predictions_per_seq=20, seed=0)
+    arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=128,
+                                               max_predictions_per_seq=20, seed=0)
     batch = SequenceBatch.from_unpacked_arrays(arrays)
     packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, 128, 3), seed=0)
     features = pack_sequences(batch, packs, RecordFormat.packed(128, 22, 3))

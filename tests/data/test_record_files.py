@@ -1,8 +1,9 @@
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import record_codec, record_files, tfrecords
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.records import record_codec, record_files
+from packed_bert_tf.data.records.record_format import RecordFormat
 
 FORMAT = RecordFormat.unpacked(16, 4)
 
@@ -93,12 +94,12 @@ def test_corrupt_record_is_located(tmp_path):
 def test_file_patterns(tmp_path):
     for name in ("b.tfrecord", "a.tfrecord", "c.txt"):
         (tmp_path / name).write_bytes(b"")
-    files = tfrecords.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
+    files = filesystem.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
     assert [f.rsplit("/", 1)[1] for f in files] == ["a.tfrecord", "b.tfrecord"]
     with pytest.raises(ValueError, match=r"--input_file: '.*/nothing\*' matches no files"):
-        tfrecords.expand_file_patterns(f"{tmp_path}/nothing*")
+        filesystem.expand_file_patterns(f"{tmp_path}/nothing*")
     with pytest.raises(ValueError, match="--packed is empty"):
-        tfrecords.expand_file_patterns("", flag="packed")
+        filesystem.expand_file_patterns("", flag="packed")
 
 
 def test_wildcards_skip_side_files_and_folders_are_named(tmp_path):
@@ -107,20 +108,20 @@ def test_wildcards_skip_side_files_and_folders_are_named(tmp_path):
     for name in names:
         (tmp_path / name).write_bytes(b"")
     skipped = []
-    files = tfrecords.expand_file_patterns(f"{tmp_path}/*", flag="packed", skipped=skipped)
+    files = filesystem.expand_file_patterns(f"{tmp_path}/*", flag="packed", skipped=skipped)
     assert [f.rsplit("/", 1)[1] for f in files] == ["part-0.tfrecord", "part-1.tfrecord"]
     assert sorted(s.rsplit("/", 1)[1] for s in skipped) == sorted(names[2:])
     # Named outright, a side file is kept (and fails later as what it is);
     # without a list for them, a wildcard keeps them too (the old behaviour).
-    assert tfrecords.expand_file_patterns(f"{tmp_path}/vocab.txt", skipped=[]) == [
+    assert filesystem.expand_file_patterns(f"{tmp_path}/vocab.txt", skipped=[]) == [
         f"{tmp_path}/vocab.txt"]
-    assert len(tfrecords.expand_file_patterns(f"{tmp_path}/*")) == len(names)
+    assert len(filesystem.expand_file_patterns(f"{tmp_path}/*")) == len(names)
     with pytest.raises(ValueError, match=r"^--packed: '.*/\*.json' matches no record files "
                                          r"\(only packing_stats.json\)$"):
-        tfrecords.expand_file_patterns(f"{tmp_path}/*.json", flag="packed", skipped=[])
+        filesystem.expand_file_patterns(f"{tmp_path}/*.json", flag="packed", skipped=[])
     with pytest.raises(ValueError, match=f"^--packed: {tmp_path} is a folder \\(give its "
                                          f"files, e.g. '{tmp_path}/part-\\*'\\)$"):
-        tfrecords.expand_file_patterns(str(tmp_path), flag="packed")
+        filesystem.expand_file_patterns(str(tmp_path), flag="packed")
 
 
 def test_the_bytes_are_tensorflows(tmp_path, reader):
@@ -128,10 +129,10 @@ def test_the_bytes_are_tensorflows(tmp_path, reader):
     protobuf's records (features in sorted key order)."""
     import tensorflow as tf
 
-    from packed_bert_tf.data import synthetic
+    from packed_bert_tf.data.records import synthetic_records
 
-    arrays = synthetic.unpacked_arrays(np.array([5, 64, 7, 33, 64]), max_seq_length=64,
-                                       max_predictions_per_seq=10, seed=0)
+    arrays = synthetic_records.unpacked_arrays(np.array([5, 64, 7, 33, 64]), max_seq_length=64,
+                                               max_predictions_per_seq=10, seed=0)
     ours, theirs = str(tmp_path / "ours.tfrecord"), str(tmp_path / "theirs.tfrecord")
     with record_files.RecordWriter(ours) as writer:
         writer.write_arrays(arrays)

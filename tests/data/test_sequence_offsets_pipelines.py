@@ -11,17 +11,17 @@ import tensorflow as tf
 from packed_bert_tf.batching.dataset import bucketed_rows_dataset
 from packed_bert_tf.classification.features import ClassifierFeatures
 from packed_bert_tf.classification.packing import pack_features as pack_classifier
-from packed_bert_tf.data import record_files, synthetic
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.pipeline import (
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
+from packed_bert_tf.data.inputs.pretraining_dataset import (
     SEQUENCE_OFFSETS,
     ReplicaBatches,
     pretraining_dataset,
     with_sequence_offsets,
 )
-from packed_bert_tf.data.rows_dataset import rows_dataset
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
-from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
+from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
+from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+from packed_bert_tf.data.records import record_files, synthetic_records
+from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.packing import assign_sequences, pack_lengths
 from packed_bert_tf.sequence_offsets import check_packed_batch
 from packed_bert_tf.squad.features import SquadFeatures
@@ -64,8 +64,8 @@ def records(tmp_path_factory):
     folder = tmp_path_factory.mktemp("offsets")
     rng = np.random.default_rng(3)
     lengths = np.where(rng.random(120) < 0.2, S, rng.integers(5, S + 1, 120))
-    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
-                                       max_predictions_per_seq=P, vocab_size=5000, seed=3)
+    arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=S,
+                                               max_predictions_per_seq=P, vocab_size=5000, seed=3)
     unpacked = str(folder / "unpacked.tfrecord")
     record_files.write_arrays(unpacked, arrays)
     batch = SequenceBatch.from_unpacked_arrays(arrays)

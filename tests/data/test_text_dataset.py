@@ -6,11 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from packed_bert_tf.data.dynamic_masking import MaskingOptions
-from packed_bert_tf.data.pipeline import ReplicaBatches, Shuffling
-from packed_bert_tf.data.streaming import PackOnTheFly
-from packed_bert_tf.data.text_dataset import TextInput, text_examples, text_pretraining_dataset
-from packed_bert_tf.data.text_sequences import TextSequenceOptions
+from packed_bert_tf.data.inputs.dynamic_masking import MaskingOptions
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
+from packed_bert_tf.data.inputs.pretraining_dataset import ReplicaBatches, Shuffling
+from packed_bert_tf.data.inputs.text_dataset import (
+    TextInput,
+    text_examples,
+    text_pretraining_dataset,
+)
+from packed_bert_tf.data.inputs.text_sequences import TextSequenceOptions
 from packed_bert_tf.data.tokenization import SPECIAL_TOKENS
 
 S, P = 32, 5

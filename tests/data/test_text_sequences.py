@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from packed_bert_tf.data.text_sequences import (
+from packed_bert_tf.data.inputs.text_sequences import (
     TextSequenceOptions,
     check_text_files,
     epoch_files,

@@ -164,8 +164,8 @@ def _output_folder(root, index):
 #: What the tools import that takes seconds: imported once for all the cases
 #: (the packing libraries import SciPy's optimizers, about 0.5 s a case; they print
 #: nothing as they import).
-PRELOAD = ("tensorflow", "apache_beam", "packed_bert_tf.data.pack_pipeline",
-           "packed_bert_tf.data.verify")
+PRELOAD = ("tensorflow", "apache_beam", "packed_bert_tf.data.preparation.beam_packing",
+           "packed_bert_tf.data.records.packing_verification")
 
 
 def _run_all(root, cases):

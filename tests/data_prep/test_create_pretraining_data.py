@@ -10,8 +10,10 @@ import tensorflow as tf
 
 from data_prep import create_pretraining_data as cpd
 from data_prep.create_pretraining_data import create_pretraining_data, merge_file_instances
-from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
-from packed_bert_tf.data.pretraining_instances import InstanceOptions
+from packed_bert_tf.data import tokenization
+from packed_bert_tf.data.preparation import pretraining_instances
+from packed_bert_tf.data.preparation.pretraining_instances import InstanceOptions
+from packed_bert_tf.data.records import record_files, record_format
 from tests.conftest import tool_command, tool_environment
 
 pytestmark = pytest.mark.slow
@@ -23,7 +25,7 @@ WORDS = ("the a of packing sequence sequences token tokens model models train "
          "with without for to from in on at by it this that").split()
 # Pieces that make some unlisted words (e.g. "packed", "tokenizer") into several.
 PIECES = ["##s", "##ed", "##ing", "##er", "##izer", "##ly", "pre", "un"]
-FORMAT = features.RecordFormat.unpacked(64, 10)
+FORMAT = record_format.RecordFormat.unpacked(64, 10)
 
 
 def _write_corpus(directory, seed=0):
@@ -127,7 +129,7 @@ def test_records_read_back_and_equal_the_library_output(runs, tmp_path):
     documents = [document for file_documents in per_file for document in file_documents]
     parts = pretraining_instances.split_round_robin(expected, 2)
     for shard, part, path in zip(shards, parts, files):
-        assert list(shard) == list(features.UNPACKED_FEATURE_NAMES)
+        assert list(shard) == list(record_format.UNPACKED_FEATURE_NAMES)
         for name in shard:
             np.testing.assert_array_equal(shard[name], part[name], err_msg=name)
         # Byte for byte: the library is deterministic for a seed (tested in

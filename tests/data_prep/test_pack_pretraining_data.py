@@ -15,8 +15,10 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
 from data_prep.process_tree import descendants
-from packed_bert_tf.data import filesystem, pack_pipeline, record_files, tfrecords
-from packed_bert_tf.data.verify import infer_record_format, verify_packing
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.preparation import beam_packing
+from packed_bert_tf.data.records import record_files, tensorflow_records
+from packed_bert_tf.data.records.packing_verification import infer_record_format, verify_packing
 from tests.conftest import (
     SMALL_PREDICTIONS,
     SMALL_SEQ_LENGTH,
@@ -300,7 +302,8 @@ def in_memory_runs(packed_dir, unpacked_files, tmp_path_factory):
         pack("full_disk", unpacked_files, full / "out")
     try:
         results = dict(zip(runs, run_tools_forked(
-            runs.values(), preload=("apache_beam", "packed_bert_tf.data.pack_pipeline"))))
+            runs.values(),
+            preload=("apache_beam", "packed_bert_tf.data.preparation.beam_packing"))))
         if not cannot_mount:
             results["full_disk_leftovers"] = [p for p in full.rglob("*") if p.is_file()]
     finally:
@@ -343,7 +346,7 @@ def verify_runs(packed_dir, in_memory_runs, unpacked_files, tmp_path_factory):
     results = run_tools_forked(
         [forked_run("data_prep.verify_packing", *arguments, tmp_path=root)
          for arguments in runs.values()],
-        preload=("tensorflow", "packed_bert_tf.data.verify"))
+        preload=("tensorflow", "packed_bert_tf.data.records.packing_verification"))
     return dict(zip(runs, results))
 
 
@@ -397,27 +400,27 @@ def test_match_files(tmp_path):
         (tmp_path / name).write_bytes(b"")
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "d.tfrecord").write_bytes(b"")
-    files = pack_pipeline.match_files(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
+    files = beam_packing.match_files(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
     assert files == [str(tmp_path / "a.tfrecord"), str(tmp_path / "b.tfrecord")]
-    assert files == tfrecords.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
-    assert pack_pipeline.match_files([str(tmp_path / "c.txt")]) == [str(tmp_path / "c.txt")]
+    assert files == filesystem.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
+    assert beam_packing.match_files([str(tmp_path / "c.txt")]) == [str(tmp_path / "c.txt")]
     with pytest.raises(ValueError, match=r"--input_file: '.*/nothing\*' matches no files"):
-        pack_pipeline.match_files(f"{tmp_path}/nothing*")
+        beam_packing.match_files(f"{tmp_path}/nothing*")
     with pytest.raises(ValueError, match="--input_file is empty"):
-        pack_pipeline.match_files(" , ")
+        beam_packing.match_files(" , ")
 
 
 def test_more_groups_than_shards_is_refused_before_any_work(unpacked_files):
     with pytest.raises(ValueError, match=r"--packing_scope=groups writes each group of "
                                          r"input files to shards of its own: 3 groups "
                                          r"for --num_output_shards=2"):
-        pack_pipeline.PackingJob(
+        beam_packing.PackingJob(
             input_files=tuple(unpacked_files), output_dir="out", num_output_shards=2,
             max_seq_length=SMALL_SEQ_LENGTH, max_predictions_per_seq=SMALL_PREDICTIONS)
 
 
 def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
-    job = pack_pipeline.PackingJob(
+    job = beam_packing.PackingJob(
         input_files=tuple(unpacked_files), output_dir=str(tmp_path),
         num_output_shards=4, max_seq_length=SMALL_SEQ_LENGTH,
         max_predictions_per_seq=SMALL_PREDICTIONS, algorithm="spfhp", seed=1)
@@ -429,7 +432,7 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
         assert len(stats["records_per_shard"]) == 4
 
     with BeamTestPipeline(runner="FnApiRunner") as pipeline:
-        stats = pipeline | pack_pipeline.PackPretrainingData(job)
+        stats = pipeline | beam_packing.PackPretrainingData(job)
         assert_that(stats, check)
     assert sorted(os.listdir(tmp_path))[0] == "packing_stats.json"
     shards = sorted(str(tmp_path / n) for n in os.listdir(tmp_path) if n.startswith("part-"))
@@ -459,22 +462,22 @@ def test_sequences_replanned_for_masked_overflow_are_counted(tmp_path, unpacked_
                                                              scope):
     from apache_beam.metrics.metric import MetricsFilter
 
-    from packed_bert_tf.data import synthetic
+    from packed_bert_tf.data.records import synthetic_records
 
     # 30 % masked: three sequences of a pack need more than the 10 slots.
     lengths = np.random.default_rng(0).integers(5, SMALL_SEQ_LENGTH // 2, 300)
     path = str(tmp_path / "masked.tfrecord")
-    record_files.write_arrays(path, synthetic.unpacked_arrays(
+    record_files.write_arrays(path, synthetic_records.unpacked_arrays(
         lengths, max_seq_length=SMALL_SEQ_LENGTH, max_predictions_per_seq=SMALL_PREDICTIONS,
         masked_lm_prob=0.3, vocab_size=5000))
     (tmp_path / "out").mkdir()
-    job = pack_pipeline.PackingJob(
+    job = beam_packing.PackingJob(
         input_files=(path,), output_dir=str(tmp_path / "out"),
         num_output_shards=2, max_seq_length=SMALL_SEQ_LENGTH,
         max_predictions_per_seq=SMALL_PREDICTIONS, max_masked_tokens=SMALL_PREDICTIONS,
         scope=scope)
     pipeline = BeamTestPipeline(runner="FnApiRunner")
-    _ = pipeline | pack_pipeline.PackPretrainingData(job)
+    _ = pipeline | beam_packing.PackPretrainingData(job)
     result = pipeline.run()
     result.wait_until_finish()
     (counter,) = result.metrics().query(MetricsFilter().with_name(
@@ -628,19 +631,19 @@ def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch, write
         monkeypatch.setattr(record_files.RecordWriter, "write_serialized", full_disk)
     else:  # what TensorFlow's writer (other filesystems) says
         def full_disk(self, buffer, offsets):
-            with tfrecords._as_os_error():
+            with tensorflow_records._as_os_error():
                 raise tf.errors.ResourceExhaustedError(None, None, f"{self.path}; No "
                                                                    f"space left on device")
 
-        monkeypatch.setattr(tfrecords.TensorFlowRecordFile, "write_records", full_disk)
+        monkeypatch.setattr(tensorflow_records.TensorFlowRecordFile, "write_records", full_disk)
         monkeypatch.setattr(filesystem, "uses_record_codec", lambda path: False)
-    job = pack_pipeline.PackingJob(
+    job = beam_packing.PackingJob(
         input_files=tuple(unpacked_files[:1]), output_dir=str(tmp_path),
         num_output_shards=1, max_seq_length=SMALL_SEQ_LENGTH,
         max_predictions_per_seq=SMALL_PREDICTIONS)
     with pytest.raises(OSError, match=f"^--output_dir: cannot write {tmp_path}/part-00000-"
                                       f"of-00001.tfrecord.tmp-x: No space left on device$"):
-        pack_pipeline.pack_group_locally(job, 0, job.input_files, 1, ".tmp-x")
+        beam_packing.pack_group_locally(job, 0, job.input_files, 1, ".tmp-x")
     assert os.listdir(tmp_path) == []
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from data_prep.pick_eval_samples import pick_eval_samples, pick_indices
-from packed_bert_tf.data import record_files
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.records import record_files
+from packed_bert_tf.data.records.record_format import RecordFormat
 from tests.conftest import (
     SMALL_PREDICTIONS,
     SMALL_SEQ_LENGTH,

@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from data_prep.local_portable_runner import local_portable_runner
-from packed_bert_tf.data.verify import verify_packing
+from packed_bert_tf.data.records.packing_verification import verify_packing
 from tests.conftest import (
     SMALL_PREDICTIONS,
     SMALL_SEQ_LENGTH,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 TOOL = "data_prep.pack_pretraining_data"
 NUM_FILES, PER_FILE, NUM_SHARDS = 4, 600, 4
 #: The module of the DoFns that read and write records: imported where they run.
-PIPELINE_MODULE = "packed_bert_tf.data.pack_pipeline"
+PIPELINE_MODULE = "packed_bert_tf.data.preparation.beam_packing"
 #: Fields of packing_stats.json that are timings, not results.
 TIMINGS = ("planning_seconds", "solve_time_seconds")
 
@@ -200,20 +200,20 @@ def test_unreachable_services_are_one_line_in_bounded_time(services, forked_runs
 def test_finalize_is_safe_to_run_again(unpacked_files, tmp_path):
     # A runner retries a step that failed part-way: the shards it renamed
     # already are found in place, the rest are renamed, the stats rewritten.
-    from packed_bert_tf.data import pack_pipeline
+    from packed_bert_tf.data.preparation import beam_packing
 
-    job = pack_pipeline.PackingJob(
+    job = beam_packing.PackingJob(
         input_files=tuple(unpacked_files), output_dir=str(tmp_path),
         num_output_shards=2, max_seq_length=SMALL_SEQ_LENGTH,
         max_predictions_per_seq=SMALL_PREDICTIONS, files_per_group=3)
-    result = pack_pipeline.pack_group_locally(job, 0, job.input_files, 1, ".tmp-retry")
+    result = beam_packing.pack_group_locally(job, 0, job.input_files, 1, ".tmp-retry")
     first = result["shards"][0]
     os.rename(first["path"], job.shard_path(first["shard"]))  # the first attempt's work
-    stats = pack_pipeline.finalize(job, result["shards"], result["summary"], ".tmp-retry")
+    stats = beam_packing.finalize(job, result["shards"], result["summary"], ".tmp-retry")
     assert sorted(os.listdir(tmp_path)) == ["packing_stats.json",
                                             "part-00000-of-00002.tfrecord",
                                             "part-00001-of-00002.tfrecord"]
-    again = pack_pipeline.finalize(job, result["shards"], result["summary"], ".tmp-retry")
+    again = beam_packing.finalize(job, result["shards"], result["summary"], ".tmp-retry")
     assert again == stats and stats["sequences_out"] == 900
     assert sorted(os.listdir(tmp_path)) == ["packing_stats.json",
                                             "part-00000-of-00002.tfrecord",

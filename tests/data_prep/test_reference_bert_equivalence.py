@@ -48,8 +48,10 @@ import pytest
 
 from benchmarks.google_bert import reference_modules
 from data_prep.create_pretraining_data import create_pretraining_data
-from packed_bert_tf.data import features, pretraining_instances, record_files, tokenization
-from packed_bert_tf.data.pretraining_instances import InstanceOptions
+from packed_bert_tf.data import tokenization
+from packed_bert_tf.data.preparation import pretraining_instances
+from packed_bert_tf.data.preparation.pretraining_instances import InstanceOptions
+from packed_bert_tf.data.records import record_files, record_format
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +72,7 @@ ODD_WORDS = ["packed", "tokenizer", "Café", "naïve", "ÉCOLE", "日本語", "x
              "a" * 210, "\u200bzero", "Ⅻ", "ﬀ"]
 # Listed words with a suffix: mostly two pieces ("token" "##s").
 SUFFIXED_WORDS = [word + suffix for word in WORDS for suffix in ("s", "ed", "ing", "er")]
-FORMAT = features.RecordFormat.unpacked(48, 8)
+FORMAT = record_format.RecordFormat.unpacked(48, 8)
 OPTIONS = dict(max_seq_length=48, max_predictions_per_seq=8, masked_lm_prob=0.15,
                short_seq_prob=0.1, dupe_factor=3)
 
@@ -133,7 +135,7 @@ def _our_arrays(input_files, vocab, output_files, *, random_seed, do_lower_case=
 def _assert_equal(ours, theirs):
     assert len(ours) == len(theirs)
     for our_file, their_file in zip(ours, theirs):
-        assert list(our_file) == list(their_file) == list(features.UNPACKED_FEATURE_NAMES)
+        assert list(our_file) == list(their_file) == list(record_format.UNPACKED_FEATURE_NAMES)
         for name in our_file:
             np.testing.assert_array_equal(our_file[name], their_file[name], err_msg=name)
 
@@ -250,7 +252,7 @@ def test_whole_word_masking_with_word_pieces_masks_whole_words(corpus, tmp_path)
 def _rows(arrays):
     """The rows of a file's arrays as sortable tuples."""
     return sorted(tuple(tuple(arrays[name][row].tolist())
-                        for name in features.UNPACKED_FEATURE_NAMES)
+                        for name in record_format.UNPACKED_FEATURE_NAMES)
                   for row in range(len(arrays["input_ids"])))
 
 

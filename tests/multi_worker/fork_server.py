@@ -340,7 +340,8 @@ def fork_server(preload=("tensorflow",)):
 #: logger, which doubles absl's log lines in a tool that does not use Beam.
 TENSORFLOW_PRELOAD = ("tensorflow", "packed_bert_tf.pretraining.run",
                       "packed_bert_tf.squad.run", "packed_bert_tf.classification.run",
-                      "packed_bert_tf.training.distribution", "packed_bert_tf.data.verify")
+                      "packed_bert_tf.training.distribution",
+                      "packed_bert_tf.data.records.packing_verification")
 
 #: How many shared servers a test process keeps (each holds TensorFlow's
 #: imports, most of a GiB): the one used longest ago goes first.

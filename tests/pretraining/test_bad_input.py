@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data import record_files
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.records import record_files
+from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.pretraining.run import run_pretraining
 from tests.conftest import ToolResult, forked_run, run_tools_forked, write_unpacked_dataset
 from tests.graph_options import GRAPPLER_OFF

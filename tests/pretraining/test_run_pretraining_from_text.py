@@ -71,7 +71,7 @@ def test_a_killed_run_from_text_resumes_where_an_uninterrupted_one_ends(
 
 
 def _epoch_length(text):
-    from packed_bert_tf.data.text_sequences import TextSequenceOptions, text_sequences
+    from packed_bert_tf.data.inputs.text_sequences import TextSequenceOptions, text_sequences
     from packed_bert_tf.data.tokenization import WordPieceTokenizer
 
     files = text["input_text_file"].split(",")

@@ -4,9 +4,9 @@ the small unpacked dataset, the options of a short run (S = 64)."""
 import json
 import pathlib
 
-from packed_bert_tf.data import record_files
-from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+from packed_bert_tf.data.records import record_files
+from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE, RecordFormat
 from packed_bert_tf.models import BertConfig
 from packed_bert_tf.packing import assign_sequences, pack_lengths
 from packed_bert_tf.pretraining.run import PretrainingOptions

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data.rows_dataset import rows_dataset
+from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 from packed_bert_tf.layers import squad_span_loss
 from packed_bert_tf.models import BertSquadModel

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data.rows_dataset import rows_dataset
+from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
 from packed_bert_tf.packing import PackAssignment
 from packed_bert_tf.squad.features import SquadFeatures
 from packed_bert_tf.squad.packing import layout_packs, pack_features, unpack_logits

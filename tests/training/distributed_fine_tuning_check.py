@@ -24,7 +24,7 @@ tf.config.set_logical_device_configuration(
 
 import numpy as np  # noqa: E402
 
-from packed_bert_tf.data.rows_dataset import rows_dataset  # noqa: E402
+from packed_bert_tf.data.inputs.rows_dataset import rows_dataset  # noqa: E402
 from tests.graph_options import switch_off_grappler  # noqa: E402
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors, relative_error  # noqa: E402
 

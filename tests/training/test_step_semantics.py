@@ -8,16 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from packed_bert_tf.training.clipping import Clipping, clipping
 from packed_bert_tf.training.lamb import LAMB
 from packed_bert_tf.training.loop import LoopIntervals, run_training
 from packed_bert_tf.training.schedules import AtUpdateSteps, PolynomialDecayWithWarmup
-from packed_bert_tf.training.steps import (
-    Clipping,
-    StepCounting,
-    clipping,
-    crossed,
-    updates_to_boundary,
-)
+from packed_bert_tf.training.step_counting import StepCounting, crossed, updates_to_boundary
 from packed_bert_tf.training.trainer import Trainer, TrainingTask
 from tests.training.numpy_lamb import LambReference, numpy_lamb
 

@@ -1,5 +1,5 @@
 """What packing a stream gives: `StreamPacking`, made by the streaming packer
-(`packed_bert_tf.packing.streaming`) and, for comparison, from Grain's greedy
+(`packed_bert_tf.packing.streaming_packer`) and, for comparison, from Grain's greedy
 packers by the benchmarks."""
 
 from __future__ import annotations

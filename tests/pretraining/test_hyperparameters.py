@@ -7,7 +7,11 @@ import re
 
 import pytest
 
-from packed_bert_tf.training import PackingAdjustment, adjust_for_packing, read_packing_factor
+from packed_bert_tf.pretraining.hyperparameters import (
+    PackingAdjustment,
+    adjust_for_packing,
+    read_packing_factor,
+)
 
 UNPACKED = dict(beta_1=0.9, beta_2=0.999, steps_per_update=32)
 

@@ -1,6 +1,6 @@
 /* The record codec: tf.train.Example records <-> arrays, TFRecord framing.
  *
- * The local path of `packed_bert_tf.data.record_codec` (TensorFlow is the
+ * The local path of `packed_bert_tf.data.records.record_codec` (TensorFlow is the
  * fallback where this was not built). Decoding is what
  * `tf.io.parse_example` does with fixed-length int64 and float features, for
  * a process that should not import TensorFlow (seconds of CPU) and at several

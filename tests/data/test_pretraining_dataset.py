@@ -2,11 +2,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data import pipeline, record_files
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.pipeline import ReplicaBatches, Shuffling
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
-from packed_bert_tf.data.streaming import PackOnTheFly
+from packed_bert_tf.data.inputs import pretraining_dataset
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
+from packed_bert_tf.data.inputs.pretraining_dataset import ReplicaBatches, Shuffling
+from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences, unpack_records
+from packed_bert_tf.data.records import record_files
+from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.packing import assign_sequences, pack_lengths
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
 
@@ -21,8 +22,8 @@ def _all(dataset):
 
 
 def test_unpacked_records_come_out_in_the_packed_layout(unpacked_files):
-    dataset = pipeline.pretraining_dataset(unpacked_files[0], batch_size=32,
-                                           is_training=False)
+    dataset = pretraining_dataset.pretraining_dataset(unpacked_files[0], batch_size=32,
+                                                      is_training=False)
     spec = dataset.element_spec
     assert spec["input_ids"].shape == (32, S) and spec["input_ids"].dtype == tf.int32
     assert spec["masked_lm_weights"].dtype == tf.float32
@@ -47,7 +48,7 @@ def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files
     written = pack_sequences(batch, packs, packed_format)
     path = str(tmp_path / "packed.tfrecord")
     record_files.write_arrays(path, written)
-    dataset = pipeline.pretraining_dataset(path, batch_size=8, is_training=False)
+    dataset = pretraining_dataset.pretraining_dataset(path, batch_size=8, is_training=False)
     assert dataset.element_spec["next_sentence_positions"].shape == (8, 3)
     got = _all(dataset)
     kept = (len(packs) // 8) * 8
@@ -58,7 +59,7 @@ def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files
 
 def test_training_order_is_seeded_and_files_are_sharded(unpacked_files):
     def first_ids(seed):
-        dataset = pipeline.pretraining_dataset(
+        dataset = pretraining_dataset.pretraining_dataset(
             unpacked_files, batch_size=16,
             shuffling=Shuffling(seed=seed, shuffle_buffer_size=100))
         return next(iter(dataset))["input_ids"].numpy()
@@ -71,15 +72,16 @@ def test_training_order_is_seeded_and_files_are_sharded(unpacked_files):
         context = tf.distribute.InputContext(num_input_pipelines=3,
                                              input_pipeline_id=pipeline_id,
                                              num_replicas_in_sync=3)
-        dataset = pipeline.pretraining_dataset(unpacked_files, batch_size=30,
-                                               is_training=False, input_context=context)
+        dataset = pretraining_dataset.pretraining_dataset(unpacked_files, batch_size=30,
+                                                          is_training=False, input_context=context)
         assert dataset.element_spec["input_ids"].shape == (10, S)
         seen.append(_all(dataset)["input_ids"])
     raw = [record_files.read_arrays(f, RecordFormat.unpacked(S, P))["input_ids"]
            for f in unpacked_files]
     for pipeline_id in range(3):  # pipeline i reads file i only
         np.testing.assert_array_equal(seen[pipeline_id], raw[pipeline_id][:300])
-    assert pipeline.sharding(3, 3) == "file" and pipeline.sharding(3, 4) == "record"
+    assert pretraining_dataset.sharding(3, 3) == "file" \
+        and pretraining_dataset.sharding(3, 4) == "record"
 
 
 def _replica_rows(files, *, pipelines, replicas, batch_size, **kwargs):
@@ -90,8 +92,8 @@ def _replica_rows(files, *, pipelines, replicas, batch_size, **kwargs):
         context = tf.distribute.InputContext(num_input_pipelines=pipelines,
                                              input_pipeline_id=pipeline_id,
                                              num_replicas_in_sync=replicas)
-        dataset = pipeline.pretraining_dataset(files, batch_size=batch_size,
-                                               input_context=context, **kwargs)
+        dataset = pretraining_dataset.pretraining_dataset(files, batch_size=batch_size,
+                                                          input_context=context, **kwargs)
         # A pipeline hands out its replicas' batches in turn.
         for index, batch in enumerate(dataset.take(6 * per_pipeline).as_numpy_iterator()):
             rows[pipeline_id * per_pipeline + index % per_pipeline].append(
@@ -119,11 +121,11 @@ def test_every_evaluation_record_is_read_once_across_workers(unpacked_files, num
                           for f in files])
     contexts = [tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=index,
                                            num_replicas_in_sync=2) for index in range(2)]
-    steps = pipeline.pipeline_batches([300] * num_files, 64, contexts[0])
+    steps = pretraining_dataset.pipeline_batches([300] * num_files, 64, contexts[0])
     # By file: replica 0 reads files 0 and 2; by record: 150 records each.
     assert steps == (19 if num_files == 3 else 5)
     seen = np.concatenate([batch["input_ids"] for context in contexts
-                           for batch in pipeline.pretraining_dataset(
+                           for batch in pretraining_dataset.pretraining_dataset(
                                files, batch_size=64, is_training=False,
                                input_context=context,
                                batches=ReplicaBatches(pad_with_empty_batches=True))
@@ -134,7 +136,7 @@ def test_every_evaluation_record_is_read_once_across_workers(unpacked_files, num
 
 
 def test_records_of_another_size_fail_naming_the_feature(unpacked_files):
-    dataset = pipeline.pretraining_dataset(
+    dataset = pretraining_dataset.pretraining_dataset(
         unpacked_files[0], batch_size=4, is_training=False,
         record_format=RecordFormat.unpacked(S + 1, P))
     with pytest.raises(tf.errors.InvalidArgumentError, match="input_ids|Key"):
@@ -142,7 +144,7 @@ def test_records_of_another_size_fail_naming_the_feature(unpacked_files):
 
 
 def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_files):
-    dataset = pipeline.pretraining_dataset(
+    dataset = pretraining_dataset.pretraining_dataset(
         unpacked_files[0], batch_size=32, is_training=False,
         batches=ReplicaBatches(pad_with_empty_batches=True))
     assert dataset.element_spec["input_ids"].shape == (32, S)
@@ -153,17 +155,17 @@ def test_evaluation_padding_reads_every_record_once_then_empty_batches(unpacked_
     assert not got[300:].any()
     for empty in batches[10:]:
         assert all(not value.any() for value in empty.values())
-    assert pipeline.count_records(unpacked_files) == [300, 300, 300]
-    assert pipeline.pipeline_batches([300, 300, 300], 32) == 29  # ceil(900 / 32)
+    assert pretraining_dataset.count_records(unpacked_files) == [300, 300, 300]
+    assert pretraining_dataset.pipeline_batches([300, 300, 300], 32) == 29  # ceil(900 / 32)
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=0,
                                          num_replicas_in_sync=2)
     # Pipeline 0 reads files 0 and 2 (600 records) in batches of 16.
-    assert pipeline.pipeline_batches([300, 300, 300], 32, context) == 38
+    assert pretraining_dataset.pipeline_batches([300, 300, 300], 32, context) == 38
 
 
 def test_skipping_batches_resumes_the_seeded_order(unpacked_files):
     def batches(skip):
-        dataset = pipeline.pretraining_dataset(
+        dataset = pretraining_dataset.pretraining_dataset(
             unpacked_files, batch_size=16,
             shuffling=Shuffling(seed=5, shuffle_buffer_size=100),
             batches=ReplicaBatches(skip_rows=16 * skip))
@@ -178,7 +180,7 @@ PACK = PackOnTheFly(max_sequences_per_pack=3, buffer_size=80)
 
 
 def test_unpacked_records_packed_on_the_fly_hold_each_record_once_per_epoch(unpacked_files):
-    dataset = pipeline.pretraining_dataset(
+    dataset = pretraining_dataset.pretraining_dataset(
         unpacked_files, batch_size=8, is_training=True,
         shuffling=Shuffling(seed=2, shuffle_buffer_size=100),
         batches=ReplicaBatches(repeat=False, pack_on_the_fly=PACK))
@@ -209,7 +211,7 @@ def test_packs_made_on_the_fly_depend_on_the_replica_count_alone(unpacked_files,
 
 def test_skipping_packed_batches_resumes_with_the_same_packs(unpacked_files):
     def batches(skip):
-        dataset = pipeline.pretraining_dataset(
+        dataset = pretraining_dataset.pretraining_dataset(
             unpacked_files, batch_size=8,
             shuffling=Shuffling(seed=5, shuffle_buffer_size=100),
             batches=ReplicaBatches(skip_rows=8 * skip, pack_on_the_fly=PACK))
@@ -223,6 +225,6 @@ def test_skipping_packed_batches_resumes_with_the_same_packs(unpacked_files):
 
 def test_packing_on_the_fly_needs_unpacked_training_records(unpacked_files):
     with pytest.raises(ValueError, match="packing on the fly needs unpacked records"):
-        pipeline.pretraining_dataset(
+        pretraining_dataset.pretraining_dataset(
             unpacked_files, batch_size=8, is_training=False,
             batches=ReplicaBatches(pad_with_empty_batches=True, pack_on_the_fly=PACK))

@@ -1,7 +1,7 @@
 """tf.data pipelines over packed rows in memory, and prediction on them.
 
 Every task whose examples fit in memory (SQuAD, classification) lays them
-out as `packed_bert_tf.data.packed_rows.PackedRows` and reads them here
+out as `packed_bert_tf.data.packed.packed_rows.PackedRows` and reads them here
 (length-bucketed batches of them: `packed_bert_tf.batching.dataset`).
 
 Letters: B batch, S sequence length, D max sequences per pack.
@@ -13,7 +13,7 @@ Every element is a dict of tensors with static shapes: the rows' arrays
     pack_index   [B] int32   which row each element is (-1: a padding row)
 
 so that outputs can be matched back to sequences
-(`packed_bert_tf.data.packed_rows.unpack_token_outputs`,
+(`packed_bert_tf.data.packed.packed_rows.unpack_token_outputs`,
 `unpack_sequence_outputs`) whatever the order or sharding.
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data.packed_rows import PackedRows
-from packed_bert_tf.data.pipeline import pipeline_replicas, take_in_turn
+from packed_bert_tf.data.inputs.pretraining_dataset import pipeline_replicas, take_in_turn
+from packed_bert_tf.data.packed.packed_rows import PackedRows
 from packed_bert_tf.tool_progress import Progress
 
 
@@ -51,7 +51,7 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
     Rows are shared between replicas, not input pipelines: replica r of R
     takes rows r, r + R, ... whichever process it lives in, and a pipeline
     feeding several replicas yields their batches in turn (see
-    `packed_bert_tf.data.pipeline.pretraining_dataset`): the rows of each
+    `packed_bert_tf.data.inputs.pretraining_dataset.pretraining_dataset`): the rows of each
     global batch depend on the replica count alone.
 
     Args:
@@ -77,7 +77,7 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
 
     Returns:
       tf.data.Dataset of dicts (see the module docstring);
-      ``packed_bert_tf.data.pipeline.with_sequence_offsets(dataset,
+      ``packed_bert_tf.data.inputs.pretraining_dataset.with_sequence_offsets(dataset,
       packs.max_sequences_per_pack)`` adds the sequence offsets.
     """
     if batch_size < 1:

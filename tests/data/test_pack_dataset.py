@@ -1,4 +1,4 @@
-"""`packed_bert_tf.data.streaming.pack_dataset`: packing a tf.data stream."""
+"""`packed_bert_tf.data.inputs.pack_dataset.pack_dataset`: packing a tf.data stream."""
 
 import logging
 import types
@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.packed_rows import PackSpec
-from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences, unpack_records
-from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
-from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
-from packed_bert_tf.packing.streaming import pack_stream
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
+from packed_bert_tf.data.packed.packed_rows import PackSpec
+from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences, unpack_records
+from packed_bert_tf.data.records.record_format import RecordFormat
+from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram, unpacked_arrays
+from packed_bert_tf.packing.streaming_packer import pack_stream
 from packed_bert_tf.squad.packing import layout_packs
 from tests.conftest import run_json_check
 
@@ -136,8 +136,8 @@ import numpy as np
 import tensorflow as tf
 tf.config.set_logical_device_configuration(
     tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
-from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
-from tests.data.test_streaming import examples, S
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
+from tests.data.test_pack_dataset import examples, S
 
 stream = examples(600, seed=5)
 source = tf.data.Dataset.from_tensor_slices(stream)

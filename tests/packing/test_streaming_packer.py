@@ -1,4 +1,4 @@
-"""`packed_bert_tf.packing.streaming`: the streaming packer on lengths alone."""
+"""`packed_bert_tf.packing.streaming_packer`: the streaming packer on lengths alone."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies
-from packed_bert_tf.packing.streaming import (
+from packed_bert_tf.packing.streaming_packer import (
     MAX_PATTERNS,
     StreamingPacker,
     exact_fill_patterns,
@@ -47,7 +47,7 @@ def test_exact_fill_patterns_of_a_small_case():
 
 
 def test_too_many_patterns_are_refused(monkeypatch):
-    import packed_bert_tf.packing.streaming as streaming
+    import packed_bert_tf.packing.streaming_packer as streaming
 
     monkeypatch.setattr(streaming, "MAX_PATTERNS", 100)
     exact_fill_patterns.cache_clear()

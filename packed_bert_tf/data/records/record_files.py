@@ -3,11 +3,11 @@
 The one interface for reading (`iter_array_batches`, `read_arrays`) and
 writing (`RecordWriter`, `write_arrays`) record files. Local files go through
 the C codec (`record_codec`), others (``gs://`` ...) or an install built
-without a C compiler through TensorFlow (`tfrecords`, imported only then);
-`filesystem.uses_record_codec` decides. Both give the same arrays, write the
-same bytes and name a bad record the same way (tested). Files are written
-under a temporary name and renamed when complete, so a failed run never
-leaves a file that looks finished.
+without a C compiler through TensorFlow (`tensorflow_records`, imported only
+then); `filesystem.uses_record_codec` decides. Both give the same arrays,
+write the same bytes and name a bad record the same way (tested). Files are
+written under a temporary name and renamed when complete, so a failed run
+never leaves a file that looks finished.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Mapping
 
 import numpy as np
 
-from packed_bert_tf.data import filesystem, record_codec
-from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.data.record_codec import RecordError
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.records import record_codec
+from packed_bert_tf.data.records.record_codec import RecordError
+from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES, RecordFormat
 from packed_bert_tf.output_files import temporary_name
 
 __all__ = ["RecordError", "RecordWriter", "iter_array_batches", "read_arrays",
@@ -26,9 +27,9 @@ __all__ = ["RecordError", "RecordWriter", "iter_array_batches", "read_arrays",
 
 
 def _tensorflow_records():
-    from packed_bert_tf.data import tfrecords  # TensorFlow: only when needed
+    from packed_bert_tf.data.records import tensorflow_records  # TensorFlow: only when needed
 
-    return tfrecords
+    return tensorflow_records
 
 
 def iter_array_batches(path: str, record_format: RecordFormat, *,

@@ -31,15 +31,15 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from packed_bert_tf.data.dynamic_masking import DynamicMasker, MaskingOptions
-from packed_bert_tf.data.pipeline import (
+from packed_bert_tf.data.inputs.dynamic_masking import DynamicMasker, MaskingOptions
+from packed_bert_tf.data.inputs.pretraining_dataset import (
     ReplicaBatches,
     Shuffling,
     batch_examples,
     pipeline_replicas,
     take_in_turn,
 )
-from packed_bert_tf.data.text_sequences import TextSequenceOptions, text_sequences
+from packed_bert_tf.data.inputs.text_sequences import TextSequenceOptions, text_sequences
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 
 #: Epochs a training stream goes through: as good as forever.
@@ -115,7 +115,7 @@ def text_pretraining_dataset(text: TextInput, batch_size: int, *,
                              shuffling: Shuffling = Shuffling(),
                              batches: ReplicaBatches = ReplicaBatches()) -> tf.data.Dataset:
     """Training batches in the packed layout from text, as
-    `packed_bert_tf.data.pipeline.pretraining_dataset` gives them from records.
+    `packed_bert_tf.data.inputs.pretraining_dataset.pretraining_dataset` gives them from records.
 
     Args:
       text: the files and how they become sequences (`TextInput`).
@@ -154,9 +154,9 @@ def text_files_of(patterns: str | Sequence[str], flag: str = "input_text_file") 
     Raises:
       ValueError: naming the flag, for a pattern that matches nothing.
     """
-    from packed_bert_tf.data.file_patterns import expand_file_patterns
+    from packed_bert_tf.data.filesystem import expand_file_patterns_with_glob
 
-    return tuple(expand_file_patterns(patterns, glob=tf.io.gfile.glob, flag=flag))
+    return tuple(expand_file_patterns_with_glob(patterns, glob=tf.io.gfile.glob, flag=flag))
 
 
 __all__ = ["TextInput", "text_examples", "text_files_of", "text_pretraining_dataset"]

@@ -4,7 +4,7 @@ The algorithm of google-research/bert's ``create_pretraining_data.py`` (the
 one MLPerf's BERT data is made with), with the same random draws from the same
 ``random.Random(seed)`` in the same order, so the same token ids and seed give
 the same instances. Instances come out as arrays in the unpacked record format
-(`features.UNPACKED_FEATURE_NAMES`), ready for `record_files.RecordWriter`.
+(`record_format.UNPACKED_FEATURE_NAMES`), ready for `record_files.RecordWriter`.
 
 Letters: N instances, S = max_seq_length, P = max_predictions_per_seq.
 
@@ -57,7 +57,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from packed_bert_tf.data.features import UNPACKED_FEATURE_NAMES
+from packed_bert_tf.data.records.record_format import UNPACKED_FEATURE_NAMES
 from packed_bert_tf.data.text_files import utf8_lines
 
 #: A document: sentences, each a list of token ids.
@@ -516,7 +516,7 @@ def create_training_instances(
         display.
 
     Returns:
-      A dict, `features.UNPACKED_FEATURE_NAMES` -> arrays: int32 [N, S]
+      A dict, `record_format.UNPACKED_FEATURE_NAMES` -> arrays: int32 [N, S]
       ``input_ids``, ``input_mask``, ``segment_ids``; int32 [N, P]
       ``masked_lm_positions``, ``masked_lm_ids``; float32 [N, P]
       ``masked_lm_weights``; int32 [N, 1] ``next_sentence_labels``. Padding

@@ -3,7 +3,7 @@
 numpy only. `SequenceBatch` holds unpacked sequences as ragged arrays (only
 real tokens, no padding), which is what travels between the stages of the
 packing pipeline. `pack_sequences` lays a batch out in the packed record
-format (see `features`) with the project's one layout (`packed_rows`),
+format (see `record_format`) with the project's one layout (`packed_rows`),
 `unpack_records` does the inverse and checks every invariant of a packed
 record on the way.
 """
@@ -16,8 +16,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.packed_rows import PackSpec, check_fits, lay_out
+from packed_bert_tf.data.packed.packed_rows import PackSpec, check_fits, lay_out
+from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
 from packed_bert_tf.packing.ragged import position_in_row, row_splits_from_lengths, take_rows_index
 
@@ -216,7 +216,7 @@ def pack_sequences(batch: SequenceBatch, packs: PackAssignment,
     values, a quarter to half the memory for the encoder to read.
 
     Pack k holds ``batch.take(packs[k])`` in that order, laid out by
-    `packed_bert_tf.data.packed_rows.lay_out` under
+    `packed_bert_tf.data.packed.packed_rows.lay_out` under
     ``PackSpec.pretraining(M)``. Cost O(tokens + packs x (S + D + M)).
 
     Raises ValueError if a pack holds more than S tokens, D sequences or M

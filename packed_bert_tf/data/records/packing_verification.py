@@ -1,7 +1,7 @@
 """Proof that a packed dataset holds exactly the sequences of an unpacked one.
 
 Every packed record is checked against the packed format's invariants
-(`sequences.unpack_records`), cut into sequences, and each sequence reduced to
+(`sequence_batch.unpack_records`), cut into sequences, and each sequence reduced to
 a 64-bit fingerprint of its tokens, segment ids, masked-LM positions (relative
 to its own start) and ids, and next-sentence label. The packed set is correct
 when its fingerprints are, as a multiset, those of the unpacked set: every
@@ -16,9 +16,9 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data import record_files, tfrecords
-from packed_bert_tf.data.features import PACKED_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.data.sequences import SequenceBatch, unpack_records
+from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, unpack_records
+from packed_bert_tf.data.records import record_files, tensorflow_records
+from packed_bert_tf.data.records.record_format import PACKED_FEATURE_NAMES, RecordFormat
 
 
 class VerificationError(ValueError):
@@ -34,7 +34,7 @@ def infer_record_format(path: str) -> RecordFormat:
                                     f"corrupt)") from None
     except tf.errors.OpError as error:
         raise record_files.RecordError(f"{path}: cannot read it "
-                                    f"({tfrecords.first_line(error.message)})") from None
+                                    f"({tensorflow_records.first_line(error.message)})") from None
     if not first:
         raise record_files.RecordError(f"{path}: the file holds no records")
     try:

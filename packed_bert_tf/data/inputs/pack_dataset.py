@@ -3,9 +3,9 @@
 Takes a dataset of unpacked examples (one sequence each, padded to a fixed
 length) and yields packs in the packed layout (docs/formats.md), with static
 shapes, ready for ``batch``. Which sequences share a pack is decided by
-`packed_bert_tf.packing.streaming.StreamingPacker` (near the LP bound with a
+`packed_bert_tf.packing.streaming_packer.StreamingPacker` (near the LP bound with a
 bounded buffer; see there); how an example's features go into a pack is
-described by a `PackSpec` and laid out by `packed_bert_tf.data.packed_rows`,
+described by a `PackSpec` and laid out by `packed_bert_tf.data.packed.packed_rows`,
 as every packed row of the project is.
 
 Why a ``scan`` with a numpy step, and not a Python generator: the whole state
@@ -29,9 +29,16 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.data.packed_rows import PackSpec, compact, concatenate, keep_rows, lay_out, take
+from packed_bert_tf.data.packed.packed_rows import (
+    PackSpec,
+    compact,
+    concatenate,
+    keep_rows,
+    lay_out,
+    take,
+)
 from packed_bert_tf.packing import PackAssignment
-from packed_bert_tf.packing.streaming import STATE_KEYS, StreamingPacker
+from packed_bert_tf.packing.streaming_packer import STATE_KEYS, StreamingPacker
 
 
 def split_overflowing(packs: PackAssignment, counts: np.ndarray, limit: int
@@ -106,7 +113,7 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
       slots) are int32, the others keep the examples' dtypes. Every example
       is in exactly one pack, whole; a finite dataset's last examples are
       flushed into packs at its end.
-      ``packed_bert_tf.data.pipeline.with_sequence_offsets(packs,
+      ``packed_bert_tf.data.inputs.pretraining_dataset.with_sequence_offsets(packs,
       packing.max_sequences_per_pack)`` adds the sequence offsets.
 
     Raises:
@@ -165,7 +172,7 @@ class PackingSteps:
     In the manner of Grain's packers, what packing carries from one chunk to
     the next is named and whole: the `StreamingPacker`'s state (its
     ``STATE_KEYS`` arrays) and the waiting examples in compact form
-    (`packed_bert_tf.data.packed_rows`). `decide` takes that state and a
+    (`packed_bert_tf.data.packed.packed_rows`). `decide` takes that state and a
     chunk and returns the next state and the packs decided on, so that the
     state can live in a ``tf.data`` ``scan`` and be checkpointed with the
     iterator. The numpy methods (`compact`, `decide`, `lay_out`) hold the

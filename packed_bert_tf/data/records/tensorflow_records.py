@@ -1,6 +1,6 @@
-"""TensorFlow's side of record files: file patterns, parse specs, and the
-reader, writer and encoder that `packed_bert_tf.data.record_files` falls back to
-for files that are not local, or where the C codec was not built.
+"""TensorFlow's side of record files: parse specs, and the reader, writer and
+encoder that `packed_bert_tf.data.records.record_files` falls back to for files
+that are not local, or where the C codec was not built.
 
 Errors name the file and, where one is at fault, the record index, in the
 words of the C codec (`record_codec.failure_message`).
@@ -9,36 +9,16 @@ words of the C codec (`record_codec.failure_message`).
 from __future__ import annotations
 
 import contextlib
-import os
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data import file_patterns
-from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.data.record_codec import RecordError, example_columns, failure_message
+from packed_bert_tf.data.records.record_codec import RecordError, example_columns, failure_message
+from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES, RecordFormat
 
-__all__ = ["TensorFlowRecordFile", "encode_examples_with_tensorflow",
-           "expand_file_patterns", "first_line", "iter_array_batches_with_tensorflow",
-           "make_parent_dirs", "parse_spec"]
-
-
-def expand_file_patterns(patterns: str | Sequence[str], *, flag: str = "input_file",
-                         skipped: list[str] | None = None) -> list[str]:
-    """Files matching comma-separated globs (or a list of globs), sorted.
-
-    See `file_patterns.expand_file_patterns` (``skipped``: side files a
-    wildcard matched). Raises ValueError naming the flag when a pattern
-    matches nothing, or matches or names a folder.
-    """
-    files = file_patterns.expand_file_patterns(patterns, glob=tf.io.gfile.glob, flag=flag,
-                                               skipped=skipped)
-    folders = [path for path in files if tf.io.gfile.isdir(path)]
-    if folders:
-        raise ValueError(f"--{flag}: {folders[0]} is a folder (give its files, e.g. "
-                         f"'{os.path.join(folders[0], 'part-*')}')")
-    return files
+__all__ = ["TensorFlowRecordFile", "encode_examples_with_tensorflow", "first_line",
+           "iter_array_batches_with_tensorflow", "parse_spec"]
 
 
 def parse_spec(record_format: RecordFormat | Mapping[str, int]
@@ -191,9 +171,3 @@ def _as_os_error():
         yield
     except tf.errors.OpError as error:
         raise OSError(first_line(error.message)) from None
-
-
-def make_parent_dirs(path: str) -> None:
-    parent = os.path.dirname(path)
-    if parent:
-        tf.io.gfile.makedirs(parent)

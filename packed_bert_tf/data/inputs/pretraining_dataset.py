@@ -20,9 +20,10 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.data import tfrecords
-from packed_bert_tf.data.features import IdLimits, RecordFormat
-from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
+from packed_bert_tf.data.records import tensorflow_records
+from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat
 from packed_bert_tf.sequence_offsets import sequence_offsets
 
 #: The start of the error an id out of range raises in the input pipeline
@@ -74,7 +75,7 @@ class ReplicaBatches:
         replica, [K, b, ...] (gradient accumulation); default: elements are
         batches.
       pack_on_the_fly: unpacked records only: each replica packs its records
-        as it reads them (`packed_bert_tf.data.streaming.pack_dataset`,
+        as it reads them (`packed_bert_tf.data.inputs.pack_dataset.pack_dataset`,
         seeded with the shuffling's seed); batches are then packs, and
         `skip_rows` counts packs (the packs are the same on a resumed run).
       sequence_offsets: add the ``sequence_offsets`` feature [b, D + 1]
@@ -92,7 +93,7 @@ class ReplicaBatches:
 
 def detect_record_format(files: Sequence[str]) -> RecordFormat:
     """The format of the first file (packed if it has ``positions``)."""
-    from packed_bert_tf.data.verify import infer_record_format
+    from packed_bert_tf.data.records.packing_verification import infer_record_format
 
     return infer_record_format(files[0])
 
@@ -139,7 +140,7 @@ def with_sequence_offsets(dataset: tf.data.Dataset, max_sequences_per_pack: int,
       dataset: elements are dicts holding ``input_mask``, the sequence index
         (1..D, 0 for padding), as every packed pipeline of the package yields:
         `pretraining_dataset` (or its ``ReplicaBatches(sequence_offsets=
-        True)``), `pack_dataset`, `packed_bert_tf.data.rows_dataset.rows_dataset`
+        True)``), `pack_dataset`, `packed_bert_tf.data.inputs.rows_dataset.rows_dataset`
         and `packed_bert_tf.batching.dataset.bucketed_rows_dataset`.
       max_sequences_per_pack: D, the pipeline's (``PackedRows.
         max_sequences_per_pack`` for rows held in memory, 1 for unpacked rows);
@@ -216,7 +217,7 @@ def parse_records(serialized: tf.Tensor, record_format: RecordFormat, *,
         message holds `ID_ERROR` (an XLA lookup would otherwise clamp it,
         silently). One min and max per id feature and batch.
     """
-    features = tf.io.parse_example(serialized, tfrecords.parse_spec(record_format))
+    features = tf.io.parse_example(serialized, tensorflow_records.parse_spec(record_format))
     features = {name: value if value.dtype == tf.float32 else tf.cast(value, tf.int32)
                 for name, value in features.items()}
     if id_limits is not None:
@@ -306,7 +307,7 @@ def pretraining_dataset(file_patterns, batch_size: int, *,
     Returns:
       tf.data.Dataset of dicts, static shapes (``drop_remainder=True``).
     """
-    files = tfrecords.expand_file_patterns(file_patterns)
+    files = filesystem.expand_file_patterns(file_patterns)
     if record_format is None:
         record_format = detect_record_format(files)
     if batches.pack_on_the_fly is not None and (record_format.is_packed

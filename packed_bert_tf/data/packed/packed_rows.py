@@ -5,8 +5,8 @@ M prediction slots per row, T tokens and Q predictions of all sequences.
 
 A task says what its sequences carry in a `PackSpec`; `lay_out` writes
 sequences in compact form (real tokens only) into rows. The offline packer
-of pre-training records (`packed_bert_tf.data.sequences.pack_sequences`),
-packing on the fly (`packed_bert_tf.data.streaming.pack_dataset`), SQuAD and
+of pre-training records (`packed_bert_tf.data.packed.sequence_batch.pack_sequences`),
+packing on the fly (`packed_bert_tf.data.inputs.pack_dataset.pack_dataset`), SQuAD and
 classification (`pack_rows`) all go through it, so one spec gives one
 layout whichever path packed the rows.
 

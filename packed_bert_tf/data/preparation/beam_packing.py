@@ -62,10 +62,18 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
-from packed_bert_tf.data import file_patterns, filesystem
-from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat, default_max_masked_tokens
-from packed_bert_tf.data.record_files import RecordWriter, iter_array_batches
-from packed_bert_tf.data.sequences import SequenceBatch, masked_overflow_fix, pack_sequences
+from packed_bert_tf.data import filesystem
+from packed_bert_tf.data.packed.sequence_batch import (
+    SequenceBatch,
+    masked_overflow_fix,
+    pack_sequences,
+)
+from packed_bert_tf.data.records.record_files import RecordWriter, iter_array_batches
+from packed_bert_tf.data.records.record_format import (
+    PACKING_STATS_FILE,
+    RecordFormat,
+    default_max_masked_tokens,
+)
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_histogram
 from packed_bert_tf.packing.api import histogram_from_lengths
@@ -170,13 +178,14 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
                 skipped: list[str] | None = None) -> list[str]:
     """Files matching comma-separated globs (or a list of globs), sorted.
 
-    `tfrecords.expand_file_patterns` through Beam's FileSystems (local,
+    `filesystem.expand_file_patterns` through Beam's FileSystems (local,
     gs://, ...) instead of TensorFlow's: the process that launches the
     pipeline never imports TensorFlow (seconds of start-up on the critical
     path); only the workers that read and write records do.
 
     Local paths come back absolute (`absolute_path`). Raises ValueError
-    naming the flag when a pattern matches nothing, or names a folder (``skipped``: see `file_patterns.expand_file_patterns`).
+    naming the flag when a pattern matches nothing, or names a folder
+    (``skipped``: see `filesystem.expand_file_patterns_with_glob`).
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -184,7 +193,7 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
         (result,) = FileSystems.match([pattern])
         return [metadata.path for metadata in result.metadata_list]
 
-    files = [absolute_path(path) for path in file_patterns.expand_file_patterns(
+    files = [absolute_path(path) for path in filesystem.expand_file_patterns_with_glob(
         patterns, glob=glob, flag=flag, skipped=skipped)]
     folders = [path for path in files if os.path.isdir(path)]
     if folders:
@@ -475,7 +484,7 @@ def prepare_worker(job: PackingJob) -> None:
     reference goes.
     """
     if uses_tensorflow(job):
-        from packed_bert_tf.data import tfrecords  # noqa: F401 - the import is the point
+        from packed_bert_tf.data.records import tensorflow_records  # noqa: F401 - the import is the point
     gc.freeze()
     _no_huge_pages_for_numpy()
 
@@ -569,7 +578,7 @@ class _WriteShard(_WorkerDoFn):
 
 def _replanned_counter():
     """Sequences moved to new packs because their pack had more masked-LM
-    predictions than the packed format's slots (`sequences.masked_overflow_fix`)."""
+    predictions than the packed format's slots (`sequence_batch.masked_overflow_fix`)."""
     return beam.metrics.Metrics.counter(_NAMESPACE, "replanned_for_masked_overflow")
 
 

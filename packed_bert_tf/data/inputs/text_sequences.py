@@ -19,7 +19,7 @@ one of two objectives:
   sentence longer than a sequence is cut into sequences of its own.
 
 The masks are not drawn here: they are drawn afresh each time a sequence is
-read (`packed_bert_tf.data.dynamic_masking`). Everything here is a pure
+read (`packed_bert_tf.data.inputs.dynamic_masking`). Everything here is a pure
 function of (seed, epoch, replica): the files' order, the pairs' random draws
 and the shuffle of an epoch come from ``random.Random`` seeded with them (not
 from TensorFlow's seeds, which also depend on the global seed), so a resumed
@@ -34,7 +34,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from packed_bert_tf.data import pretraining_instances
+from packed_bert_tf.data.preparation import pretraining_instances
 from packed_bert_tf.data.text_files import utf8_lines
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
 

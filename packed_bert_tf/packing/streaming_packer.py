@@ -56,7 +56,7 @@ from packed_bert_tf.packing import ragged
 from packed_bert_tf.packing.api import pack_lengths
 from packed_bert_tf.packing.assign import PackAssignment, assign_sequences
 from packed_bert_tf.packing.nnlshp import count_exact_fill_strategies, exact_fill_strategies
-from packed_bert_tf.packing.stream import StreamPacking
+from packed_bert_tf.packing.stream_packing import StreamPacking
 
 #: Largest exact-fill pattern table (patterns x D int32) the packer builds.
 MAX_PATTERNS = 4_000_000

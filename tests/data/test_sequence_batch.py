@@ -3,14 +3,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import synthetic
-from packed_bert_tf.data.features import RecordFormat
-from packed_bert_tf.data.sequences import (
+from packed_bert_tf.data.packed.sequence_batch import (
     SequenceBatch,
     masked_overflow_fix,
     pack_sequences,
     unpack_records,
 )
+from packed_bert_tf.data.records import synthetic_records
+from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_lengths
 
 S, P, D = 32, 6, 3
@@ -18,9 +18,9 @@ PACKED = RecordFormat.packed(S, P + D - 1, D)
 
 
 def _batch(lengths, seed=0):
-    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
-                                       max_predictions_per_seq=P, vocab_size=3000,
-                                       seed=seed)
+    arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=S,
+                                               max_predictions_per_seq=P, vocab_size=3000,
+                                               seed=seed)
     return arrays, SequenceBatch.from_unpacked_arrays(arrays)
 
 
@@ -112,12 +112,12 @@ def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
 
 @pytest.mark.parametrize("max_depth, vocab", [(3, 3000), (5, 30522), (3, 70_000)])
 def test_compact_layout_is_the_same_records(rng, max_depth, vocab):
-    from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
-    from packed_bert_tf.data.record_codec import encode_examples
+    from packed_bert_tf.data.records.record_codec import encode_examples
+    from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES
 
     lengths = rng.integers(5, S + 1, 300)
-    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
-                                       max_predictions_per_seq=P, vocab_size=vocab, seed=6)
+    arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=S,
+                                               max_predictions_per_seq=P, vocab_size=vocab, seed=6)
     batch = SequenceBatch.from_unpacked_arrays(arrays)
     assert batch.token_ids.dtype == (np.uint16 if vocab < 1 << 16 else np.int32)
     packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, max_depth),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from packed_bert_tf.data.features import RecordFormat
+from packed_bert_tf.data.records.record_format import RecordFormat
 
 CLS_ID, SEP_ID, FIRST_WORD_ID = 101, 102, 1000
 

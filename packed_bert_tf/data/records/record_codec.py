@@ -14,9 +14,9 @@ does the work, whole batches at a time, without importing TensorFlow (about
   their masked CRC-32C, the bytes of ``tf.io.TFRecordWriter``.
 
 Where the extension was not built, or for files that are not local
-(``gs://`` ...), TensorFlow does the same (`packed_bert_tf.data.tfrecords`);
+(``gs://`` ...), TensorFlow does the same (`packed_bert_tf.data.records.tensorflow_records`);
 `packed_bert_tf.data.filesystem.uses_record_codec` says which, and
-`packed_bert_tf.data.record_files` is the interface over both. Both give the same
+`packed_bert_tf.data.records.record_files` is the interface over both. Both give the same
 arrays and bytes, and name a bad record in the same words (`failure_message`;
 tested).
 """
@@ -29,10 +29,10 @@ from typing import Mapping
 
 import numpy as np
 
-from packed_bert_tf.data.features import FLOAT_FEATURE_NAMES
+from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES
 
 try:
-    from packed_bert_tf.data import _record_codec
+    from packed_bert_tf.data.records import _record_codec
 except ImportError:  # built without a C compiler: TensorFlow reads and writes
     _record_codec = None
 
@@ -51,7 +51,7 @@ def iter_file_batches(path: str, lengths: Mapping[str, int], batch_size: int,
                       int_dtype: np.dtype, reuse_buffers: bool):
     """Yields (first record, name -> [n, length] arrays) of a local file.
 
-    See `packed_bert_tf.data.record_files.iter_array_batches` for the arguments.
+    See `packed_bert_tf.data.records.record_files.iter_array_batches` for the arguments.
 
     Raises:
       RecordError: naming the file and the record (`failure_message`).

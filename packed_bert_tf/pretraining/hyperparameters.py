@@ -24,7 +24,7 @@ import math
 import numbers
 import os
 
-from packed_bert_tf.data.features import PACKING_STATS_FILE
+from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE
 
 PACKING_MODES = ("none", "lamb_betas", "accumulation")
 
