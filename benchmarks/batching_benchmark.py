@@ -58,7 +58,7 @@ from packed_bert_tf.batching import (
     padded_batches,
 )
 from packed_bert_tf.batching.dataset import default_boundaries
-from packed_bert_tf.data.synthetic import lengths_from_histogram
+from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram
 from packed_bert_tf.packing import load_histogram, pack_histogram
 
 # Modules of benchmarks/, beside this script:
@@ -275,15 +275,15 @@ def plot_scaling(results, path):
 def write_records(folder, counts, max_len, max_predictions):
     """Unpacked shards of synthetic records with lengths from the histogram, and
     the same sequences packed."""
-    from packed_bert_tf.data import record_files, synthetic
-    from packed_bert_tf.data.features import RecordFormat, default_max_masked_tokens
-    from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.records import record_files, synthetic_records
+    from packed_bert_tf.data.records.record_format import RecordFormat, default_max_masked_tokens
     from packed_bert_tf.packing import assign_sequences, pack_lengths
 
     lengths = lengths_from_histogram(counts, FLAGS.num_sequences, seed=FLAGS.seed)
-    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=max_len,
-                                       max_predictions_per_seq=max_predictions,
-                                       vocab_size=FLAGS.vocab_size, seed=FLAGS.seed)
+    arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=max_len,
+                                               max_predictions_per_seq=max_predictions,
+                                               vocab_size=FLAGS.vocab_size, seed=FLAGS.seed)
     unpacked = []
     for shard in range(4):
         path = os.path.join(folder, f"unpacked-{shard}.tfrecord")
@@ -304,9 +304,9 @@ def packed_dataset(path, record_format):
     """Packed records in batches of B packs, the last one filled with empty packs."""
     import tensorflow as tf
 
-    from packed_bert_tf.data import tfrecords
+    from packed_bert_tf.data.records import tensorflow_records
 
-    spec, B = tfrecords.parse_spec(record_format), FLAGS.batch_size
+    spec, B = tensorflow_records.parse_spec(record_format), FLAGS.batch_size
 
     def parse(serialized):
         features = tf.io.parse_example(serialized, spec)
@@ -423,8 +423,8 @@ def measured_rows(name, counts, max_len, dump_folder):
     import keras
 
     from packed_bert_tf.batching import bucketed_pretraining_dataset
-    from packed_bert_tf.data.features import RecordFormat
-    from packed_bert_tf.data.pipeline import Shuffling
+    from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
+    from packed_bert_tf.data.records.record_format import RecordFormat
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
 
     max_predictions = int(0.15 * max_len)
@@ -483,7 +483,6 @@ def markdown(plan_table, measured, scaling, datasets) -> str:
     W = FLAGS.num_workers
     lines = [
         *section_header(
-            "Batching: padded, bucketed, token budgets and packing",
             flags_shown=("histograms", "batch_size", "pool_sizes", "num_buckets",
                          "optimal_buckets", "plan_sequences", "num_workers", "num_sequences",
                          "measure_dynamic_shapes", *MODEL_SIZE_FLAGS, "scaling_batch_size",
@@ -608,7 +607,8 @@ def main(argv):
             measured += measured_rows(histogram.name, counts, max_len, dump_folder)
     shutil.rmtree(dump_folder, ignore_errors=True)
     plot_scaling(scaling, FLAGS.plot)
-    publish_section("batching_benchmark", markdown(plan_table, measured, scaling, datasets))
+    publish_section("batching_benchmark", "Batching: padded, bucketed, token budgets and "
+                    "packing", markdown(plan_table, measured, scaling, datasets))
 
 
 if __name__ == "__main__":

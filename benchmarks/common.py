@@ -1,15 +1,37 @@
 """What the benchmarks share: the machine, the shared flags, BENCHMARKS.md's sections.
 
-Each benchmark owns sections of a Markdown file (BENCHMARKS.md), between
-HTML-comment markers (`replace_section`), and opens each with the same
-header (`section_header`):
+Each benchmark script owns one ``##`` section of a Markdown file
+(BENCHMARKS.md), named after the script's file, between HTML-comment markers.
+Inside it each run writes a subsection of its own, keyed by what distinguishes
+the run: its configuration (`configuration`: the flags set off their
+defaults; ``default`` when none is, or for a script with one configuration)
+or the part of the script that ran (``speed``, ``convergence``). A rerun of
+the same key replaces its subsection (`publish_section`, `replace_subsection`):
 
-    ## Title
+    <!-- peer_benchmark:begin -->
+    ## Packed BERT against keras-hub's BertMaskedLM, step time (CPU)
 
-    Command: `python benchmarks/model_benchmark.py --write_markdown=BENCHMARKS.md`
-    Flags in effect: `--num_layers=4 --hidden_size=256 ...`   (where the script names some)
+    <!-- peer_benchmark/default:begin -->
+    ### float32, XLA, dropout 0.1, layers 2/4/8     (none for a script's one configuration)
+
+    Command: `python benchmarks/peer_benchmark.py --write_markdown=BENCHMARKS.md`
+    Flags in effect: `--num_layers=2,4,8 --hidden_size=256 ...`   (where the script names some)
     Machine: 2 cores, AMD EPYC, Python 3.11.7, TensorFlow 2.21.0, Keras 3.15.1
-    Date: 2026-11-30
+    Date: 2026-12-01
+
+    ... the run's figures ...
+    <!-- peer_benchmark/default:end -->
+
+    <!-- peer_benchmark/mixed_precision=bf16:begin -->
+    ...
+    <!-- peer_benchmark/mixed_precision=bf16:end -->
+
+    Notes written by hand, kept as they are.
+    <!-- peer_benchmark:end -->
+
+The subsection opens with the same header in every script (`section_header`).
+The file's list of sections between ``<!-- contents:begin -->`` and
+``<!-- contents:end -->`` is rewritten with each subsection (`table_of_contents`).
 
 The scripts beside this module import it by name (``python benchmarks/X.py``
 puts this folder first on ``sys.path``) and define their flags through it
@@ -133,23 +155,45 @@ def command_as_run() -> str:
     return shlex.join(["python", script, *sys.argv[1:]])
 
 
+def _flag_value(name: str):
+    """A flag's value as written on a command line (lists comma-joined)."""
+    flag = FLAGS[name].value
+    return ",".join(map(str, flag)) if isinstance(flag, list) else flag
+
+
 def flags_in_effect(names: Sequence[str]) -> str:
     """``--name=value`` of each named flag, defaults included (lists comma-joined)."""
-    def value(name):
-        flag = FLAGS[name].value
-        return ",".join(map(str, flag)) if isinstance(flag, list) else flag
-
-    return " ".join(f"--{name}={value(name)}" for name in names)
+    return " ".join(f"--{name}={_flag_value(name)}" for name in names)
 
 
-def section_header(title: str, *, flags_shown: Sequence[str] = ()) -> list[str]:
-    """The lines that open a benchmark's section, a blank line last.
+def configuration(names: Sequence[str]) -> str:
+    """The key of this run's subsection: what makes its configuration.
 
-    Title, the command as run, the flags in effect (those in `flags_shown`;
-    none: no such line), the machine and today's date. The trailing two
-    spaces are Markdown line breaks.
+    Args:
+      names: the flags that make a configuration of the script (not those
+        that only repeat or place the measurement, such as --repetitions or
+        --work_dir).
+
+    Returns:
+      ``name=value`` of each flag of `names` whose value is not its default,
+      in the order of `names`, space-separated (lists comma-joined);
+      ``default`` when every one has its default.
     """
-    lines = [f"## {title}", "", f"Command: `{command_as_run()}`  "]
+    changed = [name for name in names if FLAGS[name].value != FLAGS[name].default]
+    return " ".join(f"{name}={_flag_value(name)}" for name in changed) or "default"
+
+
+def section_header(title: str | None = None, *,
+                   flags_shown: Sequence[str] = ()) -> list[str]:
+    """The lines that open a run's subsection, a blank line last.
+
+    The subsection's title (none: no title line, for a script's one
+    configuration), the command as run, the flags in effect (those in
+    `flags_shown`; none: no such line), the machine and today's date. The
+    trailing two spaces are Markdown line breaks.
+    """
+    lines = [f"### {title}", ""] if title else []
+    lines.append(f"Command: `{command_as_run()}`  ")
     if flags_shown:
         lines.append(f"Flags in effect: `{flags_in_effect(flags_shown)}`  ")
     return lines + [f"Machine: {machine()}  ", f"Date: {datetime.date.today().isoformat()}",
@@ -157,26 +201,113 @@ def section_header(title: str, *, flags_shown: Sequence[str] = ()) -> list[str]:
 
 
 # ------------------------------------------------------------------ sections
-def publish_section(name: str, text: str) -> None:
-    """Prints a section; with --write_markdown, also makes it section `name` of that file."""
+# A new file's header: its title and the place of its list of sections.
+NEW_FILE = "# Benchmarks\n\n<!-- contents:begin -->\n<!-- contents:end -->\n"
+
+
+def publish_section(section: str, title: str, text: str, *,
+                    subsection: str = "default") -> None:
+    """Prints a run's subsection; with --write_markdown, also writes it to that file.
+
+    Args:
+      section: the script's name (``peer_benchmark``): its one ``##`` section.
+      title: the section's title (the ``##`` line, rewritten on every run).
+      text: the subsection, opened by `section_header`.
+      subsection: the run's configuration (`configuration`, or the part of
+        the script that ran): the subsection it replaces, or adds.
+    """
     print(text)
     if FLAGS.write_markdown:
-        replace_section(FLAGS.write_markdown, name, text)
-        logging.info("wrote section %s of %s", name, FLAGS.write_markdown)
+        replace_section(FLAGS.write_markdown, section, title, subsection, text)
+        logging.info("wrote %s/%s of %s", section, subsection, FLAGS.write_markdown)
 
 
-def replace_section(path: str, name: str, body: str) -> None:
-    """Writes `body` as section `name` of the Markdown file (added at the end once)."""
-    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
-    section = f"{begin}\n{body.strip()}\n{end}"
-    text = open(path, encoding="utf-8").read() if os.path.exists(path) else "# Benchmarks\n"
-    if begin in text:
-        text = re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text,
-                      flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
+def replace_section(path: str, section: str, title: str, subsection: str,
+                    body: str) -> None:
+    """`replace_subsection` on a Markdown file (a new one: `NEW_FILE`), then its
+    list of sections rewritten (`table_of_contents`)."""
+    text = open(path, encoding="utf-8").read() if os.path.exists(path) else NEW_FILE
+    text = table_of_contents(replace_subsection(text, section, title, subsection, body))
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    """The comments that open and close section or subsection `name`."""
+    return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+
+
+def replace_subsection(text: str, section: str, title: str, subsection: str,
+                       body: str) -> str:
+    """Markdown `text` with `body` as subsection `subsection` of section `section`.
+
+    The subsection, between ``<!-- SECTION/SUBSECTION:begin -->`` and
+    ``<!-- SECTION/SUBSECTION:end -->``, replaces its namesake; a new one goes
+    after the section's last subsection (notes after it stay last). A new
+    section, ``## title`` and the subsection between ``<!-- SECTION:begin -->``
+    and ``<!-- SECTION:end -->``, goes at the end. The ``##`` line is
+    `title`; the rest of the text is left as it is.
+
+    Args:
+      text: the Markdown file's text.
+      section: the section's name, letters, digits and underscores.
+      title: the section's title.
+      subsection: the subsection's key, one line without ``-->``.
+      body: the subsection's text.
+
+    Returns:
+      The new text.
+    """
+    if not re.fullmatch(r"\w+", section):
+        raise ValueError(f"section {section!r}: letters, digits and underscores only")
+    if not subsection or "\n" in subsection or "-->" in subsection:
+        raise ValueError(f"subsection {subsection!r}: one line, without '-->'")
+    begin, end = _markers(section)
+    sub_begin, sub_end = _markers(f"{section}/{subsection}")
+    block = f"{sub_begin}\n{body.strip()}\n{sub_end}"
+    heading = f"## {title}"
+    if begin not in text:
+        return f"{text.rstrip()}\n\n{begin}\n{heading}\n\n{block}\n{end}\n"
+    start = text.index(begin) + len(begin)
+    stop = text.find(end, start)
+    if stop < 0:
+        raise ValueError(f"{begin} without {end}")
+    inside = text[start:stop]
+    if re.match(r"\n## [^\n]*", inside):  # the title as the script now gives it
+        inside = re.sub(r"\A\n## [^\n]*", lambda _: f"\n{heading}", inside)
+    else:
+        inside = f"\n{heading}\n{inside}"
+    if sub_begin in inside:
+        first = inside.index(sub_begin)
+        last = inside.find(sub_end, first)
+        if last < 0:
+            raise ValueError(f"{sub_begin} without {sub_end}")
+        inside = inside[:first] + block + inside[last + len(sub_end):]
+    else:
+        ends = [m.end() for m in re.finditer(
+            re.escape(f"<!-- {section}/") + r"[^\n]*?:end -->", inside)]
+        at = ends[-1] if ends else len(f"\n{heading}")
+        inside = f"{inside[:at]}\n\n{block}{inside[at:]}"
+    return text[:start] + inside + text[stop:]
+
+
+def anchor(title: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces
+    as hyphens."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def table_of_contents(text: str) -> str:
+    """Markdown `text` with its list of sections, between ``<!-- contents:begin -->``
+    and ``<!-- contents:end -->`` (none: `text` as it is), one line per section:
+    its title, linked, and its script."""
+    begin, end = _markers("contents")
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        return text
+    lines = [f"- [{title}](#{anchor(title)}): `benchmarks/{name}.py`"
+             for name, title in re.findall(r"<!-- (\w+):begin -->\n## ([^\n]*)", text)]
+    return "\n".join([text[:start] + begin, *lines, text[stop:]])
 
 
 def zero_packed_features(batch_size: int, sequence_length: int,

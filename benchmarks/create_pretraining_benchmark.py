@@ -41,6 +41,7 @@ from absl import app, flags
 from common import (
     ENVIRONMENT,
     REPOSITORY,
+    configuration,
     define_write_markdown,
     publish_section,
     section_header,
@@ -59,11 +60,13 @@ flags.DEFINE_integer("random_seed", 12345, "As the tools' flag.")
 flags.DEFINE_integer("num_files", 4, "Files the corpus is split into for the "
                      "--num_workers runs (by documents, in turn).")
 define_write_markdown()
-flags.DEFINE_string("markdown_section", "create_pretraining_benchmark",
-                    "Name of the section (one per --dupe_factor, say).")
 
 SHOWN_FLAGS = ("vocab_size", "max_seq_length", "max_predictions_per_seq", "dupe_factor",
                "random_seed", "rounds", "num_files")
+# The flags that make a configuration: a subsection of this script's section each
+# (`common.configuration`); --rounds repeats a configuration.
+CONFIGURATION_FLAGS = ("dupe_factor", "vocab_size", "max_seq_length",
+                       "max_predictions_per_seq", "random_seed", "num_files")
 STARTUP = {"reference": "import bert.create_pretraining_data",
            "ours": "import data_prep.create_pretraining_data"}
 # How each tool reports its count: ours on stdout, the reference in its log (stderr).
@@ -73,7 +76,8 @@ INSTANCES = {"reference": re.compile(r"Wrote (\d+) total instances"),
 
 def prepare(work_dir):
     """The corpus (one file and --num_files files) and the vocabulary, once."""
-    from packed_bert_tf.data import pretraining_instances, tokenization
+    from packed_bert_tf.data import tokenization
+    from packed_bert_tf.data.preparation import pretraining_instances
 
     os.makedirs(work_dir, exist_ok=True)
     corpus = os.path.join(work_dir, "corpus.txt")
@@ -202,10 +206,10 @@ def main(argv):
     workers_speedup = best["ours_files_w1"][0] / best["ours_files_w2"][0]
     print(f"per core, ours / reference: {end_to_end:.2f}x end to end, {less_startup:.2f}x "
           f"less start-up ({startup['reference']:.1f} and {startup['ours']:.1f} CPU s)")
-    publish_section(FLAGS.markdown_section, "\n".join([
-        *section_header("Making pre-training instances from text (`data_prep."
-                        "create_pretraining_data`) against google-research/bert's tool",
-                        flags_shown=SHOWN_FLAGS),
+    publish_section("create_pretraining_benchmark", "Making pre-training instances from "
+                    "text (`data_prep.create_pretraining_data`) against "
+                    "google-research/bert's tool", "\n".join([
+        *section_header(f"Dupe factor {FLAGS.dupe_factor}", flags_shown=SHOWN_FLAGS),
         f"The builtin corpus ({num_documents:,} documents, {megabytes:.2f} MB of Python's "
         f"docs), a {FLAGS.vocab_size}-token WordPiece vocabulary trained on it, the same "
         "flags and seed for both tools. Each command run as a user runs it, one process "
@@ -272,19 +276,20 @@ def main(argv):
         "imports TensorFlow (its start-up above). The ratio therefore falls as "
         "--dupe_factor grows (the "
         "passes over the same tokenized text are where the two are closest).",
-    ]))
+    ]), subsection=configuration(CONFIGURATION_FLAGS))
 
 
 def compare(outputs) -> dict:
     """Whether the reference's instances equal ours, and the worker runs' bytes agree."""
-    from packed_bert_tf.data import features, record_files
+    from packed_bert_tf.data.records import record_files
+    from packed_bert_tf.data.records.record_format import RecordFormat
 
-    record_format = features.RecordFormat.unpacked(FLAGS.max_seq_length,
-                                                   FLAGS.max_predictions_per_seq)
+    record_format = RecordFormat.unpacked(FLAGS.max_seq_length,
+                                          FLAGS.max_predictions_per_seq)
     theirs = record_files.read_arrays(os.path.join(outputs["reference"], "train.tfrecord"),
-                                   record_format)
+                                      record_format)
     ours = record_files.read_arrays(os.path.join(outputs["ours"], "train.tfrecord"),
-                                 record_format)
+                                    record_format)
     same_instances = all(np.array_equal(theirs[name], ours[name]) for name in theirs)
 
     def data(name):

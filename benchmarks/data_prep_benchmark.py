@@ -44,6 +44,7 @@ from absl import app, flags
 from common import (
     ENVIRONMENT,
     REPOSITORY,
+    configuration,
     define_write_markdown,
     publish_section,
     section_header,
@@ -69,13 +70,16 @@ flags.DEFINE_list("checkouts", [], "Other checkouts of this repository (folders)
 flags.DEFINE_integer("rounds", 1, "Runs of each configuration, interleaved; the fastest "
                      "is reported.")
 define_write_markdown()
-flags.DEFINE_string("markdown_section", "data_prep_benchmark",
-                    "Name of the section (one per dataset size, say).")
+
+# The flags that make a configuration: a subsection of this script's section each
+# (`common.configuration`); --checkouts and --rounds repeat a configuration.
+CONFIGURATION_FLAGS = ("num_sequences", "num_input_shards", "num_output_shards",
+                       "beam_args", "warm_page_cache")
 
 
 def generate(folder, num_sequences, num_shards):
     """Writes the unpacked dataset unless an identical one is there."""
-    from packed_bert_tf.data import record_files, synthetic
+    from packed_bert_tf.data.records import record_files, synthetic_records
     from packed_bert_tf.packing import load_histogram
 
     marker = os.path.join(folder, "generated.json")
@@ -84,13 +88,13 @@ def generate(folder, num_sequences, num_shards):
         return
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
-    lengths = synthetic.lengths_from_histogram(
+    lengths = synthetic_records.lengths_from_histogram(
         load_histogram("wikipedia_512").counts, num_sequences, seed=0)
     for shard, rows in enumerate(np.array_split(np.arange(num_sequences), num_shards)):
         with record_files.RecordWriter(os.path.join(folder, f"part-{shard:05d}.tfrecord")) as w:
             for start in range(0, rows.size, 20_000):
                 chunk = rows[start:start + 20_000]
-                w.write_arrays(synthetic.unpacked_arrays(
+                w.write_arrays(synthetic_records.unpacked_arrays(
                     lengths[chunk], max_seq_length=512, max_predictions_per_seq=76,
                     seed=shard * 1_000_003 + start))
     json.dump(spec, open(marker, "w"))
@@ -113,7 +117,8 @@ def warm_page_cache(unpacked: str, environment: dict) -> None:
             while f.read(1 << 24):
                 pass
     subprocess.run([sys.executable, "-c", "import apache_beam, scipy.optimize, "
-                    "data_prep.pack_pretraining_data, packed_bert_tf.data.pack_pipeline"],
+                    "data_prep.pack_pretraining_data, "
+                    "packed_bert_tf.data.preparation.beam_packing"],
                    env=environment, check=True, capture_output=True)
 
 
@@ -205,8 +210,12 @@ def main(argv):
                                               ).splitlines()[-1]
             print(verified)
     code_column = " code |" if len(checkouts) > 1 else ""
-    publish_section(FLAGS.markdown_section, "\n".join([
-        *section_header("Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)"),
+    text = "\n".join([
+        *section_header(
+            f"{FLAGS.num_sequences:,} sequences, {FLAGS.num_input_shards} shards in, "
+            f"{FLAGS.num_output_shards} out; Beam: "
+            + ", ".join(f"`{beam_args}`" for beam_args in FLAGS.beam_args)
+            + ("" if FLAGS.warm_page_cache else "; page cache not warmed")),
         "Lengths drawn from the Wikipedia-512 histogram, S = 512, P = 76, D = 3, "
         "`--algorithm=optimal`; wall time of the whole command (process start, "
         "reading, planning, writing), runs one after the other"
@@ -217,7 +226,10 @@ def main(argv):
         + " wall s | sequences/s | packs | efficiency % | plan s | shards = first run's |",
         "|---:|---:|---:|---|" + ("---|" if code_column else "")
         + "---:|---:|---:|---:|---:|---|",
-        *rows, "", f"verify_packing: {verified}"]))
+        *rows, "", f"verify_packing: {verified}"])
+    publish_section("data_prep_benchmark",
+                    "Packing MLPerf-format TFRecords (`data_prep.pack_pretraining_data`)",
+                    text, subsection=configuration(CONFIGURATION_FLAGS))
 
 
 if __name__ == "__main__":

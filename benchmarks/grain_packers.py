@@ -7,7 +7,7 @@ Google's Grain packs a stream of sequences with
 first bin where it fits (first fit) or the one it fills best (best fit);
 when it fits in none, the whole window is emitted and a new one starts with
 that sequence. The benchmark and the tests compare our streaming packer
-(`packed_bert_tf.packing.streaming`) with them: `grain_pack` runs Grain
+(`packed_bert_tf.packing.streaming_packer`) with them: `grain_pack` runs Grain
 itself (the ``reference`` extra: ``pip install -e '.[reference]'``) on
 elements of one feature of each sequence's length, carrying the stream
 index as a meta-feature, and reads back which sequences share each emitted
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from packed_bert_tf.packing.assign import PackAssignment
-from packed_bert_tf.packing.stream import StreamPacking
+from packed_bert_tf.packing.stream_packing import StreamPacking
 
 
 def grain_pack(lengths, max_sequence_length: int, max_sequences_per_pack: int | None,

@@ -46,9 +46,9 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def write_data(folder: pathlib.Path) -> tuple[str, str]:
     """Four packed shards of synthetic sequences and a tiny model's config."""
-    from packed_bert_tf.data import record_files, synthetic
-    from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
-    from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.records import record_files, synthetic_records
+    from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE, RecordFormat
     from packed_bert_tf.models import BertConfig
     from packed_bert_tf.packing import assign_sequences, pack_lengths
 
@@ -57,7 +57,7 @@ def write_data(folder: pathlib.Path) -> tuple[str, str]:
     sequences = packs = 0
     for index in range(4):
         lengths = rng.integers(8, S + 1, 600)
-        batch = SequenceBatch.from_unpacked_arrays(synthetic.unpacked_arrays(
+        batch = SequenceBatch.from_unpacked_arrays(synthetic_records.unpacked_arrays(
             lengths, max_seq_length=S, max_predictions_per_seq=P, vocab_size=5000,
             seed=index))
         assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
@@ -134,9 +134,7 @@ def main(argv):
                  "task": {"type": "worker", "index": index}})) for index in range(2)])
         one_seconds, two_seconds = seconds_per_update(one), seconds_per_update(two)
 
-    lines = section_header("Two local workers vs one process with 2 replicas "
-                           "(`run_pretraining.py`, CPU)",
-                           flags_shown=["num_train_steps", "iterations_per_loop",
+    lines = section_header(flags_shown=["num_train_steps", "iterations_per_loop",
                                         "train_batch_size", "hidden_size"])
     lines += [
         (f"Packed records, S = {S}; model 2 layers, hidden {FLAGS.hidden_size}; global "
@@ -156,7 +154,8 @@ def main(argv):
          f"is what the gRPC collectives on loopback and a second process cost, below 1 "
          f"that they cost less than what one process running both replicas loses)."),
     ]
-    publish_section("multi_worker_benchmark", "\n".join(lines))
+    publish_section("multi_worker_benchmark", "Two local workers vs one process with 2 "
+                    "replicas (`run_pretraining.py`, CPU)", "\n".join(lines))
 
 
 if __name__ == "__main__":

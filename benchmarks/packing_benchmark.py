@@ -7,7 +7,8 @@ Runs on the paper's histograms (``wikipedia_512``, ``squad_1_1_384``; see
 long-context histograms (2048 to 8192 tokens) synthesised from the document
 lengths of the builtin corpus (`histograms.split_documents`), each of those
 in a process of its own so that its peak memory is its own. Prints tables
-and, with --write_markdown, replaces this benchmark's sections of that file.
+and, with --write_markdown, replaces the subsection of each part it ran
+(--sections) in this benchmark's section of that file.
 Times are wall-clock (the fastest of --repeats) on whatever machine runs it;
 the ratio to NNLSHP, measured in the same run, is the figure to compare
 across machines.
@@ -35,6 +36,8 @@ from common import (
 
 FLAGS = flags.FLAGS
 define_write_markdown()
+# This script's section of BENCHMARKS.md; each part of --sections is a subsection.
+SECTION, TITLE = "packing_benchmark", "Packing plans: pack counts and solve times"
 flags.DEFINE_integer("repeats", 3, "Solve each case this many times; report the fastest.")
 flags.DEFINE_list("long_context_lengths", ["1536", "2048", "4096", "8192"],
                   "max_sequence_length of the long-context cases (none: skip them).")
@@ -43,8 +46,9 @@ flags.DEFINE_list("long_context_caps", ["3", "4"],
 flags.DEFINE_integer("long_context_documents", 1_000_000,
                      "Documents drawn for each long-context histogram.")
 flags.DEFINE_list("sections", ["paper", "long_context", "unseen"],
-                  "Which sections to run: paper (the paper's histograms), long_context "
-                  "(the optimal plan from 1536 to 8192 tokens), unseen (every algorithm "
+                  "Which parts to run, a subsection each: paper (the paper's "
+                  "histograms), long_context (the optimal plan from 1536 to 8192 "
+                  "tokens), unseen (every algorithm "
                   "at 8192 tokens on length distributions the shortcuts were not "
                   "tuned on).")
 flags.DEFINE_string("long_context_case", None,
@@ -109,7 +113,7 @@ def time_assignment(histogram, plan):
 
 def markdown(rows, assignment) -> str:
     by_key = {(r["histogram"], r["algorithm"], r["cap"]): r for r in rows}
-    lines = [*section_header("Packing the paper's histograms"),
+    lines = [*section_header("The paper's histograms"),
              "| histogram | algorithm | cap | packs | efficiency % | LP bound | gap | "
              "time s | time / NNLSHP | target | met |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
@@ -335,16 +339,19 @@ def main(argv):
         seconds, packs = time_assignment(histograms["wikipedia_512"], wiki_plan)
         print(f"assign_sequences: {wiki_plan.num_sequences:,} sequences in "
               f"{seconds:.2f} s")
-        publish_section("packing_benchmark",
-                        markdown(rows, (seconds, packs, wiki_plan.num_sequences)))
+        publish_section(SECTION, TITLE,
+                        markdown(rows, (seconds, packs, wiki_plan.num_sequences)),
+                        subsection="paper")
     if "long_context" in FLAGS.sections:
         long_context = run_long_context()
         if long_context:
-            publish_section("packing_long_context", long_context_markdown(long_context))
+            publish_section(SECTION, TITLE, long_context_markdown(long_context),
+                            subsection="long_context")
     if "unseen" in FLAGS.sections:
         unseen = run_unseen(FLAGS.long_context_documents)
-        publish_section("packing_unseen_lengths",
-                        unseen_markdown(unseen, FLAGS.long_context_documents))
+        publish_section(SECTION, TITLE,
+                        unseen_markdown(unseen, FLAGS.long_context_documents),
+                        subsection="unseen")
     if any(r["met"] == "NO" for r in rows + long_context + unseen):
         sys.exit("some targets were missed")
 

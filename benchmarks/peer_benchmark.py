@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
+from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
 from packed_bert_tf.packing import load_histogram, pack_histogram
@@ -50,6 +50,7 @@ from packed_bert_tf.training.distribution import MIXED_PRECISION
 
 # Modules of benchmarks/, beside this script:
 from common import (
+    configuration,
     define_model_size_flags,
     define_write_markdown,
     publish_section,
@@ -84,6 +85,12 @@ flags.DEFINE_bool("jit_compile", True, "XLA-compile the three train steps (the p
 define_write_markdown()
 
 MODELS = ("keras-hub", "packed", "unpacked")
+# The flags that make a configuration: a subsection of this script's section each
+# (`common.configuration`: peer_benchmark/default, peer_benchmark/mixed_precision=bf16, ...).
+CONFIGURATION_FLAGS = ("mixed_precision", "dropout", "num_layers", "hidden_size", "num_heads",
+                       "intermediate_size", "vocab_size", "batch_size", "sequence_length",
+                       "max_sequences_per_pack", "max_predictions_per_row", "histogram",
+                       "jit_compile")
 MISSING_KERAS_HUB = ("peer_benchmark: keras-hub is not installed; install it with "
                      "pip install -e '.[keras-hub]'")
 
@@ -275,8 +282,8 @@ def markdown(results, plan, packed_tokens, unpacked_tokens) -> str:
     precision = MIXED_PRECISION[FLAGS.mixed_precision]
     lines = [
         *section_header(
-            f"Packed BERT against keras-hub's BertMaskedLM, step time ({precision}, "
-            f"{'XLA' if FLAGS.jit_compile else 'no XLA'}, CPU)",
+            f"{precision}, {'XLA' if FLAGS.jit_compile else 'no XLA'}, dropout "
+            f"{FLAGS.dropout:g}, layers {'/'.join(FLAGS.num_layers)}",
             flags_shown=("num_layers", "hidden_size", "num_heads", "intermediate_size",
                          "vocab_size", "batch_size", "sequence_length",
                          "max_sequences_per_pack", "max_predictions_per_row",
@@ -342,15 +349,11 @@ def main(argv):
             logging.info("L=%d %s: packed/keras-hub %.4f, unpacked/keras-hub %.4f",
                          num_layers, row["clock"], row["packed"][0], row["unpacked"][0])
         results.append((num_layers, rows))
-    # One section per precision and dropout: peer_benchmark, peer_benchmark_bf16,
-    # peer_benchmark_dropout_0, ...
-    section = "peer_benchmark" + ("" if FLAGS.mixed_precision == "none"
-                                  else f"_{FLAGS.mixed_precision}")
-    if FLAGS.dropout != FLAGS["dropout"].default:
-        section += f"_dropout_{FLAGS.dropout:g}"
-    publish_section(section, markdown(results, plan,
-                                      int(tf.math.count_nonzero(packed["input_mask"])),
-                                      int(arrays["input_mask"].sum())))
+    publish_section("peer_benchmark",
+                    "Packed BERT against keras-hub's BertMaskedLM, step time (CPU)",
+                    markdown(results, plan, int(tf.math.count_nonzero(packed["input_mask"])),
+                             int(arrays["input_mask"].sum())),
+                    subsection=configuration(CONFIGURATION_FLAGS))
 
 
 if __name__ == "__main__":

@@ -61,13 +61,15 @@ flags.DEFINE_string("plot", "benchmarks/pretraining_loss_curves.png",
                     "PNG of the convergence loss curves.")
 
 S, P, D = 512, 76, 3
+# This script's section of BENCHMARKS.md; each part of --parts is a subsection.
+SECTION, TITLE = "pretraining_benchmark", "Pre-training, packed vs unpacked"
 
 
 def generate_speed_data(folder):
     """Unpacked Wikipedia-like records and their packed copy (cached)."""
-    from packed_bert_tf.data import record_files, synthetic
-    from packed_bert_tf.data.features import PACKING_STATS_FILE, RecordFormat
-    from packed_bert_tf.data.sequences import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.records import record_files, synthetic_records
+    from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE, RecordFormat
     from packed_bert_tf.packing import assign_sequences, load_histogram, pack_lengths
 
     marker = os.path.join(folder, "generated.json")
@@ -77,10 +79,10 @@ def generate_speed_data(folder):
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(os.path.join(folder, "unpacked"))
     os.makedirs(os.path.join(folder, "packed"))
-    lengths = synthetic.lengths_from_histogram(load_histogram("wikipedia_512").counts,
-                                               FLAGS.num_sequences, seed=0)
-    arrays = synthetic.unpacked_arrays(lengths, max_seq_length=S,
-                                       max_predictions_per_seq=P, seed=0)
+    lengths = synthetic_records.lengths_from_histogram(load_histogram("wikipedia_512").counts,
+                                                       FLAGS.num_sequences, seed=0)
+    arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=S,
+                                               max_predictions_per_seq=P, seed=0)
     num_shards = 4
     for shard, rows in enumerate(np.array_split(np.arange(lengths.size), num_shards)):
         record_files.write_arrays(os.path.join(folder, "unpacked", f"part-{shard}.tfrecord"),
@@ -114,7 +116,7 @@ def make_trainer(files, packed):
     """The trainer and input iterator run_pretraining.py builds, for one dataset."""
     import tensorflow as tf
 
-    from packed_bert_tf.data.pipeline import Shuffling
+    from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
     from packed_bert_tf.pretraining import task
     from packed_bert_tf.training.optimizers import create_optimizer
@@ -152,8 +154,7 @@ def speed_part():
 def speed_markdown(figures):
     met = figures["ratio_over_packing_factor"] >= 0.97
     lines = [
-        *section_header("Pre-training throughput, packed vs unpacked (the training loop of "
-                        "`run_pretraining.py`, CPU)"),
+        *section_header("Throughput (the training loop of `run_pretraining.py`, CPU)"),
         f"{FLAGS.num_sequences:,} sequences with lengths drawn from the Wikipedia-512 "
         f"histogram, S = {S}, P = {P}; packed copy: optimal plan, D = {D}, M = {P + D - 1}. "
         f"Model: {FLAGS.num_layers} layers, hidden {FLAGS.hidden_size}, "
@@ -235,7 +236,7 @@ def tail_loss(summary, points=5):
 
 def convergence_markdown(runs):
     lines = [
-        *section_header("Pre-training convergence, packed vs unpacked (builtin corpus)"),
+        *section_header("Convergence (builtin corpus)"),
         f"Python's documentation (`data_prep.builtin_corpus`) -> WordPiece vocab of 8000 -> "
         f"records at S = {S}, P = {P}, dupe factor 4 -> packed (D = {D}). Model "
         "`configs/demo_bert_config.json` (2 layers, hidden 128); LAMB, learning rate 2e-3, "
@@ -267,10 +268,10 @@ def main(argv):
     del argv
     os.makedirs(FLAGS.work_dir, exist_ok=True)
     if "speed" in FLAGS.parts:
-        publish_section("pretraining_benchmark_speed", speed_markdown(speed_part()))
+        publish_section(SECTION, TITLE, speed_markdown(speed_part()), subsection="speed")
     if "convergence" in FLAGS.parts:
-        publish_section("pretraining_benchmark_convergence",
-                        convergence_markdown(convergence_part()))
+        publish_section(SECTION, TITLE, convergence_markdown(convergence_part()),
+                        subsection="convergence")
 
 
 if __name__ == "__main__":

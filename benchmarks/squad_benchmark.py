@@ -37,13 +37,13 @@ S, D = 384, 3
 
 def synthetic_features(num_features, seed=0):
     """SquadFeatures with lengths from the SQuAD-384 histogram, labels inside."""
-    from packed_bert_tf.data import synthetic
+    from packed_bert_tf.data.records import synthetic_records
     from packed_bert_tf.packing import load_histogram
     from packed_bert_tf.squad.features import SquadFeatures
 
     rng = np.random.default_rng(seed)
-    lengths = synthetic.lengths_from_histogram(load_histogram("squad_1_1_384").counts,
-                                               num_features, seed=seed).astype(np.int32)
+    lengths = synthetic_records.lengths_from_histogram(load_histogram("squad_1_1_384").counts,
+                                                       num_features, seed=seed).astype(np.int32)
     lengths = np.maximum(lengths, 4)
     column = np.arange(S)[None, :]
     real = column < lengths[:, None]
@@ -83,13 +83,12 @@ def make_trainer(packs, packed):
 
 
 def markdown(packs, figures) -> str:
-    """The section: both layouts' rows and padding, the throughputs and their ratio."""
+    """The subsection: both layouts' rows and padding, the throughputs and their ratio."""
     met = figures["ratio_over_packing_factor"] >= 0.95
     rows, epoch = figures["rows_per_second"], figures["epoch_sequences_per_second"]
     measured = figures["measured_sequences_per_second"]
     return "\n".join([
-        *section_header("SQuAD fine-tuning throughput, packed vs unpacked (the training "
-                        "loop of `run_squad.py`, CPU)"),
+        *section_header(),
         f"{FLAGS.num_features:,} synthetic features with lengths drawn from the "
         f"SQuAD-384 histogram, S = {S}; packed: optimal plan, D = {D} "
         f"({packs['packed'].num_packs:,} rows, padding "
@@ -131,7 +130,8 @@ def main(argv):
     totals = time_alternately(trainers, FLAGS.chunks, FLAGS.steps_per_chunk,
                               FLAGS.batch_size)
     figures = throughput_figures(totals, packs["packed"].packing_factor)
-    publish_section("squad_benchmark", markdown(packs, figures))
+    publish_section("squad_benchmark", "SQuAD fine-tuning throughput, packed vs unpacked "
+                    "(the training loop of `run_squad.py`, CPU)", markdown(packs, figures))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ Two parts:
    seed) from each of the paper's histograms (``wikipedia_512`` at S = 512,
    ``squad_1_1_384`` at S = 384), packed with at most
    ``--max_sequences_per_pack`` sequences per pack by
-   `packed_bert_tf.packing.streaming.pack_stream` with each buffer size of
+   `packed_bert_tf.packing.streaming_packer.pack_stream` with each buffer size of
    ``--buffer_sizes``, by Grain's own first-fit and best-fit packers
    (``grain.experimental.FirstFitPackIterDataset`` and
    ``BestFitPackIterDataset``, the ``reference`` extra; run by
@@ -21,14 +21,14 @@ Two parts:
    (Grain decides as it copies; about 0.1 ms a sequence here, so the Grain
    rows take most of this part's time).
 2. Throughput (TensorFlow, skipped by ``--skip_throughput``):
-   `packed_bert_tf.data.streaming.pack_dataset` on synthetic MLPerf
+   `packed_bert_tf.data.inputs.pack_dataset.pack_dataset` on synthetic MLPerf
    pre-training examples (S = 512, P = 76, D = 3) held in memory, against
    the same source without it, both batched by 32 and iterated to the end,
    alternately, twice; the best of each. The transformation's own rate is
    what it adds to the time per example: 1 / (1/packed - 1/source).
 
-Prints the tables; with --write_markdown, replaces this benchmark's sections
-of that file (``streaming_packing_benchmark``, and ``streaming_packing_throughput``
+Prints the tables; with --write_markdown, replaces the subsection of each part
+in this benchmark's section of that file (``efficiency``, and ``throughput``
 unless the throughput is skipped). Exits non-zero (after writing) when a target is missed.
 """
 
@@ -41,10 +41,10 @@ import time
 import numpy as np
 from absl import app, flags
 
-from packed_bert_tf.data.synthetic import lengths_from_histogram, unpacked_arrays
+from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing import histogram_from_lengths, load_histogram, pack_histogram
 from packed_bert_tf.packing.assign import assign_sequences
-from packed_bert_tf.packing.streaming import pack_stream
+from packed_bert_tf.packing.streaming_packer import pack_stream
 
 # Modules of benchmarks/, beside this script:
 from common import (
@@ -196,7 +196,7 @@ def iterate(dataset):
 
 
 def measure_throughput(num_examples, repeats):
-    from packed_bert_tf.data.streaming import PackOnTheFly, pack_dataset
+    from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
 
     source, tokens = throughput_source(num_examples, repeats)
     examples = num_examples * repeats
@@ -319,19 +319,22 @@ def main(argv):
     result = None
     if not FLAGS.skip_throughput:
         result = measure_throughput(FLAGS.throughput_examples, FLAGS.throughput_repeats)
-    # Two sections, so that a run of one part leaves the other's figures and
-    # their date as they were measured.
-    publish_section("streaming_packing_benchmark", "\n".join([
-        *section_header("Streaming packing: a bounded buffer against Grain's greedy packers "
-                        f"and the offline optimum ({FLAGS.num_sequences:,} lengths per "
-                        f"histogram, D = {FLAGS.max_sequences_per_pack})", flags_shown=EFFICIENCY_FLAGS),
-        *efficiency_markdown(rows, FLAGS.num_sequences, FLAGS.max_sequences_per_pack)]))
+    # A subsection per part, so that a run of one part leaves the other's figures
+    # and their date as they were measured.
+    section = "streaming_packing_benchmark"
+    title = "Streaming packing: `pack_stream` and `pack_dataset`"
+    publish_section(section, title, "\n".join([
+        *section_header("A bounded buffer against Grain's greedy packers and the offline "
+                        f"optimum ({FLAGS.num_sequences:,} lengths per histogram, "
+                        f"D = {FLAGS.max_sequences_per_pack})", flags_shown=EFFICIENCY_FLAGS),
+        *efficiency_markdown(rows, FLAGS.num_sequences, FLAGS.max_sequences_per_pack)]),
+        subsection="efficiency")
     if result is not None:
-        publish_section("streaming_packing_throughput", "\n".join([
-            *section_header("Streaming packing: the throughput of `pack_dataset`",
+        publish_section(section, title, "\n".join([
+            *section_header("The throughput of `pack_dataset`",
                             flags_shown=THROUGHPUT_FLAGS),
             *throughput_markdown(result, FLAGS.throughput_examples,
-                                 FLAGS.throughput_repeats)]))
+                                 FLAGS.throughput_repeats)]), subsection="throughput")
     missed = [f"{r['histogram']} B = {r['buffer']}: {100 * r['efficiency']:.3f} % "
               f"({r['target']})" for r in rows if r["met"] == "NO"]
     if result is not None and result["met"] == "NO":

@@ -79,9 +79,9 @@ def make_data(folder):
 
 
 def text_input(data):
-    from packed_bert_tf.data.dynamic_masking import MaskingOptions
-    from packed_bert_tf.data.text_dataset import TextInput
-    from packed_bert_tf.data.text_sequences import TextSequenceOptions
+    from packed_bert_tf.data.inputs.dynamic_masking import MaskingOptions
+    from packed_bert_tf.data.inputs.text_dataset import TextInput
+    from packed_bert_tf.data.inputs.text_sequences import TextSequenceOptions
 
     return TextInput((data["corpus"],), data["vocab"], True,
                      TextSequenceOptions("nsp", FLAGS.max_seq_length),
@@ -92,8 +92,8 @@ def make_trainers(data):
     """One trainer per input, as run_pretraining.py builds them."""
     import tensorflow as tf
 
-    from packed_bert_tf.data.pipeline import Shuffling
-    from packed_bert_tf.data.streaming import PackOnTheFly
+    from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
+    from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
     from packed_bert_tf.pretraining import task
     from packed_bert_tf.training.optimizers import create_optimizer
@@ -127,9 +127,9 @@ def pipeline_rate(data):
     """Sequences per second of the text pipeline alone (batches of packs)."""
     import tensorflow as tf
 
-    from packed_bert_tf.data.pipeline import ReplicaBatches, Shuffling
-    from packed_bert_tf.data.streaming import PackOnTheFly
-    from packed_bert_tf.data.text_dataset import text_pretraining_dataset
+    from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
+    from packed_bert_tf.data.inputs.pretraining_dataset import ReplicaBatches, Shuffling
+    from packed_bert_tf.data.inputs.text_dataset import text_pretraining_dataset
 
     dataset = text_pretraining_dataset(
         text_input(data), FLAGS.batch_size,
@@ -148,8 +148,7 @@ def markdown(figures, data):
     rows = figures["rows_per_second"]
     sequences = figures["sequences_per_second"]
     return "\n".join([
-        *section_header("Pre-training straight from text against pre-packed records "
-                        "(the training loop of `run_pretraining.py`, CPU)"),
+        *section_header(),
         f"The builtin corpus (Python's own documentation), S = {FLAGS.max_seq_length}, "
         f"P = {FLAGS.max_predictions_per_seq}, D = {D}: as records made by "
         f"`create_pretraining_data` (8,000-token vocabulary, dupe factor 2) and packed "
@@ -200,7 +199,9 @@ def main(argv):
     figures["rows_ratio"] = (figures["rows_per_second"]["text"]
                              / figures["rows_per_second"]["records"])
     print(json.dumps(figures, indent=2))
-    publish_section("text_pretraining", markdown(figures, data))
+    publish_section("text_pretraining_benchmark", "Pre-training straight from text against "
+                    "pre-packed records (the training loop of `run_pretraining.py`, CPU)",
+                    markdown(figures, data))
 
 
 if __name__ == "__main__":

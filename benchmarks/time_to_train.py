@@ -361,8 +361,7 @@ def markdown(results: dict, verdict: dict, stats: dict, plot_path: str) -> str:
     evaluation_records = ("the packed run on the packed copy of the evaluation set"
                           if FLAGS.pack_eval else "both on the unpacked evaluation records")
     lines = [
-        *section_header("Time to train, packed vs unpacked (MLPerf's log, CPU)",
-                        flags_shown=SHOWN_FLAGS),
+        *section_header(flags_shown=SHOWN_FLAGS),
         f"The builtin corpus, every {FLAGS.heldout_every}th document held out (less the "
         "sentences also in the training text): training "
         f"records at S = {FLAGS.max_seq_length}, P = {FLAGS.max_predictions_per_seq} "
@@ -448,7 +447,8 @@ def main(argv):
         json.dump({"runs": results, "claims": verdict, "packing_stats": stats}, file,
                   indent=1, sort_keys=True)
     plot(results, plot_path)
-    publish_section("time_to_train", markdown(results, verdict, stats, plot_path))
+    publish_section("time_to_train", "Time to train, packed vs unpacked (MLPerf's log, CPU)",
+                    markdown(results, verdict, stats, plot_path))
 
 
 if __name__ == "__main__":
