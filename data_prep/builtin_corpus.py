@@ -53,6 +53,7 @@ from typing import Iterable, Iterator
 from absl import app, flags, logging
 
 from data_prep import tool_output
+from packed_bert_tf import filesystem
 
 #: Top-level modules never imported: side effects on import, GUI toolkits,
 #: test suites, Windows-only, codecs (machine-generated, repetitive docs), and
@@ -311,24 +312,15 @@ def write_corpus(output_file: str, *, max_documents: int | None = None
         raise ValueError(f"--output_file={output_file}: is a folder, expected a file name")
     documents: Iterable[list[str]] = iter_documents()
     num_documents = num_sentences = 0
-    parent = os.path.dirname(output_file)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    temporary = f"{output_file}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8", newline="\n") as writer:
-            for sentences in documents:
-                if num_documents:
-                    writer.write("\n")
-                writer.write("".join(f"{sentence}\n" for sentence in sentences))
-                num_documents += 1
-                num_sentences += len(sentences)
-                if num_documents == max_documents:
-                    break
-        os.replace(temporary, output_file)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    with filesystem.open_atomically(output_file) as writer:
+        for sentences in documents:
+            if num_documents:
+                writer.write("\n")
+            writer.write("".join(f"{sentence}\n" for sentence in sentences))
+            num_documents += 1
+            num_sentences += len(sentences)
+            if num_documents == max_documents:
+                break
     return num_documents, num_sentences, os.path.getsize(output_file)
 
 

@@ -56,8 +56,9 @@ import numpy as np
 from absl import app, flags, logging
 
 from data_prep import tool_output
+from packed_bert_tf import filesystem
 from packed_bert_tf import output_files as output_files_module
-from packed_bert_tf.data import filesystem, tokenization
+from packed_bert_tf.data import tokenization
 from packed_bert_tf.data.preparation import pretraining_instances
 from packed_bert_tf.data.preparation.pretraining_instances import InstanceOptions
 from packed_bert_tf.data.records.record_files import RecordWriter
@@ -209,7 +210,7 @@ def _input_files(input_patterns: str, output_files: list[str]) -> tuple[list[str
     Local outputs need no TensorFlow (seconds of start-up); for others it is
     imported only now that the flags and the vocabulary are good.
     """
-    if all(map(output_files_module.is_local, output_files)):
+    if all(map(filesystem.is_local, output_files)):
         input_files = filesystem.expand_file_patterns_with_glob(input_patterns, glob=glob.glob,
                                                                 flag="input_file")
         folders = [path for path in input_files if os.path.isdir(path)]

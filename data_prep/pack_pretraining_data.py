@@ -37,7 +37,7 @@ import time
 from absl import app, flags, logging
 
 from data_prep import process_tree, tool_output
-from packed_bert_tf import output_files
+from packed_bert_tf import filesystem, output_files
 
 FLAGS = flags.FLAGS
 TOOL = "pack_pretraining_data"
@@ -247,7 +247,7 @@ def _job_from_flags(skipped: list[str]):
         raise ValueError(f"--files_per_group must be >= 0, got {FLAGS.files_per_group}")
     workers = os.cpu_count() or 1
     return beam_packing.PackingJob(
-        input_files=tuple(files), output_dir=beam_packing.absolute_path(FLAGS.output_dir),
+        input_files=tuple(files), output_dir=filesystem.absolute_path(FLAGS.output_dir),
         num_output_shards=FLAGS.num_output_shards,
         max_seq_length=FLAGS.max_seq_length,
         max_predictions_per_seq=FLAGS.max_predictions_per_seq,

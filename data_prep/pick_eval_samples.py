@@ -44,8 +44,7 @@ import numpy as np
 from absl import app, flags
 
 from data_prep import tool_output
-from packed_bert_tf import output_files
-from packed_bert_tf.data import filesystem
+from packed_bert_tf import filesystem, output_files
 from packed_bert_tf.data.records.record_files import RecordError, RecordWriter, iter_array_batches
 from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.tool_progress import Progress
@@ -181,7 +180,7 @@ def _input_files(patterns: str) -> list[str]:
     """The files of --input_tfrecord, sorted (a wildcard skips side files)."""
     if not patterns:
         raise ValueError("--input_tfrecord is empty")
-    if all(map(output_files.is_local, patterns.split(","))):
+    if all(map(filesystem.is_local, patterns.split(","))):
         files = filesystem.expand_file_patterns_with_glob(patterns, glob=glob.glob,
                                                           flag="input_tfrecord", skipped=[])
         folders = [path for path in files if os.path.isdir(path)]
@@ -194,7 +193,7 @@ def _input_files(patterns: str) -> list[str]:
 
 
 def _size(path: str) -> int:
-    if output_files.is_local(path):
+    if filesystem.is_local(path):
         return os.path.getsize(path)
     import tensorflow as tf
 
@@ -203,10 +202,7 @@ def _size(path: str) -> int:
 
 def _make_parent_folder(path: str) -> None:
     try:
-        if output_files.is_local(path):
-            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        else:
-            filesystem.make_parent_dirs(path)
+        filesystem.make_parent_dirs(path)
     except OSError as error:
         raise OSError(f"--output_tfrecord: {error.filename or path}: "
                       f"{error.strerror or error}") from None
@@ -278,7 +274,7 @@ def _write_picked(writer: RecordWriter, input_files: list[str], counts: list[int
                                              for name, values in arrays.items()})
                     except OSError as error:
                         raise OSError(f"--output_tfrecord: {writer.path}: "
-                                      f"{output_files.write_error_reason(error)}"
+                                      f"{filesystem.write_error_reason(error)}"
                                       ) from None
             progress.advance(megabytes[path])
 

@@ -40,7 +40,7 @@ def main(argv):
     tool_output.quiet_unless_verbose()
     import tensorflow as tf
 
-    from packed_bert_tf.data import filesystem
+    from packed_bert_tf import filesystem
     from packed_bert_tf.data.records import packing_verification
     from packed_bert_tf.tool_progress import Progress
 

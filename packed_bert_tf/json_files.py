@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from packed_bert_tf import filesystem
+
 
 def check_output_file(path: str, *, flag: str) -> None:
     """Raises ValueError naming the flag unless ``path`` can be written as a file
@@ -12,7 +14,7 @@ def check_output_file(path: str, *, flag: str) -> None:
 
     For the tools to check an output before their work, not after it.
     """
-    if "://" in path:
+    if not filesystem.is_local(path):
         return
     if not path or path.endswith(os.sep) or os.path.isdir(path):
         raise ValueError(f"--{flag}={path}: is a folder, expected a file name")
@@ -29,8 +31,8 @@ def write_json_atomically(path: str, value, *, indent: int | None = 2,
     """Writes ``value`` as JSON under a temporary name, then renames it to ``path``.
 
     Local paths and any filesystem ``tf.io.gfile`` knows (``gs://`` ...) work;
-    the folder is created. A failure leaves no file at ``path`` (nor the
-    temporary one, locally).
+    the folder is created. A failure leaves no file at ``path``, nor the
+    temporary one.
 
     Returns:
       ``path``.
@@ -40,35 +42,15 @@ def write_json_atomically(path: str, value, *, indent: int | None = 2,
 
 
 def write_text_atomically(path: str, text: str) -> str:
-    """Writes ``text`` (UTF-8) under a temporary name, then renames it to ``path``;
-    as `write_json_atomically`, for any text file.
+    """Writes ``text`` (UTF-8) under a temporary name, then renames it to ``path``
+    (`filesystem.open_atomically`); as `write_json_atomically`, for any text file.
 
     Returns:
       ``path``.
 
     Raises:
-      OSError: ``cannot write PATH (why)`` (locally).
+      OSError: ``cannot write PATH (why)``.
     """
-    temporary = f"{path}.tmp-{os.getpid()}"
-    if "://" in path:
-        import tensorflow as tf
-
-        tf.io.gfile.makedirs(os.path.dirname(path))
-        with tf.io.gfile.GFile(temporary, "w") as handle:
-            handle.write(text)
-        tf.io.gfile.rename(temporary, path, overwrite=True)
-        return path
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    try:
-        # newline="": the text's own line ends, "\n", on every platform.
-        with open(temporary, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(temporary, path)
-    except OSError as error:  # a full disk, say: name the file
-        raise OSError(f"cannot write {path} ({error.strerror})") from None
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    with filesystem.open_atomically(path) as handle:
+        handle.write(text)
     return path

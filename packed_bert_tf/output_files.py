@@ -11,7 +11,7 @@ is where each is kept (plain Python: the data tools import no TensorFlow):
   belong together. A second run is refused with the first one's pid and host.
 - `renamed_at_exit`: a file is written under a temporary name and gets its
   own only when the whole run succeeded, together with the run's other
-  outputs; otherwise it is removed.
+  outputs; otherwise it is removed (`filesystem.PendingFile`).
 
 Paths of other file systems (``gs://``, ...) are compared as written and
 never locked: object stores have no exclusive create.
@@ -22,19 +22,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import time
-import uuid
 from typing import Callable, Iterator, Mapping, Sequence
+
+from packed_bert_tf.filesystem import PendingFile, is_local
 
 #: The lock file inside a locked folder.
 LOCK_FILE = ".lock"
-
-
-def is_local(path: str) -> bool:
-    """Whether a path is on the local disk (no ``scheme://``)."""
-    return "://" not in path
 
 
 def _identity(path: str):
@@ -72,7 +67,7 @@ def check_outputs_apart(outputs: Mapping[str, Sequence[str]],
             key = _identity(path)
             if key in seen:
                 other_flag, other_path, kind = seen[key]
-                file = path if "://" in path else os.path.realpath(path)
+                file = os.path.realpath(path) if is_local(path) else path
                 names = ("" if other_path == path else
                          f" as {other_path!r} and {path!r}" if other_flag == flag else
                          f" ({other_path!r} and {path!r})")
@@ -199,37 +194,15 @@ def _is_stale(holder: dict | None, host: str) -> bool:
     return False
 
 
-def temporary_name(path: str) -> str:
-    """Where a file is written before it gets its name: ``PATH.tmp-<random>``
-    (a name every reader of records passes over as unfinished)."""
-    return f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-
-
 @contextlib.contextmanager
 def renamed_at_exit(path: str) -> Iterator[str]:
-    """Yields a temporary name beside local ``path``; when the block ends normally
-    the file written there is renamed to ``path``, otherwise removed.
+    """Yields a temporary name beside ``path`` (`filesystem.PendingFile`); when
+    the block ends normally the file written there is renamed to ``path``,
+    otherwise removed.
 
     Entered in one `contextlib.ExitStack` with a run's record writers, it gets
     its name with them, at the end.
     """
-    temporary = temporary_name(path)
-    try:
-        yield temporary
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(temporary)
-        raise
-    os.replace(temporary, path)
-
-
-def write_error_reason(error: Exception) -> str:
-    """Why a write failed (an `OSError` or TensorFlow's ``OpError``), in a few
-    words: ``File too large``, ``No space left on device`` (TensorFlow's
-    message ends with it, after the file's temporary name)."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    text = getattr(error, "message", None) or str(error)
-    text = re.sub(r"\s*\[Op:\w+\]\s*$", "", text.strip().splitlines()[0])
-    return text.rsplit("; ", 1)[-1].strip() or type(error).__name__
+    with PendingFile(path) as pending:
+        yield pending.temporary
 

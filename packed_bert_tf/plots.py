@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from typing import Sequence
 
 import numpy as np
 
+from packed_bert_tf import filesystem
 from packed_bert_tf.json_files import check_output_file
 from packed_bert_tf.packing.plan import PackingPlan
 
@@ -28,18 +28,15 @@ def check_figure_path(path: str, *, flag: str = "plot") -> None:
 
 
 def save_figure_atomically(figure, path: str, **savefig_kwargs) -> None:
-    """Writes a figure to `path` via a temporary file, so that a failure never
-    leaves a half-written image that looks complete."""
-    folder = os.path.dirname(os.path.abspath(path))
-    suffix = os.path.splitext(path)[1] or ".png"
-    handle, temporary = tempfile.mkstemp(dir=folder, suffix=suffix)
-    os.close(handle)
-    try:
-        figure.savefig(temporary, **savefig_kwargs)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    """Writes a figure to `path` via a temporary file (`filesystem.open_atomically`),
+    so that a failure never leaves a half-written image that looks complete.
+
+    The format is the extension's (none means PNG): the temporary name has
+    another.
+    """
+    image_format = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+    with filesystem.open_atomically(path, "wb") as handle:
+        figure.savefig(handle, **{"format": image_format, **savefig_kwargs})
 
 
 def plot_packing_report(name: str, plans: Sequence[PackingPlan], path: str) -> None:

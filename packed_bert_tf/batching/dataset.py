@@ -42,10 +42,10 @@ import functools
 import numpy as np
 import tensorflow as tf
 
+from packed_bert_tf import filesystem
 from packed_bert_tf.batching.bucketing import Bucketing, BucketSpec, bucket_batches, epoch_rng
 from packed_bert_tf.batching.plan import COSTS
 from packed_bert_tf.batching.sharding import balance_across_workers, plan_pool
-from packed_bert_tf.data import filesystem
 from packed_bert_tf.data.inputs.pretraining_dataset import (
     Shuffling,
     interleave_records,

@@ -62,6 +62,7 @@ from typing import Iterator
 
 from absl import logging
 
+from packed_bert_tf import filesystem
 from packed_bert_tf.data.text_files import utf8_lines
 
 SPLITS = ("train", "dev", "test")
@@ -297,27 +298,11 @@ def _split_format(task: GlueTask, split: str, language: str | None
     return _FORMATS[task.name][split], language
 
 
-def _open_binary(path: str):
-    if "://" in path:
-        # Remote files (gs://...) through TensorFlow, as the reference reads
-        # all of them; local ones without it.
-        import tensorflow as tf
-
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")
-
-
-def _file_exists(path: str) -> bool:
-    if "://" in path:
-        import tensorflow as tf
-
-        return tf.io.gfile.exists(path)
-    return os.path.isfile(path)
-
-
 def _records(path: str) -> Iterator[tuple[int, list[str]]]:
     """(1-based line number, columns) of every line of a TSV file."""
-    with _open_binary(path) as handle:
+    # Remote files (gs://...) through TensorFlow, as the reference reads all
+    # of them; local ones without it.
+    with filesystem.open_file(path, "rb") as handle:
         # quotechar=None: quoting off, as the reference; a record is a line
         # (lines as they are, "\r\n" included: csv's newline="").
         reader = csv.reader(utf8_lines(handle, path), delimiter="\t", quotechar=None)
@@ -345,7 +330,7 @@ def read_examples(task: GlueTask, data_dir: str, split: str, *,
     """
     form, language = _split_format(task, split, language)
     path = task_file(task, data_dir, split, language=language)
-    if not _file_exists(path):
+    if not filesystem.isfile(path):
         raise ValueError(f"{path}: no such file (the {task.name} {split} set, "
                          f"{os.path.relpath(path, data_dir)} in {data_dir})")
     aliases = dict(form.label_aliases)

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 from typing import Iterable, Sequence
 
 import numpy as np
 from absl import logging
 from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
+from packed_bert_tf import filesystem
 from packed_bert_tf.data.text_files import utf8_lines
 
 #: The special tokens every vocabulary needs, in the order a trained one has them.
@@ -311,12 +311,6 @@ def train_wordpiece_vocab(lines: Sequence[str], vocab_size: int, vocab_file: str
     if tuple(token for token, _ in tokens[:len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
         raise RuntimeError("the trained vocabulary does not start with the special "
                            "tokens")
-    temporary = f"{vocab_file}.tmp-{os.getpid()}"
-    try:
-        with open(temporary, "w", encoding="utf-8", newline="\n") as writer:
-            writer.writelines(f"{token}\n" for token, _ in tokens)
-        os.replace(temporary, vocab_file)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    with filesystem.open_atomically(vocab_file) as writer:
+        writer.writelines(f"{token}\n" for token, _ in tokens)
     return {token: index for token, index in tokens}

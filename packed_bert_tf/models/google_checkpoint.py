@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.output_files import write_error_reason
+from packed_bert_tf.filesystem import write_error_reason
 
 # Checkpoint entries that hold optimizer or training state, never weights.
 _OPTIMIZER_STATE = re.compile(

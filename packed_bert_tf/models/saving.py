@@ -11,7 +11,7 @@ fails with one line naming the file before anything is built.
 
 A ``.keras`` file holds no backend: a model saved under TensorFlow loads
 under JAX and computes the same. Local paths are read with plain file
-access (`packed_bert_tf.data.filesystem`), so checking and loading a local
+access (`packed_bert_tf.filesystem`), so checking and loading a local
 file imports no TensorFlow.
 """
 
@@ -22,7 +22,7 @@ import zipfile
 
 import keras
 
-from packed_bert_tf.data import filesystem
+from packed_bert_tf import filesystem
 
 #: The member of a ``.keras`` archive that describes the model.
 CONFIG_MEMBER = "config.json"

@@ -9,18 +9,10 @@ from __future__ import annotations
 import json
 import os
 
+from packed_bert_tf import filesystem
+
 #: What every run_pretraining.py run writes into its output folder.
 TRAIN_SUMMARY_FILE = "train_summary.json"
-
-
-def _file_system(path: str):
-    """``(isdir, exists, open)`` for ``path``: the local ones, or TensorFlow's
-    ``tf.io.gfile`` for a URL (imported only then)."""
-    if "://" not in path:
-        return os.path.isdir, os.path.exists, open
-    import tensorflow as tf
-
-    return tf.io.gfile.isdir, tf.io.gfile.exists, tf.io.gfile.GFile
 
 
 #: What `comparison_table` reads of each run's ``train`` section.
@@ -35,14 +27,13 @@ def load_summary(output_dir: str) -> dict:
       ValueError: naming the folder or file, when the run did not finish, did
         not train, or its summary is not one run_pretraining.py writes.
     """
-    isdir, exists, open_file = _file_system(output_dir)
-    if not isdir(output_dir):
+    if not filesystem.isdir(output_dir):
         raise ValueError(f"{output_dir}: no such run folder")
     path = os.path.join(output_dir, TRAIN_SUMMARY_FILE)
-    if not exists(path):
+    if not filesystem.exists(path):
         raise ValueError(f"{output_dir}: no {TRAIN_SUMMARY_FILE} (did the run finish?)")
     try:
-        with open_file(path) as handle:
+        with filesystem.open_file(path, "rb") as handle:
             summary = json.load(handle)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: not a JSON summary ({error})") from None

@@ -596,7 +596,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer, *,
 
 def write_features(path: str, features: SquadFeatures) -> int:
     """Writes the features to one TFRecord file atomically; returns records written."""
-    from packed_bert_tf.data import filesystem
+    from packed_bert_tf import filesystem
     from packed_bert_tf.data.records import record_files
 
     filesystem.make_parent_dirs(path)

@@ -12,7 +12,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf import output_files
+from packed_bert_tf import filesystem
 
 CHECKPOINT_SUBDIR = "checkpoints"
 
@@ -209,7 +209,7 @@ class TrainingCheckpoints:
             resume = (f"{previous} is intact: a run resumes from it" if previous
                       else "there is no earlier checkpoint")
             raise OSError(f"cannot save checkpoint ckpt-{step} in {self.directory} "
-                          f"({output_files.write_error_reason(error)}); {resume}") from None
+                          f"({filesystem.write_error_reason(error)}); {resume}") from None
         self.saved_step = step
         logging.info("saved checkpoint %s", path)
         return path

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-from packed_bert_tf.data import filesystem
 from packed_bert_tf.data.records import record_codec, record_files
 from packed_bert_tf.data.records.record_format import RecordFormat
 
@@ -89,39 +88,6 @@ def test_corrupt_record_is_located(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(record_files.RecordError, match=r"c.tfrecord: record 3 is corrupt"):
         record_files.read_arrays(str(path), FORMAT)
-
-
-def test_file_patterns(tmp_path):
-    for name in ("b.tfrecord", "a.tfrecord", "c.txt"):
-        (tmp_path / name).write_bytes(b"")
-    files = filesystem.expand_file_patterns(f"{tmp_path}/*.tfrecord,{tmp_path}/a*")
-    assert [f.rsplit("/", 1)[1] for f in files] == ["a.tfrecord", "b.tfrecord"]
-    with pytest.raises(ValueError, match=r"--input_file: '.*/nothing\*' matches no files"):
-        filesystem.expand_file_patterns(f"{tmp_path}/nothing*")
-    with pytest.raises(ValueError, match="--packed is empty"):
-        filesystem.expand_file_patterns("", flag="packed")
-
-
-def test_wildcards_skip_side_files_and_folders_are_named(tmp_path):
-    names = ("part-0.tfrecord", "part-1.tfrecord", "packing_stats.json", "vocab.txt",
-             "part-2.tfrecord.tmp-0a1b2c3d")
-    for name in names:
-        (tmp_path / name).write_bytes(b"")
-    skipped = []
-    files = filesystem.expand_file_patterns(f"{tmp_path}/*", flag="packed", skipped=skipped)
-    assert [f.rsplit("/", 1)[1] for f in files] == ["part-0.tfrecord", "part-1.tfrecord"]
-    assert sorted(s.rsplit("/", 1)[1] for s in skipped) == sorted(names[2:])
-    # Named outright, a side file is kept (and fails later as what it is);
-    # without a list for them, a wildcard keeps them too (the old behaviour).
-    assert filesystem.expand_file_patterns(f"{tmp_path}/vocab.txt", skipped=[]) == [
-        f"{tmp_path}/vocab.txt"]
-    assert len(filesystem.expand_file_patterns(f"{tmp_path}/*")) == len(names)
-    with pytest.raises(ValueError, match=r"^--packed: '.*/\*.json' matches no record files "
-                                         r"\(only packing_stats.json\)$"):
-        filesystem.expand_file_patterns(f"{tmp_path}/*.json", flag="packed", skipped=[])
-    with pytest.raises(ValueError, match=f"^--packed: {tmp_path} is a folder \\(give its "
-                                         f"files, e.g. '{tmp_path}/part-\\*'\\)$"):
-        filesystem.expand_file_patterns(str(tmp_path), flag="packed")
 
 
 def test_the_bytes_are_tensorflows(tmp_path, reader):

@@ -20,7 +20,7 @@ from typing import Sequence
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf.data import filesystem
+from packed_bert_tf import filesystem
 from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
 from packed_bert_tf.data.records import tensorflow_records
 from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat

@@ -154,7 +154,7 @@ def text_files_of(patterns: str | Sequence[str], flag: str = "input_text_file") 
     Raises:
       ValueError: naming the flag, for a pattern that matches nothing.
     """
-    from packed_bert_tf.data.filesystem import expand_file_patterns_with_glob
+    from packed_bert_tf.filesystem import expand_file_patterns_with_glob
 
     return tuple(expand_file_patterns_with_glob(patterns, glob=tf.io.gfile.glob, flag=flag))
 

@@ -15,10 +15,9 @@ does the work, whole batches at a time, without importing TensorFlow (about
 
 Where the extension was not built, or for files that are not local
 (``gs://`` ...), TensorFlow does the same (`packed_bert_tf.data.records.tensorflow_records`);
-`packed_bert_tf.data.filesystem.uses_record_codec` says which, and
-`packed_bert_tf.data.records.record_files` is the interface over both. Both give the same
-arrays and bytes, and name a bad record in the same words (`failure_message`;
-tested).
+`packed_bert_tf.data.records.record_files` says which (`uses_record_codec`)
+and is the interface over both. Both give the same arrays and bytes, and name
+a bad record in the same words (`failure_message`; tested).
 """
 
 from __future__ import annotations

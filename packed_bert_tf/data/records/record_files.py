@@ -4,10 +4,10 @@ The one interface for reading (`iter_array_batches`, `read_arrays`) and
 writing (`RecordWriter`, `write_arrays`) record files. Local files go through
 the C codec (`record_codec`), others (``gs://`` ...) or an install built
 without a C compiler through TensorFlow (`tensorflow_records`, imported only
-then); `filesystem.uses_record_codec` decides. Both give the same arrays,
-write the same bytes and name a bad record the same way (tested). Files are
-written under a temporary name and renamed when complete, so a failed run
-never leaves a file that looks finished.
+then); `uses_record_codec` decides. Both give the same arrays, write the
+same bytes and name a bad record the same way (tested). Files are written
+under a temporary name and renamed when complete (`filesystem.PendingFile`),
+so a failed run never leaves a file that looks finished.
 """
 
 from __future__ import annotations
@@ -16,14 +16,19 @@ from typing import Mapping
 
 import numpy as np
 
-from packed_bert_tf.data import filesystem
+from packed_bert_tf import filesystem
 from packed_bert_tf.data.records import record_codec
 from packed_bert_tf.data.records.record_codec import RecordError
 from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES, RecordFormat
-from packed_bert_tf.output_files import temporary_name
 
 __all__ = ["RecordError", "RecordWriter", "iter_array_batches", "read_arrays",
-           "write_arrays"]
+           "uses_record_codec", "write_arrays"]
+
+
+def uses_record_codec(path: str) -> bool:
+    """Whether the records of `path` are read and written by the C codec (a
+    local path, and the codec built); otherwise TensorFlow does it."""
+    return filesystem.is_local(path) and record_codec.available()
 
 
 def _tensorflow_records():
@@ -59,7 +64,7 @@ def iter_array_batches(path: str, record_format: RecordFormat, *,
     lengths = record_format.feature_lengths()
     if features is not None:
         lengths = {name: lengths[name] for name in features}
-    if filesystem.uses_record_codec(path):
+    if uses_record_codec(path):
         return record_codec.iter_file_batches(path, lengths, batch_size, int_dtype,
                                               reuse_buffers)
     batches = _tensorflow_records().iter_array_batches_with_tensorflow(path, lengths,
@@ -93,10 +98,10 @@ def read_arrays(path: str, record_format: RecordFormat, *,
 class RecordWriter:
     """Writes one TFRecord file, atomically, anywhere `filesystem` reaches.
 
-    Records go to ``PATH.tmp-<random>``; `close` renames it to ``PATH``. Used
-    as a context manager, an exception deletes the temporary file instead.
-    A failure to write (a full disk, a folder gone, a remote error) is an
-    OSError.
+    Records go to ``PATH.tmp-<random>`` (a `filesystem.PendingFile`); `close`
+    renames it to ``PATH``. Used as a context manager, an exception deletes
+    the temporary file instead. A failure to write (a full disk, a folder
+    gone, a remote error) is an OSError.
 
     >>> with RecordWriter(path) as writer:            # doctest: +SKIP
     ...     writer.write_arrays({"input_ids": ids, "masked_lm_weights": w})
@@ -105,12 +110,13 @@ class RecordWriter:
     def __init__(self, path: str):
         self.path = path
         self.num_records = 0
-        self._temporary = temporary_name(path)
-        self._local = filesystem.uses_record_codec(path)
+        self._pending = filesystem.PendingFile(path)
+        self._local = uses_record_codec(path)
         if self._local:
-            self._file = open(self._temporary, "wb")
+            self._file = open(self._pending.temporary, "wb")
         else:
-            self._file = _tensorflow_records().TensorFlowRecordFile(self._temporary)
+            self._file = _tensorflow_records().TensorFlowRecordFile(
+                self._pending.temporary)
 
     def write_arrays(self, features: Mapping[str, np.ndarray]) -> None:
         """Writes one record per row of the [N, K] arrays (weights as float)."""
@@ -132,11 +138,11 @@ class RecordWriter:
 
     def close(self) -> None:
         self._file.close()
-        filesystem.rename(self._temporary, self.path)
+        self._pending.commit()
 
     def abort(self) -> None:
         self._file.close()
-        filesystem.remove_if_exists([self._temporary])
+        self._pending.discard()
 
     def __enter__(self):
         return self
