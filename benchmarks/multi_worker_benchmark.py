@@ -46,7 +46,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def write_data(folder: pathlib.Path) -> tuple[str, str]:
     """Four packed shards of synthetic sequences and a tiny model's config."""
-    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
     from packed_bert_tf.data.records import record_files, synthetic_records
     from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE, RecordFormat
     from packed_bert_tf.models import BertConfig
@@ -57,13 +57,13 @@ def write_data(folder: pathlib.Path) -> tuple[str, str]:
     sequences = packs = 0
     for index in range(4):
         lengths = rng.integers(8, S + 1, 600)
-        batch = SequenceBatch.from_unpacked_arrays(synthetic_records.unpacked_arrays(
+        compact = compact_records(synthetic_records.unpacked_arrays(
             lengths, max_seq_length=S, max_predictions_per_seq=P, vocab_size=5000,
             seed=index))
-        assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
-                                      seed=index)
+        assignment = assign_sequences(compact["lengths"],
+                                      pack_lengths(compact["lengths"], S, D), seed=index)
         record_files.write_arrays(str(folder / f"packed-{index}.tfrecord"),
-                               pack_sequences(batch, assignment, packed_format))
+                               pack_records(compact, assignment, packed_format))
         sequences, packs = sequences + len(lengths), packs + len(assignment)
     (folder / PACKING_STATS_FILE).write_text(json.dumps(
         {"packing_factor": sequences / packs, "sequences": sequences, "packs": packs}))

@@ -15,6 +15,7 @@ from packed_bert_tf.packing.assign import (
                                         PackAssignment,
                                         assign_sequences,
                                         pack_assignment,
+                                        replan_overflowing_packs,
                                         rows_of_packs,
 )
 from packed_bert_tf.packing.histograms import LengthHistogram, load_histogram
@@ -25,5 +26,5 @@ __all__ = [
     "ALGORITHMS", "LengthHistogram", "PackAssignment", "PackingPlan",
     "assign_sequences", "format_plan_table", "histogram_from_lengths",
     "load_histogram", "pack_assignment", "pack_histogram", "pack_lengths",
-    "rows_of_packs",
+    "replan_overflowing_packs", "rows_of_packs",
 ]

@@ -189,6 +189,77 @@ def pack_assignment(lengths, max_sequence_length: int, max_sequences_per_pack: i
     return assign_sequences(lengths, plan, seed=seed)
 
 
+def replan_overflowing_packs(packs: PackAssignment, lengths, counts, *, limit: int,
+                             max_sequence_length: int, max_sequences_per_pack: int,
+                             algorithm: str = "optimal", seed: int = 0
+                             ) -> tuple[PackAssignment, int]:
+    """Packs whose sequences hold more than `limit` of a per-sequence count
+    in all (masked-LM predictions against a pack's M slots) are re-planned.
+
+    The sequences of such packs are packed again on their own (`pack_lengths`
+    with `algorithm`, then `assign_sequences` with `seed`), which keeps most of
+    the packing; whatever still overflows goes one sequence per pack, which
+    always fits. Nothing is truncated or dropped. The packs that fit come
+    first, in their order, then the re-planned ones; with nothing over the
+    limit the packs come back unchanged.
+
+    Args:
+      packs: the packs, over sequences ``0..N-1`` of `lengths` and `counts`
+        (any subset of them).
+      lengths: [N] tokens per sequence.
+      counts: [N] the count per sequence.
+      limit: the most a pack may hold in all.
+      max_sequence_length: S of the re-plan.
+      max_sequences_per_pack: D of the re-plan.
+      algorithm: a `packed_bert_tf.packing.ALGORITHMS` name, for the re-plan.
+      seed: which re-planned sequence of a length goes where.
+
+    Returns:
+      The new assignment and the number of sequences re-planned.
+
+    Raises:
+      ValueError: when one sequence alone holds more than `limit`.
+
+    Example:
+      >>> packs = PackAssignment.from_sequences_per_pack([2, 2], [0, 1, 2, 3])
+      >>> fixed, moved = replan_overflowing_packs(
+      ...     packs, [2, 2, 2, 2], [1, 1, 3, 2], limit=4, max_sequence_length=4,
+      ...     max_sequences_per_pack=2)
+      >>> [sorted(map(int, pack)) for pack in fixed], moved
+      ([[0, 1], [2], [3]], 2)
+    """
+    lengths, counts = np.asarray(lengths), np.asarray(counts)
+    if counts.size and counts.max() > limit:
+        worst = int(np.argmax(counts))
+        raise ValueError(f"sequence {worst} holds {counts[worst]} on its own, more than "
+                         f"the {limit} a pack may hold")
+    final: list[tuple[np.ndarray, np.ndarray]] = []  # (depths, sequence indices)
+    pending, replanned = packs, 0
+    for replan in (True, False):
+        depths = pending.sequences_per_pack
+        fits = pending.sum_per_pack(counts[pending.sequence_indices]) <= limit
+        keep = np.repeat(fits, depths)
+        final.append((depths[fits], pending.sequence_indices[keep]))
+        released = pending.sequence_indices[~keep]
+        pending = None
+        if not released.size:
+            break
+        if replan:
+            replanned = int(released.size)
+            plan = pack_lengths(lengths[released], max_sequence_length,
+                                max_sequences_per_pack, algorithm)
+            local = assign_sequences(lengths[released], plan, seed=seed)
+            pending = PackAssignment(local.row_splits, released[local.sequence_indices])
+        else:
+            pending = PackAssignment.from_sequences_per_pack(np.ones_like(released),
+                                                             released)
+    if pending is not None:
+        final.append((pending.sequences_per_pack, pending.sequence_indices))
+    return PackAssignment.from_sequences_per_pack(
+        np.concatenate([d for d, _ in final]),
+        np.concatenate([i for _, i in final])), replanned
+
+
 def rows_of_packs(pack_index, num_packs: int) -> np.ndarray:
     """[P] the output row of each pack, from the outputs' ``pack_index`` [N]
     (-1 for padding rows, ignored; any order): how a task unpacks a model's

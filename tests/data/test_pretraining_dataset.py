@@ -5,7 +5,12 @@ import tensorflow as tf
 from packed_bert_tf.data.inputs import pretraining_dataset
 from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
 from packed_bert_tf.data.inputs.pretraining_dataset import ReplicaBatches, Shuffling
-from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences, unpack_records
+from packed_bert_tf.data.packed.packed_rows import PackSpec, concatenate, fingerprints
+from packed_bert_tf.data.packed.pretraining_records import (
+    compact_records,
+    pack_records,
+    unpack_records,
+)
 from packed_bert_tf.data.records import record_files
 from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.packing import assign_sequences, pack_lengths
@@ -42,10 +47,11 @@ def test_unpacked_records_come_out_in_the_packed_layout(unpacked_files):
 
 def test_packed_reader_returns_exactly_what_was_written(tmp_path, unpacked_files):
     raw = record_files.read_arrays(unpacked_files[1], RecordFormat.unpacked(S, P))
-    batch = SequenceBatch.from_unpacked_arrays(raw)
+    sequences = compact_records(raw)
     packed_format = RecordFormat.packed(S, P + 2, 3)
-    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, 3), seed=0)
-    written = pack_sequences(batch, packs, packed_format)
+    lengths = sequences["lengths"]
+    packs = assign_sequences(lengths, pack_lengths(lengths, S, 3), seed=0)
+    written = pack_records(sequences, packs, packed_format)
     path = str(tmp_path / "packed.tfrecord")
     record_files.write_arrays(path, written)
     dataset = pretraining_dataset.pretraining_dataset(path, batch_size=8, is_training=False)
@@ -188,14 +194,16 @@ def test_unpacked_records_packed_on_the_fly_hold_each_record_once_per_epoch(unpa
     assert packs["next_sentence_weights"].shape[1] == 3
     assert packs["masked_lm_ids"].shape[1] == P + 2
     sequences, _ = unpack_records(packs)
-    records = SequenceBatch.concatenate([SequenceBatch.from_unpacked_arrays(
+    records = concatenate([compact_records(
         record_files.read_arrays(path, RecordFormat.unpacked(S, P))) for path in unpacked_files])
     # Whole batches only: all but fewer than 8 packs' sequences.
-    fingerprints = records.fingerprints()
-    assert np.isin(sequences.fingerprints(), fingerprints).all()
-    assert len(np.unique(sequences.fingerprints())) == len(sequences)
-    assert len(sequences) > len(records) - 8 * 3
-    assert len(packs["input_ids"]) < len(records) / 1.3
+    spec = PackSpec.pretraining(P + 2)
+    packed_prints = fingerprints(spec, sequences)
+    assert np.isin(packed_prints, fingerprints(spec, records)).all()
+    count, records_count = sequences["lengths"].size, records["lengths"].size
+    assert len(np.unique(packed_prints)) == count
+    assert count > records_count - 8 * 3
+    assert len(packs["input_ids"]) < records_count / 1.3
 
 
 @pytest.mark.parametrize("num_files", [3, 1])

@@ -93,7 +93,7 @@ def test_every_varint_width_equals_the_protobuf_library(encode_examples, values)
 
 @pytest.mark.parametrize("encode_examples", ENCODERS)
 def test_packed_records_equal_the_protobuf_library(encode_examples):
-    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
     from packed_bert_tf.data.records import synthetic_records
     from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES, RecordFormat
     from packed_bert_tf.packing import assign_sequences, pack_lengths
@@ -101,9 +101,10 @@ def test_packed_records_equal_the_protobuf_library(encode_examples):
     lengths = np.random.default_rng(0).integers(5, 129, 300)
     arrays = synthetic_records.unpacked_arrays(lengths, max_seq_length=128,
                                                max_predictions_per_seq=20, seed=0)
-    batch = SequenceBatch.from_unpacked_arrays(arrays)
-    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, 128, 3), seed=0)
-    features = pack_sequences(batch, packs, RecordFormat.packed(128, 22, 3))
+    sequences = compact_records(arrays)
+    lengths = sequences["lengths"]
+    packs = assign_sequences(lengths, pack_lengths(lengths, 128, 3), seed=0)
+    features = pack_records(sequences, packs, RecordFormat.packed(128, 22, 3))
     buffer, offsets = encode_examples(features, float_features=FLOAT_FEATURE_NAMES)
     assert offsets.size == len(packs) + 1 and offsets[-1] == buffer.size
     for row in range(0, len(packs), 7):

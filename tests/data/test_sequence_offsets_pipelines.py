@@ -19,7 +19,7 @@ from packed_bert_tf.data.inputs.pretraining_dataset import (
     with_sequence_offsets,
 )
 from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
-from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
 from packed_bert_tf.data.records import record_files, synthetic_records
 from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.packing import assign_sequences, pack_lengths
@@ -68,11 +68,12 @@ def records(tmp_path_factory):
                                                max_predictions_per_seq=P, vocab_size=5000, seed=3)
     unpacked = str(folder / "unpacked.tfrecord")
     record_files.write_arrays(unpacked, arrays)
-    batch = SequenceBatch.from_unpacked_arrays(arrays)
-    packs = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D), seed=0)
+    sequences = compact_records(arrays)
+    packs = assign_sequences(sequences["lengths"], pack_lengths(sequences["lengths"], S, D),
+                             seed=0)
     packed = str(folder / "packed.tfrecord")
-    record_files.write_arrays(packed, pack_sequences(batch, packs,
-                                                     RecordFormat.packed(S, P + D - 1, D)))
+    record_files.write_arrays(packed, pack_records(sequences, packs,
+                                                   RecordFormat.packed(S, P + D - 1, D)))
     return unpacked, packed
 
 

@@ -9,6 +9,8 @@ from packed_bert_tf.packing import (
     histogram_from_lengths,
     pack_assignment,
     pack_histogram,
+    pack_lengths,
+    replan_overflowing_packs,
 )
 
 
@@ -144,3 +146,42 @@ def test_pack_assignment_packs_each_example_once_or_lays_them_out_unpacked():
     assert [pack.tolist() for pack in unpacked] == [[i] for i in range(lengths.size)]
     for packed_or_not in (True, False):
         assert len(pack_assignment(np.zeros(0, np.int64), 8, 3, packed=packed_or_not)) == 0
+
+
+def test_overflowing_packs_are_replanned_not_truncated():
+    # Sequences of 10 tokens, 6 predictions each: three fit in 32 tokens but
+    # not in 8 prediction slots.
+    lengths, counts = np.full(9, 10), np.full(9, 6)
+    packs = assign_sequences(lengths, pack_lengths(lengths, 32, 3), seed=0)
+    assert packs.sequences_per_pack.max() == 3
+    fixed, replanned = replan_overflowing_packs(packs, lengths, counts, limit=8,
+                                                max_sequence_length=32,
+                                                max_sequences_per_pack=3)
+    assert replanned == 9 and len(fixed) == 9  # re-planned, then one per pack
+    np.testing.assert_array_equal(np.sort(fixed.sequence_indices), np.arange(9))
+    with pytest.raises(ValueError, match="sequence 0 holds 9 on its own, more than the "
+                                         "8 a pack may hold"):
+        replan_overflowing_packs(packs, lengths, np.full(9, 9), limit=8,
+                                 max_sequence_length=32, max_sequences_per_pack=3)
+
+
+def test_replanning_keeps_the_packs_that_fit_and_packs_the_rest_again():
+    # Pairs of 16-token sequences: (heavy, light) packs overflow 12 slots,
+    # (light, light) ones fit.
+    lengths = np.full(8, 16)
+    counts = np.array([10, 3, 10, 3, 3, 3, 10, 10])
+    packs = PackAssignment.from_sequences_per_pack([2, 2, 2, 2], np.arange(8))
+    unchanged, none = replan_overflowing_packs(packs, lengths, np.ones(8, np.int64),
+                                               limit=12, max_sequence_length=32,
+                                               max_sequences_per_pack=2)
+    assert none == 0
+    np.testing.assert_array_equal(unchanged.row_splits, packs.row_splits)
+    np.testing.assert_array_equal(unchanged.sequence_indices, packs.sequence_indices)
+    fixed, replanned = replan_overflowing_packs(packs, lengths, counts, limit=12,
+                                                max_sequence_length=32,
+                                                max_sequences_per_pack=2, seed=6)
+    assert replanned == 6
+    # The pack that fit first; the re-plan (seed 6) pairs the two released
+    # lights; the heavy ones, which overflow whatever their partner, go alone.
+    # Splitting the three overflowing packs would give 7 packs.
+    assert [pack.tolist() for pack in fixed] == [[4, 5], [3, 1], [2], [7], [0], [6]]

@@ -4,7 +4,7 @@ the small unpacked dataset, the options of a short run (S = 64)."""
 import json
 import pathlib
 
-from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
 from packed_bert_tf.data.records import record_files
 from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE, RecordFormat
 from packed_bert_tf.models import BertConfig
@@ -27,14 +27,13 @@ def pack_files(unpacked_files, folder: pathlib.Path) -> list:
     packed_format = RecordFormat.packed(S, P + D - 1, D)
     paths, sequences, packs = [], 0, 0
     for index, path in enumerate(unpacked_files):
-        batch = SequenceBatch.from_unpacked_arrays(
-            record_files.read_arrays(path, RecordFormat.unpacked(S, P)))
-        assignment = assign_sequences(batch.lengths, pack_lengths(batch.lengths, S, D),
-                                      seed=index)
+        compact = compact_records(record_files.read_arrays(path, RecordFormat.unpacked(S, P)))
+        lengths = compact["lengths"]
+        assignment = assign_sequences(lengths, pack_lengths(lengths, S, D), seed=index)
         out = str(folder / f"packed-{index:03d}.tfrecord")
-        record_files.write_arrays(out, pack_sequences(batch, assignment, packed_format))
+        record_files.write_arrays(out, pack_records(compact, assignment, packed_format))
         paths.append(out)
-        sequences += len(batch.lengths)
+        sequences += lengths.size
         packs += len(assignment)
     (folder / PACKING_STATS_FILE).write_text(json.dumps(
         {"packing_factor": sequences / packs, "sequences": sequences, "packs": packs}))

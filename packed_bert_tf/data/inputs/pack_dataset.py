@@ -37,24 +37,8 @@ from packed_bert_tf.data.packed.packed_rows import (
     lay_out,
     take,
 )
-from packed_bert_tf.packing import PackAssignment
+from packed_bert_tf.packing import PackAssignment, replan_overflowing_packs
 from packed_bert_tf.packing.streaming_packer import STATE_KEYS, StreamingPacker
-
-
-def split_overflowing(packs: PackAssignment, counts: np.ndarray, limit: int
-                      ) -> tuple[PackAssignment, int]:
-    """Packs whose sequences hold more than `limit` predictions in all are
-    split into one pack per sequence (each fits on its own). Returns the new
-    assignment and the number of packs split."""
-    per_pack = packs.sum_per_pack(counts[packs.sequence_indices])
-    over = per_pack > limit
-    if not over.any():
-        return packs, 0
-    depths = packs.sequences_per_pack
-    split = np.repeat(over, depths)
-    new_depths = np.concatenate([depths[~over], np.ones(int(split.sum()), np.int64)])
-    order = np.concatenate([packs.sequence_indices[~split], packs.sequence_indices[split]])
-    return PackAssignment.from_sequences_per_pack(new_depths, order), int(over.sum())
 
 
 # ------------------------------------------------------------------ tf side
@@ -112,7 +96,9 @@ def pack_dataset(dataset: tf.data.Dataset, *, max_sequence_length: int,
       shapes; the generated features (sequence index, positions, starts,
       slots) are int32, the others keep the examples' dtypes. Every example
       is in exactly one pack, whole; a finite dataset's last examples are
-      flushed into packs at its end.
+      flushed into packs at its end. The sequences of a pack that would hold
+      more than M predictions are re-planned, as the offline packer does
+      (`packed_bert_tf.packing.replan_overflowing_packs`).
       ``packed_bert_tf.data.inputs.pretraining_dataset.with_sequence_offsets(packs,
       packing.max_sequences_per_pack)`` adds the sequence offsets.
 
@@ -227,11 +213,15 @@ class PackingSteps:
         rows = np.searchsorted(pool_indices, packs.sequence_indices)
         packs = PackAssignment(packs.row_splits, rows)
         if spec.predictions:
-            packs, split = split_overflowing(packs, pool["prediction_counts"],
-                                             spec.max_predictions_per_pack)
-            if split:
-                logging.warning("pack_dataset: %d pack(s) held more than %d predictions; "
-                                "their sequences went one per pack", split,
+            # As the offline packer: the overflowing packs' sequences are
+            # packed again, which keeps most of the packing.
+            packs, replanned = replan_overflowing_packs(
+                packs, pool["lengths"], pool["prediction_counts"],
+                limit=spec.max_predictions_per_pack, max_sequence_length=self.S,
+                max_sequences_per_pack=self.D, seed=self.packer_options["seed"])
+            if replanned:
+                logging.warning("pack_dataset: %d sequence(s) re-planned into new packs: "
+                                "their packs held more than %d predictions", replanned,
                                 spec.max_predictions_per_pack)
         emitted = take(spec, pool, packs.sequence_indices)
         kept = pool

@@ -1,2 +1,3 @@
-"""The packed layout: packs laid out as rows (`packed_rows`) and sequences
-packed into records and unpacked again (`sequence_batch`), in numpy."""
+"""The packed layout: sequences in compact form laid out as rows and back
+(`packed_rows`), pre-training records to the compact form and back
+(`pretraining_records`), in numpy."""

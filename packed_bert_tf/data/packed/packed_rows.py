@@ -5,10 +5,12 @@ M prediction slots per row, T tokens and Q predictions of all sequences.
 
 A task says what its sequences carry in a `PackSpec`; `lay_out` writes
 sequences in compact form (real tokens only) into rows. The offline packer
-of pre-training records (`packed_bert_tf.data.packed.sequence_batch.pack_sequences`),
+of pre-training records (`packed_bert_tf.data.packed.pretraining_records`),
 packing on the fly (`packed_bert_tf.data.inputs.pack_dataset.pack_dataset`), SQuAD and
 classification (`pack_rows`) all go through it, so one spec gives one
-layout whichever path packed the rows.
+layout whichever path packed the rows. `unpack_rows` is its inverse and
+checks every rule of the layout; `fingerprints` hash compact sequences, to
+prove that a packing kept each one exactly once.
 
 A pack of two sequences under SQuAD's spec (S = 12, D = 2; a = sequence 7,
 b = sequence 3)::
@@ -25,10 +27,13 @@ b = sequence 3)::
     sequence_slot[7] = 0, sequence_offset[7] = 0
     sequence_slot[3] = 1, sequence_offset[3] = 5
 
-Compact form, what travels between the stages (a dict of flat arrays):
-``lengths`` [N]; each token feature [T]; each per-sequence feature [N]; with
-predictions, ``prediction_counts`` [N] and each prediction feature but the
-weights [Q] (the weights are generated).
+Compact form, the project's one form of unpacked sequences, what travels
+between the stages of every packing path (a dict of flat arrays, the spec
+saying what each one is): ``lengths`` [N]; each token feature [T]; each
+per-sequence feature [N]; with predictions, ``prediction_counts`` [N] and each
+prediction feature but the weights [Q] (the weights are generated), positions
+counted from the sequence's first token. `compact` makes it from unpacked
+examples; `take`, `keep_rows` and `concatenate` select and join sequences.
 
 numpy only: the data-preparation tools and their workers use it without
 TensorFlow.
@@ -179,13 +184,30 @@ class PackSpec:
 
 # --------------------------------------------------------------- compact form
 def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: int,
-            skip_long: bool) -> tuple[dict, int]:
+            skip_long: bool, *, source: str | None = None) -> tuple[dict, int]:
     """Dense unpacked examples [C, ...] -> compact arrays (real tokens only).
 
-    Returns the arrays and the number of examples skipped as too long.
+    The arrays share no memory with `dense` (whose buffers may be reused).
 
-    Raises ValueError naming the stream index of a bad example.
+    Args:
+      spec: what the examples carry.
+      dense: name -> [C, ...] array of each feature the spec reads.
+      first_index: the index of the first example, in error messages.
+      max_sequence_length: S; a longer example is refused or skipped.
+      skip_long: skip (and count) the examples longer than S.
+      source: where the examples come from (a file): errors name
+        ``SOURCE: record I``; by default ``example I of the stream``.
+
+    Returns:
+      The compact arrays and the number of examples skipped as too long.
+
+    Raises:
+      ValueError: naming the index (and source) of the first bad example.
     """
+    def which(index):
+        return f"{source}: record {index}" if source is not None \
+            else f"example {index} of the stream"
+
     mask = np.asarray(dense[spec.length]) != 0
     count, width = mask.shape
     lengths = mask.sum(axis=1)
@@ -193,18 +215,18 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
     is_run = (lengths == width) | (np.argmin(mask, axis=1) == lengths)
     bad = np.flatnonzero(~is_run | (lengths == 0))
     if bad.size:
-        raise ValueError(f"example {first_index + bad[0]} of the stream: {spec.length} "
-                         f"is not a non-empty run of nonzero values followed by 0s")
+        raise ValueError(f"{which(first_index + bad[0])}: {spec.length} is not a "
+                         f"non-empty run of nonzero values followed by 0s")
     long = lengths > max_sequence_length
     skipped = 0
     stream_index = first_index + np.arange(count)  # of each example still here
     if long.any():
         if not skip_long:
             index = int(np.argmax(long))
-            raise ValueError(f"example {first_index + index} of the stream has "
-                             f"{lengths[index]} tokens, more than max_sequence_length="
-                             f"{max_sequence_length} (skip_long_sequences=True skips "
-                             f"such examples and counts them)")
+            raise ValueError(f"{which(first_index + index)} has {lengths[index]} tokens, "
+                             f"more than max_sequence_length={max_sequence_length} "
+                             f"(skip_long_sequences=True skips such examples and counts "
+                             f"them)")
         skipped = int(long.sum())
         keep = ~long
         dense = {name: np.asarray(value)[keep] for name, value in dense.items()}
@@ -213,7 +235,7 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
     for name in spec.tokens:
         out[name] = np.asarray(dense[name])[mask]  # the mask is the prefix
     for name in spec.per_sequence:
-        out[name] = np.asarray(dense[name]).reshape(len(lengths))
+        out[name] = np.array(dense[name]).reshape(len(lengths))  # a copy
     if spec.predictions:
         weights = np.asarray(dense[spec.predictions[-1]])
         real = weights > 0
@@ -223,9 +245,9 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
         bad = np.flatnonzero((real != first_real).any(axis=1) | (
             real & ((positions < 0) | (positions >= lengths[:, None]))).any(axis=1))
         if bad.size:
-            raise ValueError(f"example {stream_index[bad[0]]} of the stream: its "
-                             f"real predictions ({spec.predictions[-1]} > 0) are not "
-                             f"first, or a position lies outside the sequence")
+            raise ValueError(f"{which(stream_index[bad[0]])}: its real predictions "
+                             f"({spec.predictions[-1]} > 0) are not first, or a position "
+                             f"lies outside the sequence")
         out["prediction_counts"] = counts.astype(np.int64)
         for name in spec.predictions[:-1]:
             out[name] = np.asarray(dense[name])[real]
@@ -233,8 +255,8 @@ def compact(spec: PackSpec, dense: dict, first_index: int, max_sequence_length: 
         inside = (out[name] >= 0) & (out[name] < lengths)
         if not inside.all():
             index = int(np.argmin(inside))
-            raise ValueError(f"example {stream_index[index]} of the stream: {name} "
-                             f"{out[name][index]} lies outside its {lengths[index]} tokens")
+            raise ValueError(f"{which(stream_index[index])}: {name} {out[name][index]} "
+                             f"lies outside its {lengths[index]} tokens")
     return out, skipped
 
 
@@ -294,6 +316,50 @@ def keep_rows(spec: PackSpec, arrays: dict, keep: np.ndarray) -> dict:
 def concatenate(parts) -> dict:
     """Compact arrays of several groups of sequences, one group after the other."""
     return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+
+
+def fingerprints(spec: PackSpec, arrays: dict) -> np.ndarray:
+    """[N] uint64 hash of everything in each compact sequence.
+
+    Equal sequences have equal fingerprints, whatever the arrays' integer
+    types and the spec's M (what a sequence carries counts, not the room in
+    a row); different ones collide with probability about 2**-64 per pair.
+    Positions are the sequence's own (compact form), so a sequence keeps its
+    fingerprint in whichever pack it lands: how packing is proved to keep
+    every sequence exactly once.
+    """
+    lengths = np.asarray(arrays["lengths"])
+    with np.errstate(over="ignore"):
+        hashes = _ragged_hash(_mixed([arrays[name] for name in spec.tokens], lengths.sum()),
+                              lengths) * np.uint64(0x9E3779B97F4A7C15)
+        if spec.predictions:
+            counts = np.asarray(arrays["prediction_counts"])
+            hashes ^= _ragged_hash(_mixed([arrays[name] for name in spec.predictions[:-1]],
+                                          counts.sum()), counts) * np.uint64(0xC2B2AE3D27D4EB4F)
+        return hashes ^ _mixed([lengths] + [arrays[name] for name in spec.per_sequence],
+                               lengths.size)
+
+
+def _mixed(columns, size) -> np.ndarray:
+    """[size] uint64: the values of several integer columns mixed into one, in order."""
+    mixed = np.zeros(int(size), np.uint64)
+    with np.errstate(over="ignore"):
+        for column in columns:
+            mixed = (mixed ^ np.asarray(column).astype(np.uint64)) * np.uint64(0x100000001B3)
+    return mixed
+
+
+def _ragged_hash(values: np.ndarray, row_lengths: np.ndarray) -> np.ndarray:
+    """Polynomial hash modulo 2**64 of each row of a ragged uint64 array."""
+    base = np.uint64(0x100000001B3)
+    max_len = int(row_lengths.max(initial=0))
+    with np.errstate(over="ignore"):
+        powers = np.cumprod(np.full(max(max_len, 1), base, dtype=np.uint64))
+        mixed = (values ^ np.uint64(0x5851F42D4C957F2D)) * powers[
+            ragged.position_in_row(row_lengths)]
+    hashes = np.zeros(row_lengths.size, dtype=np.uint64)
+    np.add.at(hashes, ragged.row_of_elements(row_lengths), mixed)
+    return hashes
 
 
 # --------------------------------------------------------------------- layout
@@ -440,6 +506,151 @@ class RowShape:
     packed: bool = True
 
 
+def lay_out_packs(spec: PackSpec, arrays: dict, packs: PackAssignment, shape: RowShape,
+                  dtypes: dict) -> dict:
+    """Compact sequences (in sequence order) -> the packs of an assignment:
+    name -> [P, ...], pack k holding the sequences ``packs[k]`` in that order.
+
+    The assignment may hold any of the sequences (a share of a dataset's
+    packs, written a few thousand at a time). `dtypes` as `lay_out` takes them.
+
+    Raises:
+      ValueError: naming the first pack that holds more tokens, sequences or
+        predictions than a row has room for (`check_fits`).
+    """
+    in_pack_order = take(spec, arrays, packs.sequence_indices)
+    depths = packs.sequences_per_pack
+    check_fits(spec, in_pack_order, depths, shape.max_sequence_length,
+               shape.max_sequences_per_pack)
+    return lay_out(spec, in_pack_order, depths, shape.max_sequence_length,
+                   shape.max_sequences_per_pack, dtypes)
+
+
+def unpack_rows(spec: PackSpec, rows: dict, *, source: str = "records",
+                first_row: int = 0) -> tuple[dict, np.ndarray]:
+    """Packs laid out by the spec -> their sequences in compact form, checking
+    every rule of the layout on the way (the inverse of `lay_out`).
+
+    Args:
+      spec: how the rows were laid out.
+      rows: name -> [R, ...], every feature of `PackSpec.output_shapes`.
+      source: where the rows come from (a file), in error messages.
+      first_row: the index of the first row, in error messages.
+
+    Returns:
+      The compact arrays of the sequences, row by row, in pack order, and the
+      row index of each ([N], counted from `first_row`).
+
+    Raises:
+      ValueError: ``SOURCE: record I: RULE``, the first row that breaks a rule:
+        the sequence index not 1..k in contiguous runs then 0s, the position
+        ids not restarting at 0 in each sequence, a token feature not 0 on
+        padding, the starts or slots not matching the sequences, a
+        per-sequence value in an empty slot, an offset outside its sequence,
+        prediction slots not filled in order, a prediction's weight not the
+        sequence index of the token it points at, a value in an empty slot.
+    """
+    sequence_index = np.asarray(rows[spec.sequence_index]).astype(np.int64)
+    num_rows, width = sequence_index.shape
+    columns = np.arange(width)[None, :]
+
+    def fail(bad_rows, rule):
+        bad_rows = np.flatnonzero(bad_rows)
+        if bad_rows.size:
+            raise ValueError(f"{source}: record {first_row + bad_rows[0]}: {rule}")
+
+    # 1 1 1 2 2 0 0: non-decreasing by steps of 0 or 1 from 1, then 0s.
+    tokens_in_row = (sequence_index > 0).sum(axis=1)
+    in_prefix = columns < tokens_in_row[:, None]
+    fail((sequence_index > 0) != in_prefix,
+         f"{spec.sequence_index} has padding before real tokens")
+    fail(tokens_in_row == 0, "the record holds no tokens")
+    steps = np.diff(sequence_index, axis=1)
+    fail(((steps != 0) & (steps != 1) & in_prefix[:, 1:]).any(axis=1)
+         | (sequence_index[:, 0] != 1),
+         f"{spec.sequence_index} does not number the sequences 1, 2, ... in order")
+    is_start = in_prefix & np.concatenate([np.ones((num_rows, 1), bool), steps == 1],
+                                          axis=1)
+    depths = is_start.sum(axis=1)
+    start_of_token = np.maximum.accumulate(np.where(is_start, columns, 0), axis=1)
+    fail((np.asarray(rows[spec.position_ids])
+          != np.where(in_prefix, columns - start_of_token, 0)).any(axis=1),
+         f"{spec.position_ids} do not restart at 0 in each sequence (or are not 0 on "
+         f"padding)")
+    for name in spec.tokens:
+        fail(((np.asarray(rows[name]) != 0) & ~in_prefix).any(axis=1),
+             f"{name} is not 0 on padding")
+
+    max_depth = np.asarray(rows[spec.slots]).shape[1]
+    fail(depths > max_depth, f"more than {max_depth} sequences")
+    row_of_sequence, start = np.nonzero(is_start)
+    slot = ragged.position_in_row(depths)
+    used_slot = np.arange(max_depth)[None, :] < depths[:, None]
+    if spec.starts:
+        expected = np.zeros((num_rows, max_depth), np.int64)
+        expected[row_of_sequence, slot] = start
+        fail((np.asarray(rows[spec.starts]) != expected).any(axis=1),
+             f"{spec.starts} are not the sequences' first tokens")
+    fail((np.asarray(rows[spec.slots]) != used_slot).any(axis=1),
+         f"{spec.slots} are not 1 for each sequence and 0 after")
+    for name in spec.per_sequence:
+        fail(((np.asarray(rows[name]) != 0) & ~used_slot).any(axis=1),
+             f"{name} set for an empty slot")
+
+    ends = np.empty_like(start)
+    last_of_row = np.cumsum(depths) - 1
+    ends[:-1] = start[1:]
+    ends[last_of_row] = tokens_in_row[row_of_sequence[last_of_row]]
+    lengths = ends - start
+    out = {"lengths": lengths}
+    for name in spec.tokens:
+        out[name] = np.asarray(rows[name])[in_prefix]
+    for name in spec.per_sequence:
+        values = np.asarray(rows[name])[row_of_sequence, slot]
+        if name in spec.offsets:
+            values = values - start.astype(values.dtype)
+            outside = np.zeros(num_rows, bool)
+            outside[row_of_sequence[(values < 0) | (values >= lengths)]] = True
+            fail(outside, f"{name} lies outside its sequence")
+        out[name] = values
+    if spec.predictions:
+        _unpack_predictions(spec, rows, sequence_index, depths, start, out, fail)
+    return out, first_row + row_of_sequence
+
+
+def _unpack_predictions(spec: PackSpec, rows: dict, sequence_index, depths, start,
+                        out: dict, fail) -> None:
+    """`unpack_rows`' prediction slots: checked, then cut into `out`'s
+    ``prediction_counts`` and prediction features (positions in the sequence)."""
+    positions_name, weights_name = spec.predictions[0], spec.predictions[-1]
+    weights = np.asarray(rows[weights_name])
+    fail((weights != np.rint(weights)).any(axis=1) | (weights < 0).any(axis=1),
+         f"{weights_name} are not sequence indices")
+    weights = np.rint(weights).astype(np.int64)
+    real = weights > 0
+    filled = np.arange(real.shape[1])[None, :] < real.sum(axis=1)[:, None]
+    fail((real != filled).any(axis=1), "prediction slots are not filled first-to-last")
+    for name in spec.predictions[:-1]:
+        fail(((np.asarray(rows[name]) != 0) & ~real).any(axis=1),
+             f"{name} is not 0 in an empty prediction slot")
+    positions = np.asarray(rows[positions_name]).astype(np.int64)
+    width = sequence_index.shape[1]
+    token_sequence = np.take_along_axis(sequence_index, np.clip(positions, 0, width - 1),
+                                        axis=1)
+    fail((real & ((positions < 0) | (positions >= width)
+                  | (token_sequence != weights))).any(axis=1),
+         f"a {weights_name} value is not the sequence index of the token it points at")
+    fail((real[:, 1:] & (weights[:, 1:] < weights[:, :-1])).any(axis=1),
+         "prediction slots are not grouped by sequence in order")
+    row, column = np.nonzero(real)
+    sequence_of_prediction = (np.cumsum(depths) - depths)[row] + weights[row, column] - 1
+    out["prediction_counts"] = np.bincount(sequence_of_prediction, minlength=start.size)
+    for name in spec.predictions[:-1]:
+        out[name] = np.asarray(rows[name])[real]
+    out[positions_name] = (positions[real] - start[sequence_of_prediction]).astype(
+        out[positions_name].dtype)
+
+
 def pack_rows(spec: PackSpec, arrays: dict, assignment: PackAssignment,
               shape: RowShape, dtypes: dict) -> PackedRows:
     """Lays compact sequences (in sequence order) into the rows of an assignment.
@@ -462,18 +673,13 @@ def pack_rows(spec: PackSpec, arrays: dict, assignment: PackAssignment,
                                                          np.arange(num_sequences)):
         raise ValueError(f"the assignment holds {order.size} sequence indices, not each "
                          f"of the {num_sequences} sequences exactly once")
-    in_pack_order = take(spec, arrays, order)
-    depths = assignment.sequences_per_pack
-    check_fits(spec, in_pack_order, depths, shape.max_sequence_length,
-               shape.max_sequences_per_pack)
+    rows = lay_out_packs(spec, arrays, assignment, shape, dtypes)
     sequence_pack = np.empty(num_sequences, np.int64)
     sequence_slot = np.empty(num_sequences, np.int64)
     sequence_offset = np.empty(num_sequences, np.int64)
     sequence_pack[order] = assignment.pack_of_entries
     sequence_slot[order] = assignment.slot_of_entries
     sequence_offset[order] = assignment.offset_in_pack(lengths[order])
-    rows = lay_out(spec, in_pack_order, depths, shape.max_sequence_length,
-                   shape.max_sequences_per_pack, dtypes)
     return PackedRows(rows, sequence_pack, sequence_slot, sequence_offset, lengths, spec,
                       shape.packed)
 

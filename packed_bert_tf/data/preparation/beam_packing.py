@@ -62,20 +62,26 @@ from typing import Sequence
 import apache_beam as beam
 import numpy as np
 
-from packed_bert_tf.data import filesystem
-from packed_bert_tf.data.packed.sequence_batch import (
-    SequenceBatch,
-    masked_overflow_fix,
-    pack_sequences,
+from packed_bert_tf import filesystem
+from packed_bert_tf.data.packed.packed_rows import PackSpec, concatenate, take
+from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
+from packed_bert_tf.data.records.record_files import (
+    RecordWriter,
+    iter_array_batches,
+    uses_record_codec,
 )
-from packed_bert_tf.data.records.record_files import RecordWriter, iter_array_batches
 from packed_bert_tf.data.records.record_format import (
     PACKING_STATS_FILE,
     RecordFormat,
     default_max_masked_tokens,
 )
 from packed_bert_tf.json_files import write_json_atomically
-from packed_bert_tf.packing import PackAssignment, assign_sequences, pack_histogram
+from packed_bert_tf.packing import (
+    PackAssignment,
+    assign_sequences,
+    pack_histogram,
+    replan_overflowing_packs,
+)
 from packed_bert_tf.packing.api import histogram_from_lengths
 
 _NAMESPACE = "pack_pretraining_data"
@@ -157,6 +163,11 @@ class PackingJob:
         return RecordFormat.packed(self.max_seq_length, masked,
                                           self.max_sequences_per_pack)
 
+    @property
+    def pack_spec(self) -> PackSpec:
+        """How its sequences go into packs (what the compact sequences carry)."""
+        return PackSpec.pretraining(self.packed_format.max_masked_tokens)
+
     def groups(self) -> list[tuple[int, tuple[str, ...]]]:
         files = self.input_files
         return [(i, files[start:start + self.files_per_group]) for i, start in
@@ -168,12 +179,6 @@ class PackingJob:
 
 
 # ------------------------------------------------------------ pure functions
-def absolute_path(path: str) -> str:
-    """A local path made absolute (SDK workers run in folders of their own);
-    a URL (``gs://...``) unchanged."""
-    return path if "://" in path else os.path.abspath(path)
-
-
 def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
                 skipped: list[str] | None = None) -> list[str]:
     """Files matching comma-separated globs (or a list of globs), sorted.
@@ -183,9 +188,9 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
     pipeline never imports TensorFlow (seconds of start-up on the critical
     path); only the workers that read and write records do.
 
-    Local paths come back absolute (`absolute_path`). Raises ValueError
-    naming the flag when a pattern matches nothing, or names a folder
-    (``skipped``: see `filesystem.expand_file_patterns_with_glob`).
+    Local paths come back absolute (`filesystem.absolute_path`). Raises
+    ValueError naming the flag when a pattern matches nothing, or names a
+    folder (``skipped``: see `filesystem.expand_file_patterns_with_glob`).
     """
     from apache_beam.io.filesystems import FileSystems
 
@@ -193,8 +198,9 @@ def match_files(patterns: str | Sequence[str], *, flag: str = "input_file",
         (result,) = FileSystems.match([pattern])
         return [metadata.path for metadata in result.metadata_list]
 
-    files = [absolute_path(path) for path in filesystem.expand_file_patterns_with_glob(
-        patterns, glob=glob, flag=flag, skipped=skipped)]
+    files = [filesystem.absolute_path(path) for path in
+             filesystem.expand_file_patterns_with_glob(patterns, glob=glob, flag=flag,
+                                                       skipped=skipped)]
     folders = [path for path in files if os.path.isdir(path)]
     if folders:
         raise ValueError(f"--{flag}: {folders[0]} is a folder (give its files, e.g. "
@@ -206,7 +212,8 @@ def read_group(job: PackingJob, files, *, lengths_only: bool):
     """Reads a group of unpacked shards.
 
     With ``lengths_only`` returns (lengths, masked_counts); else the
-    `SequenceBatch`. Errors name the file and record.
+    sequences in compact form (`pretraining_records.compact_records`).
+    Errors name the file and record.
     """
     record_format = job.unpacked_format
     # The masks alone for the lengths: cheap, and checked fully in the
@@ -226,13 +233,12 @@ def read_group(job: PackingJob, files, *, lengths_only: bool):
                 masked.append((arrays["masked_lm_weights"] > 0).sum(axis=1)
                               .astype(np.int32))
             else:
-                batches.append(SequenceBatch.from_unpacked_arrays(
-                    arrays, source=path, first_record=first))
+                batches.append(compact_records(arrays, source=path, first_record=first))
         if not records:
             raise ValueError(f"{path}: the file holds no records")
     if lengths_only:
         return np.concatenate(lengths), np.concatenate(masked)
-    return SequenceBatch.concatenate(batches)
+    return concatenate(batches)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -256,8 +262,8 @@ def plan_packs(job: PackingJob, lengths: np.ndarray, masked: np.ndarray):
                           job.max_seq_length, job.max_sequences_per_pack,
                           job.algorithm)
     packs = assign_sequences(lengths, plan, seed=job.seed)
-    packs, replanned = masked_overflow_fix(
-        lengths, masked, packs, max_masked_tokens=job.packed_format.max_masked_tokens,
+    packs, replanned = replan_overflowing_packs(
+        packs, lengths, masked, limit=job.packed_format.max_masked_tokens,
         max_sequence_length=job.max_seq_length,
         max_sequences_per_pack=job.max_sequences_per_pack, algorithm=job.algorithm,
         seed=job.seed)
@@ -307,24 +313,26 @@ def plan_routing(job: PackingJob, group_lengths) -> Routing:
                    summary=summary)
 
 
-def route_group(group: int, batch: SequenceBatch, routing: Routing):
-    """Cuts one group's sequences by output shard: yields (shard, chunk)."""
+def route_group(job: PackingJob, group: int, sequences: dict, routing: Routing):
+    """Cuts one group's sequences (compact) by output shard: yields (shard, chunk)."""
     shard_of, pack_of, slot_of = (routing.shard[group], routing.pack[group],
                                   routing.slot[group])
-    if shard_of.size != len(batch):
-        raise ValueError(f"group {group}: read {len(batch)} sequences the second "
+    count = sequences["lengths"].size
+    if shard_of.size != count:
+        raise ValueError(f"group {group}: read {count} sequences the second "
                          f"time, {shard_of.size} the first (did the input change?)")
     order = np.argsort(shard_of, kind="stable")
     bounds = np.searchsorted(shard_of[order], np.arange(shard_of.max() + 2))
     for shard in np.flatnonzero(np.diff(bounds)):
         rows = order[bounds[shard]:bounds[shard + 1]]
-        yield int(shard), (group, batch.take(rows), pack_of[rows], slot_of[rows])
+        yield int(shard), (group, take(job.pack_spec, sequences, rows), pack_of[rows],
+                           slot_of[rows])
 
 
 def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> dict:
     """Lays out and writes one output shard under a temporary name."""
     chunks = sorted(chunks, key=lambda chunk: chunk[0])  # by group: deterministic
-    batch = SequenceBatch.concatenate([c[1] for c in chunks])
+    sequences = concatenate([c[1] for c in chunks])
     pack = np.concatenate([c[2] for c in chunks])
     slot = np.concatenate([c[3] for c in chunks])
     order = np.lexsort((slot, pack))
@@ -332,22 +340,23 @@ def write_shard(job: PackingJob, shard: int, chunks, temporary_suffix: str) -> d
     if pack_ids.size and not np.array_equal(pack_ids, np.arange(pack_ids.size)):
         raise RuntimeError(f"shard {shard}: packs are missing sequences")
     path = job.shard_path(shard) + temporary_suffix
-    _write_packs(job, path, batch, PackAssignment.from_sequences_per_pack(depths, order))
+    _write_packs(job, path, sequences, PackAssignment.from_sequences_per_pack(depths, order))
     return {"shard": shard, "path": path, "records": int(pack_ids.size),
-            "sequences": len(batch), "tokens": batch.num_tokens}
+            "sequences": int(sequences["lengths"].size),
+            "tokens": int(sequences["input_ids"].size)}
 
 
-def _write_packs(job: PackingJob, path: str, batch: SequenceBatch,
+def _write_packs(job: PackingJob, path: str, sequences: dict,
                  packs: PackAssignment) -> None:
-    """Lays out and writes packs of `batch` to one file, atomically."""
+    """Lays out and writes packs of compact `sequences` to one file, atomically."""
     try:
         with RecordWriter(path) as writer:
             # A few thousand packs at a time: small temporaries, fast.
             for first in range(0, len(packs), WRITE_CHUNK_PACKS):
                 chunk = packs.take(np.arange(first, min(first + WRITE_CHUNK_PACKS,
                                                         len(packs))))
-                writer.write_arrays(pack_sequences(batch, chunk, job.packed_format,
-                                                   compact=True))
+                writer.write_arrays(pack_records(sequences, chunk, job.packed_format,
+                                                 narrow=True))
     except OSError as error:  # a full disk, a folder gone, ...
         raise OSError(f"--output_dir: cannot write {path}: {_write_failure(path, error)}"
                       ) from None
@@ -369,8 +378,8 @@ def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
     The group owns output shards group, group + G, ...; its packs are dealt
     to them in turn. Returns the shards written and the group's summary.
     """
-    batch = read_group(job, files, lengths_only=False)
-    packs, summary = plan_packs(job, batch.lengths, batch.masked_counts)
+    sequences = read_group(job, files, lengths_only=False)
+    packs, summary = plan_packs(job, sequences["lengths"], sequences["prediction_counts"])
     owned = list(range(group, job.num_output_shards, num_groups))
     results = []
     paths = []  # written or being written
@@ -378,7 +387,7 @@ def pack_group_locally(job: PackingJob, group: int, files, num_groups: int,
         for turn, shard in enumerate(owned):
             shard_packs = packs.take(np.arange(turn, len(packs), len(owned)))
             paths.append(job.shard_path(shard) + temporary_suffix)
-            _write_packs(job, paths[-1], batch, shard_packs)
+            _write_packs(job, paths[-1], sequences, shard_packs)
             results.append({"shard": shard, "path": paths[-1], "records": len(shard_packs),
                             "sequences": shard_packs.sequence_indices.size})
     except BaseException:
@@ -469,7 +478,7 @@ def uses_tensorflow(job: PackingJob) -> bool:
     """Whether workers need TensorFlow: for files that are not local (its
     filesystems) or when the C record codec was not built."""
     paths = (*job.input_files, job.output_dir)
-    return not all(map(filesystem.uses_record_codec, paths))
+    return not all(map(uses_record_codec, paths))
 
 
 def prepare_worker(job: PackingJob) -> None:
@@ -559,8 +568,8 @@ class _ReadAndRoute(_WorkerDoFn):
 
     def process(self, group, routing):
         index, files = group
-        batch = read_group(self.job, files, lengths_only=False)
-        yield from route_group(index, batch, routing)
+        yield from route_group(self.job, index,
+                               read_group(self.job, files, lengths_only=False), routing)
 
 
 class _WriteShard(_WorkerDoFn):
@@ -577,8 +586,9 @@ class _WriteShard(_WorkerDoFn):
 
 
 def _replanned_counter():
-    """Sequences moved to new packs because their pack had more masked-LM
-    predictions than the packed format's slots (`sequence_batch.masked_overflow_fix`)."""
+    """Sequences re-planned into new packs because their pack had more masked-LM
+    predictions than the packed format's slots
+    (`packed_bert_tf.packing.replan_overflowing_packs`)."""
     return beam.metrics.Metrics.counter(_NAMESPACE, "replanned_for_masked_overflow")
 
 

@@ -1,9 +1,11 @@
 """Proof that a packed dataset holds exactly the sequences of an unpacked one.
 
 Every packed record is checked against the packed format's invariants
-(`sequence_batch.unpack_records`), cut into sequences, and each sequence reduced to
-a 64-bit fingerprint of its tokens, segment ids, masked-LM positions (relative
-to its own start) and ids, and next-sentence label. The packed set is correct
+(`packed_bert_tf.data.packed.pretraining_records.unpack_records`), cut into
+sequences, and each sequence reduced to a 64-bit fingerprint
+(`packed_bert_tf.data.packed.packed_rows.fingerprints`) of its tokens, segment
+ids, masked-LM positions (relative to its own start) and ids, and
+next-sentence label. The packed set is correct
 when its fingerprints are, as a multiset, those of the unpacked set: every
 sequence exactly once, nothing added. Only fingerprints are kept in memory.
 """
@@ -16,7 +18,8 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, unpack_records
+from packed_bert_tf.data.packed.packed_rows import PackSpec, fingerprints
+from packed_bert_tf.data.packed.pretraining_records import compact_records, unpack_records
 from packed_bert_tf.data.records import record_files, tensorflow_records
 from packed_bert_tf.data.records.record_format import PACKED_FEATURE_NAMES, RecordFormat
 
@@ -85,15 +88,16 @@ def _fingerprints(files, packed: bool, file_read=None):
             raise record_files.RecordError(f"{path}: not in the {kind} format")
         arrays = record_files.read_arrays(path, record_format)
         if packed:
-            batch, records_of = unpack_records(arrays, source=path)
+            sequences, records_of = unpack_records(arrays, source=path)
             records += arrays["input_ids"].shape[0]
             padding += int((arrays["input_mask"] == 0).sum())
         else:
-            batch = SequenceBatch.from_unpacked_arrays(arrays, source=path)
-            records_of = np.arange(len(batch))
-        tokens += batch.num_tokens
-        prints.append(batch.fingerprints())
-        file_index.append(np.full(len(batch), number, dtype=np.int32))
+            sequences = compact_records(arrays, source=path)
+            records_of = np.arange(sequences["lengths"].size)
+        tokens += sequences["input_ids"].size
+        prints.append(fingerprints(PackSpec.pretraining(record_format.max_masked_tokens),
+                                   sequences))
+        file_index.append(np.full(records_of.size, number, dtype=np.int32))
         record_index.append(records_of)
         if file_read is not None:
             file_read(path)
