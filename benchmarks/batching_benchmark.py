@@ -275,7 +275,7 @@ def plot_scaling(results, path):
 def write_records(folder, counts, max_len, max_predictions):
     """Unpacked shards of synthetic records with lengths from the histogram, and
     the same sequences packed."""
-    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
     from packed_bert_tf.data.records import record_files, synthetic_records
     from packed_bert_tf.data.records.record_format import RecordFormat, default_max_masked_tokens
     from packed_bert_tf.packing import assign_sequences, pack_lengths
@@ -289,15 +289,15 @@ def write_records(folder, counts, max_len, max_predictions):
         path = os.path.join(folder, f"unpacked-{shard}.tfrecord")
         record_files.write_arrays(path, {k: v[shard::4] for k, v in arrays.items()})
         unpacked.append(path)
-    sequences = SequenceBatch.from_unpacked_arrays(arrays)
+    sequences = compact_records(arrays)
     D = FLAGS.max_sequences_per_pack
-    packs = assign_sequences(sequences.lengths, pack_lengths(sequences.lengths, max_len, D),
-                             seed=FLAGS.seed)
+    packs = assign_sequences(sequences["lengths"],
+                             pack_lengths(sequences["lengths"], max_len, D), seed=FLAGS.seed)
     packed_format = RecordFormat.packed(
         max_len, default_max_masked_tokens(max_predictions, D), D)
     packed = os.path.join(folder, "packed.tfrecord")
-    record_files.write_arrays(packed, pack_sequences(sequences, packs, packed_format))
-    return unpacked, packed, packed_format, sequences.lengths
+    record_files.write_arrays(packed, pack_records(sequences, packs, packed_format))
+    return unpacked, packed, packed_format, sequences["lengths"]
 
 
 def packed_dataset(path, record_format):
@@ -326,7 +326,7 @@ class Trainer:
         import keras
         import tensorflow as tf
 
-        from packed_bert_tf.layers import pretraining_losses
+        from packed_bert_tf.models.bert_pretraining import pretraining_losses
 
         self.model, self.initial_weights = model, initial_weights
         self.optimizer = keras.optimizers.Adam(1e-4)
@@ -430,7 +430,7 @@ def measured_rows(name, counts, max_len, dump_folder):
     max_predictions = int(0.15 * max_len)
     config = BertConfig(**model_size(), max_position_embeddings=max_len)
     keras.utils.set_random_seed(FLAGS.seed)
-    models = {packed: BertPretrainingModel(config, packed=packed)
+    models = {packed: BertPretrainingModel.from_bert_config(config, packed=packed)
               for packed in (False, True)}
     for model in models.values():
         model.build()

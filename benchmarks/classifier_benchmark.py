@@ -83,7 +83,7 @@ def make_trainer(packs, packed, vocab_size, task):
     config = BertConfig(**{**model_size(), "vocab_size": vocab_size},
                         max_position_embeddings=512)
     tf.keras.utils.set_random_seed(0)
-    model = BertClassifierModel(config, task.num_labels, packed=packed)
+    model = BertClassifierModel.from_bert_config(config, task.num_labels, packed=packed)
     model.build()
     trainer = Trainer(model, create_optimizer("adamw", 5e-5),
                       task=classifier_task.classification_task(task.is_regression),

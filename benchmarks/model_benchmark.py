@@ -26,8 +26,8 @@ import numpy as np
 import tensorflow as tf
 from absl import app, flags, logging
 
-from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
+from packed_bert_tf.models.bert_pretraining import pretraining_losses
 
 # Modules of benchmarks/, beside this script:
 from common import (
@@ -126,8 +126,8 @@ def run():
         max_sequences_per_pack=FLAGS.max_sequences_per_pack,
         max_predictions=FLAGS.max_predictions_per_pack, vocab_size=FLAGS.vocab_size)
     tf.random.set_seed(FLAGS.seed)
-    models = {"packed": BertPretrainingModel(config, packed=True),
-              "unpacked": BertPretrainingModel(config, packed=False)}
+    models = {"packed": BertPretrainingModel.from_bert_config(config, packed=True),
+              "unpacked": BertPretrainingModel.from_bert_config(config, packed=False)}
     models["packed"].build()
     models["unpacked"].build()
     models["unpacked"].set_weights(models["packed"].get_weights())

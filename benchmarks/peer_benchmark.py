@@ -14,7 +14,7 @@ shape B x S with M masked-LM predictions per row:
   (TensorFlow backend), the way its users train: unpacked rows, one
   sequence each, with a padding mask, sparse cross entropy from logits
   weighted by the mask of the real predictions;
-* packed: our `BertPretrainingModel` (``packed=True``) on packed rows
+* packed: our `BertPretrainingModel` (``from_bert_config(..., packed=True)``) on packed rows
   (block-diagonal attention, gathered positions), its pre-training loss
   (masked LM + next sentence);
 * unpacked: our `BertPretrainingModel` (``packed=False``) on the same
@@ -43,8 +43,8 @@ import tensorflow as tf
 from absl import app, flags, logging
 
 from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram, unpacked_arrays
-from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertConfig, BertPretrainingModel
+from packed_bert_tf.models.bert_pretraining import pretraining_losses
 from packed_bert_tf.packing import load_histogram, pack_histogram
 from packed_bert_tf.training.distribution import MIXED_PRECISION
 
@@ -224,7 +224,7 @@ def build_steps(num_layers, keras_hub):
 
     ours = {}
     for name, packed in (("packed", True), ("unpacked", False)):
-        model = BertPretrainingModel(config, packed=packed)
+        model = BertPretrainingModel.from_bert_config(config, packed=packed)
         model.build()
         ours[name] = model
 
@@ -294,7 +294,7 @@ def markdown(results, plan, packed_tokens, unpacked_tokens) -> str:
         f"`{precision}`, `jit_compile={FLAGS.jit_compile}`, one step = forward + backward + Adam. "
         "keras-hub: `BertMaskedLM` on `BertBackbone` (TensorFlow backend) on unpacked "
         "rows with a padding mask, weighted sparse cross entropy; packed: our "
-        "`BertPretrainingModel(packed=True)` on packed rows (at most "
+        "`BertPretrainingModel` (`from_bert_config(..., packed=True)`) on packed rows (at most "
         f"D = {FLAGS.max_sequences_per_pack} sequences), masked-LM + next-sentence loss; "
         "unpacked: ours with `packed=False` on keras-hub's rows. Lengths from "
         f"`{FLAGS.histogram}`: the packed batch holds {packed_tokens} real tokens of "

@@ -67,7 +67,7 @@ SECTION, TITLE = "pretraining_benchmark", "Pre-training, packed vs unpacked"
 
 def generate_speed_data(folder):
     """Unpacked Wikipedia-like records and their packed copy (cached)."""
-    from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences
+    from packed_bert_tf.data.packed.pretraining_records import compact_records, pack_records
     from packed_bert_tf.data.records import record_files, synthetic_records
     from packed_bert_tf.data.records.record_format import PACKING_STATS_FILE, RecordFormat
     from packed_bert_tf.packing import assign_sequences, load_histogram, pack_lengths
@@ -87,10 +87,10 @@ def generate_speed_data(folder):
     for shard, rows in enumerate(np.array_split(np.arange(lengths.size), num_shards)):
         record_files.write_arrays(os.path.join(folder, "unpacked", f"part-{shard}.tfrecord"),
                                {name: value[rows] for name, value in arrays.items()})
-    batch = SequenceBatch.from_unpacked_arrays(arrays)
-    plan = pack_lengths(batch.lengths, S, D)
-    packs = assign_sequences(batch.lengths, plan, seed=0)
-    packed = pack_sequences(batch, packs, RecordFormat.packed(S, P + D - 1, D))
+    sequences = compact_records(arrays)
+    plan = pack_lengths(sequences["lengths"], S, D)
+    packs = assign_sequences(sequences["lengths"], plan, seed=0)
+    packed = pack_records(sequences, packs, RecordFormat.packed(S, P + D - 1, D))
     for shard, rows in enumerate(np.array_split(np.arange(len(packs)), num_shards)):
         record_files.write_arrays(os.path.join(folder, "packed", f"part-{shard}.tfrecord"),
                                {name: value[rows] for name, value in packed.items()})
@@ -124,7 +124,7 @@ def make_trainer(files, packed):
 
     config = BertConfig(**model_size(), max_position_embeddings=S)
     tf.keras.utils.set_random_seed(0)
-    model = BertPretrainingModel(config, packed=packed)
+    model = BertPretrainingModel.from_bert_config(config, packed=packed)
     model.build()
     trainer = Trainer(model, create_optimizer("lamb", 1e-4), task=task.PRETRAINING_TASK,
                       jit_compile=FLAGS.jit_compile)

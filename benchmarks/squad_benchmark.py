@@ -73,7 +73,7 @@ def make_trainer(packs, packed):
 
     config = BertConfig(**model_size(), max_position_embeddings=512)
     tf.keras.utils.set_random_seed(0)
-    model = BertSquadModel(config, packed=packed)
+    model = BertSquadModel.from_bert_config(config, packed=packed)
     model.build()
     trainer = Trainer(model, create_optimizer("adamw", 5e-5), task=task.SQUAD_TASK)
     dataset = train_dataset_fn(packs, global_batch_size=FLAGS.batch_size,

@@ -115,7 +115,7 @@ def make_trainers(data):
     trainers = {}
     for kind, dataset_fn in datasets.items():
         tf.keras.utils.set_random_seed(0)
-        model = BertPretrainingModel(config)
+        model = BertPretrainingModel.from_bert_config(config)
         model.build()
         trainer = Trainer(model, create_optimizer("lamb", 1e-4),
                           task=task.PRETRAINING_TASK, jit_compile=True)

@@ -1,11 +1,11 @@
 """The sum over the replicas of a data-parallel step, on the running Keras backend.
 
-The losses of `packed_bert_tf.layers` are per-replica sums (a total and a
-count); dividing every replica's total by the count of the *global* batch
-makes the replicas' gradients add up to the global batch's, however the
-sequences landed on the replicas. Which replicas there are is the backend's
-business, so the layers import `cross_replica_sum` from here and never the
-backend:
+The losses (`packed_bert_tf.layers.losses` and the task models' built on
+it) are per-replica sums (a total and a count); dividing every replica's
+total by the count of the *global* batch makes the replicas' gradients add
+up to the global batch's, however the sequences landed on the replicas.
+Which replicas there are is the backend's business, so the losses import
+`cross_replica_sum` from here and never the backend:
 
 * TensorFlow: ``tf.distribute`` runs the step once per replica on its share
   of the batch; the sum is the all-reduce of the current replica context.

@@ -135,7 +135,8 @@ def _run_in(options: ClassifierOptions, glue_task, context: RunContext) -> dict:
     with mixed_precision_policy(options.mixed_precision):
         run = start_fine_tuning(
             options,
-            lambda: BertClassifierModel(config, glue_task.num_labels, packed=packed),
+            lambda: BertClassifierModel.from_bert_config(config, glue_task.num_labels,
+                                                         packed=packed),
             classifier_task.classification_task(glue_task.is_regression), context,
             train_packs)
         model = run.model

@@ -12,10 +12,8 @@ import functools
 
 import tensorflow as tf
 
-from packed_bert_tf.layers.sequence_classification_head import (
-    classification_loss_normalisers,
-    sequence_classification_loss,
-)
+from packed_bert_tf.layers.losses import sequence_loss_normalisers
+from packed_bert_tf.models.bert_classifier import sequence_classification_loss
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics
 
 CLASSIFICATION_METRIC_NAMES = ("loss", "accuracy")
@@ -32,7 +30,7 @@ def classifier_loss(features, outputs, normalisers, *, is_regression: bool):
 @tf.autograph.experimental.do_not_convert
 def classifier_normalisers(features):
     """Real sequences, summed over the replicas."""
-    return classification_loss_normalisers(features, global_normaliser=True)
+    return sequence_loss_normalisers(features, global_normaliser=True)
 
 
 @tf.autograph.experimental.do_not_convert

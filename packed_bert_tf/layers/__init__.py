@@ -23,12 +23,8 @@ from packed_bert_tf.layers.block_diagonal_attention_mask import (
 from packed_bert_tf.layers.losses import (
     WeightedSum,
     cross_replica_sum,
-    loss_normalisers,
-    masked_lm_accuracy,
-    masked_lm_loss,
-    next_sentence_accuracy,
-    next_sentence_loss,
-    pretraining_losses,
+    sequence_loss_normalisers,
+    sequence_means,
     weighted_mean,
 )
 from packed_bert_tf.layers.masked_lm_head import MaskedLMHead
@@ -37,19 +33,8 @@ from packed_bert_tf.layers.next_sentence_head import NextSentenceHead
 from packed_bert_tf.layers.ops import gather_positions, gelu, get_activation
 from packed_bert_tf.layers.pooler import make_pooler_dense, pool
 from packed_bert_tf.layers.position_embedding import PositionEmbedding
-from packed_bert_tf.layers.sequence_classification_head import (
-    SequenceClassificationHead,
-    classification_loss_normalisers,
-    classification_losses,
-    sequence_classification_loss,
-)
-from packed_bert_tf.layers.squad_span_head import (
-    SquadSpanHead,
-    per_sequence_logits,
-    span_losses,
-    squad_loss_normalisers,
-    squad_span_loss,
-)
+from packed_bert_tf.layers.sequence_classification_head import SequenceClassificationHead
+from packed_bert_tf.layers.squad_span_head import SquadSpanHead
 from packed_bert_tf.layers.transformer_block import BertTransformerBlock
 
 __all__ = [
@@ -57,11 +42,7 @@ __all__ = [
     "BlockDiagonalAttentionMask", "MaskedLMHead", "MultiHeadSelfAttention",
     "NextSentenceHead", "PositionEmbedding", "SequenceClassificationHead",
     "SquadSpanHead", "WeightedSum", "attention_mask_from_offsets",
-    "block_diagonal_attention_mask",
-    "classification_loss_normalisers", "classification_losses", "cross_replica_sum",
-    "gather_positions", "gelu", "get_activation", "loss_normalisers",
-    "make_pooler_dense", "masked_lm_accuracy", "masked_lm_loss", "masked_softmax",
-    "next_sentence_accuracy", "next_sentence_loss", "padding_attention_mask",
-    "per_sequence_logits", "pool", "pretraining_losses", "sequence_classification_loss",
-    "span_losses", "squad_loss_normalisers", "squad_span_loss", "weighted_mean",
+    "block_diagonal_attention_mask", "cross_replica_sum", "gather_positions", "gelu",
+    "get_activation", "make_pooler_dense", "masked_softmax", "padding_attention_mask",
+    "pool", "sequence_loss_normalisers", "sequence_means", "weighted_mean",
 ]

@@ -1,8 +1,6 @@
-"""Pre-training losses and accuracies that unpack per sequence.
+"""Losses as weighted sums: the one design every loss of the package follows.
 
-Letters: B batch, M masked-LM slots, D max sequences per pack, V vocab.
-
-Every function returns a `WeightedSum` (``total``, ``count``) of this
+A loss or accuracy is a `WeightedSum` (``total``, ``count``) of this
 replica's batch instead of a mean, so that the caller chooses the
 normaliser; `weighted_mean` divides with ``divide_no_nan`` by the count
 summed over all replicas (`packed_bert_tf.replicas.cross_replica_sum`: the
@@ -12,24 +10,12 @@ gradient then does not depend on how the sequences landed on the replicas:
 each replica contributes ``local total / global count`` and the replicas'
 gradients are summed.
 
+The task models' losses are built on it, next to their models:
+`packed_bert_tf.models.bert_pretraining` (masked-LM and next-sentence),
+`packed_bert_tf.models.bert_squad` (the span loss) and
+`packed_bert_tf.models.bert_classifier` (cross entropy or squared error).
+
 Everything here is `keras.ops`, so it runs on every Keras backend.
-
-Default normalisation is the unpacked MLPerf reference's:
-
-* masked-LM loss: sum over real masked tokens / number of real masked tokens
-  in the (global) batch;
-* next-sentence loss: mean over real sequences in the (global) batch.
-
-``per_sequence=True`` averages each sequence's masked-LM loss first, then
-over the sequences that have masked tokens (Graphcore's packed weighting).
-
-An all-reduce does not compile inside an XLA per-replica step; the counts
-depend only on the features, so `loss_normalisers` computes (and all-reduces)
-them outside it, and `pretraining_losses(..., normalisers=...)` uses them.
-
-In the packed layout ``masked_lm_weights`` holds the sequence index (1..D)
-of each masked token, 0 for an empty slot; ``next_sentence_weights`` is 1
-for a real sequence, 0 for an empty slot. Unpacked batches (D = 1) use 0/1.
 """
 
 from typing import Any, NamedTuple
@@ -49,7 +35,7 @@ def weighted_mean(weighted_sum: WeightedSum, *, global_normaliser: bool = True):
     """``divide_no_nan(total, count)``; the count is summed across replicas.
 
     Args:
-      weighted_sum: the (total, count) of one of the functions below.
+      weighted_sum: the (total, count) of a loss or an accuracy.
       global_normaliser: divide by the count of the global batch (summed
         over the replicas with `cross_replica_sum`, the default); False
         divides by this replica's count.
@@ -64,172 +50,38 @@ def weighted_mean(weighted_sum: WeightedSum, *, global_normaliser: bool = True):
     return ops.divide_no_nan(weighted_sum.total, count)
 
 
-def _token_cross_entropy(logits, labels):
-    """[B, X] softmax cross entropy in float32 of [B, X, C] logits, int labels."""
-    return ops.sparse_categorical_crossentropy(
-        ops.cast(labels, "int32"), ops.cast(logits, "float32"), from_logits=True)
+def sequence_loss_normalisers(features, *, global_normaliser: bool = True):
+    """The count a per-sequence fine-tuning loss divides by: real sequences.
 
-
-def masked_lm_loss(mlm_logits, masked_lm_ids, masked_lm_weights, *,
-                   per_sequence: bool = False, max_sequences_per_pack: int | None = None):
-    """Masked-LM cross entropy, (sum, count).
+    For an XLA per-replica step: compute (and all-reduce) it outside the
+    compiled function, pass it to the loss as ``normalisers``.
 
     Args:
-      mlm_logits: [B, M, V] logits.
-      masked_lm_ids: [B, M] int original token ids.
-      masked_lm_weights: [B, M] sequence index of each masked token (1..D),
-        0 for an empty slot.
-      per_sequence: False: total = sum of the real tokens' losses, count =
-        number of real tokens. True: total = sum over sequences of each
-        sequence's mean token loss, count = number of sequences with at least
-        one masked token.
-      max_sequences_per_pack: D, needed only when ``per_sequence``.
-
-    Returns:
-      `WeightedSum` of float32 scalars.
-    """
-    token_loss = _token_cross_entropy(mlm_logits, masked_lm_ids)  # [B, M]
-    sequence_index = ops.cast(masked_lm_weights, "int32")  # [B, M]
-    if not per_sequence:
-        is_real = ops.cast(sequence_index > 0, "float32")  # [B, M]
-        return WeightedSum(ops.sum(token_loss * is_real), ops.sum(is_real))
-    if max_sequences_per_pack is None:
-        raise ValueError("per_sequence=True needs max_sequences_per_pack (D)")
-    # One-hot over the sequence index; column 0 (empty slots) is dropped.
-    membership = ops.one_hot(sequence_index, max_sequences_per_pack + 1,
-                             dtype="float32")[:, :, 1:]  # [B, M, D]
-    sequence_total = ops.einsum("bm,bmd->bd", token_loss, membership)  # [B, D]
-    sequence_count = ops.sum(membership, axis=1)  # [B, D]
-    sequence_mean = ops.divide_no_nan(sequence_total, sequence_count)  # [B, D]
-    has_tokens = ops.cast(sequence_count > 0, "float32")  # [B, D]
-    return WeightedSum(ops.sum(sequence_mean * has_tokens), ops.sum(has_tokens))
-
-
-def _weighted_accuracy(logits, labels, weights):
-    """(weighted count of argmax == label, sum of weights); weights float32 [B, X]."""
-    predictions = ops.cast(ops.argmax(logits, axis=-1), "int32")  # [B, X]
-    correct = ops.cast(ops.equal(predictions, ops.cast(labels, "int32")), "float32")
-    return WeightedSum(ops.sum(correct * weights), ops.sum(weights))
-
-
-def masked_lm_accuracy(mlm_logits, masked_lm_ids, masked_lm_weights):
-    """Masked-LM accuracy, (correct real tokens, real tokens).
-
-    Args: as `masked_lm_loss`.
-
-    Returns:
-      `WeightedSum` of float32 scalars.
-    """
-    is_real = ops.cast(ops.cast(masked_lm_weights, "int32") > 0, "float32")  # [B, M]
-    return _weighted_accuracy(mlm_logits, masked_lm_ids, is_real)
-
-
-def next_sentence_loss(nsp_logits, next_sentence_labels, next_sentence_weights):
-    """Next-sentence cross entropy per sequence, (sum, number of real sequences).
-
-    Args:
-      nsp_logits: [B, D, 2] logits.
-      next_sentence_labels: [B, D] int 0/1.
-      next_sentence_weights: [B, D] 1 for a real sequence, 0 for an empty slot.
-
-    Returns:
-      `WeightedSum` of float32 scalars.
-    """
-    sequence_loss = _token_cross_entropy(nsp_logits, next_sentence_labels)  # [B, D]
-    weights = ops.cast(next_sentence_weights, "float32")  # [B, D]
-    return WeightedSum(ops.sum(sequence_loss * weights), ops.sum(weights))
-
-
-def next_sentence_accuracy(nsp_logits, next_sentence_labels, next_sentence_weights):
-    """Next-sentence accuracy per sequence, (correct, real sequences).
-
-    Args: as `next_sentence_loss`.
-
-    Returns:
-      `WeightedSum` of float32 scalars.
-    """
-    return _weighted_accuracy(nsp_logits, next_sentence_labels,
-                              ops.cast(next_sentence_weights, "float32"))
-
-
-def loss_normalisers(features, *, global_normaliser: bool = True):
-    """The counts the losses divide by, from the features alone.
-
-    They do not depend on the model, so under ``tf.distribute`` with XLA they
-    can be computed and all-reduced outside the compiled per-replica step
-    (an all-reduce does not compile inside it) and passed to
-    `pretraining_losses` as ``normalisers``.
-
-    Args:
-      features: the feature dict (``masked_lm_weights`` [B, M],
-        ``next_sentence_weights`` [B, D]).
-      global_normaliser: sum the counts over the replicas of the current
+      features: dict with ``sequence_weights`` [B, D] (1 real, 0 empty slot).
+      global_normaliser: sum the count over the replicas of the current
         replica context.
 
     Returns:
-      dict of float32 scalars: ``masked_lm_tokens`` (real masked tokens),
-      ``masked_lm_sequences`` (sequences with at least one masked token),
-      ``sequences`` (real sequences).
+      dict: ``sequences``, a float32 scalar.
     """
-    sequence_index = ops.cast(features["masked_lm_weights"], "int32")  # [B, M]
-    next_sentence_weights = ops.cast(features["next_sentence_weights"], "float32")
-    max_sequences_per_pack = next_sentence_weights.shape[1]
-    membership = ops.one_hot(sequence_index, max_sequences_per_pack + 1,
-                             dtype="float32")[:, :, 1:]  # [B, M, D]
-    counts = {
-        "masked_lm_tokens": ops.sum(ops.cast(sequence_index > 0, "float32")),
-        "masked_lm_sequences": ops.sum(ops.max(membership, axis=1)),
-        "sequences": ops.sum(next_sentence_weights),
-    }
-    if global_normaliser:
-        counts = {name: cross_replica_sum(count) for name, count in counts.items()}
-    return counts
+    count = ops.sum(ops.cast(features["sequence_weights"], "float32"))
+    return {"sequences": cross_replica_sum(count) if global_normaliser else count}
 
 
-def pretraining_losses(features, outputs, *, per_sequence: bool = False,
-                       global_normaliser: bool = True, normalisers=None):
-    """The pre-training objective and metrics for a batch.
+def sequence_means(parts: dict, *, global_normaliser: bool = True, normalisers=None):
+    """Each `WeightedSum` of a per-sequence fine-tuning loss as a mean.
 
     Args:
-      features: the packed feature dict (``masked_lm_ids``,
-        ``masked_lm_weights``, ``next_sentence_labels``,
-        ``next_sentence_weights``; see `BertPretrainingModel`).
-      outputs: the model's outputs (``mlm_logits`` [B, M, V], ``nsp_logits``
-        [B, D, 2]).
-      per_sequence: masked-LM normalisation, see `masked_lm_loss`.
+      parts: dict of name -> `WeightedSum`, counted in real sequences.
       global_normaliser: see `weighted_mean`; ignored with ``normalisers``.
-      normalisers: precomputed counts from `loss_normalisers` (for an XLA
-        per-replica step); None counts here.
+      normalisers: precomputed `sequence_loss_normalisers` (an XLA step's,
+        all-reduced outside it); None divides by each part's own count.
 
     Returns:
-      dict of float32 scalars: ``loss`` (masked-LM + next-sentence),
-      ``masked_lm_loss``, ``next_sentence_loss``, ``masked_lm_accuracy``,
-      ``next_sentence_accuracy``. Under ``tf.distribute`` each is this
-      replica's share: sum them over replicas for the global value.
+      dict of name -> float32 scalar: this replica's share of the mean.
     """
-    mlm_logits, nsp_logits = outputs["mlm_logits"], outputs["nsp_logits"]
-    mlm_args = (mlm_logits, features["masked_lm_ids"], features["masked_lm_weights"])
-    nsp_args = (nsp_logits, features["next_sentence_labels"],
-                features["next_sentence_weights"])
-    parts = {
-        "masked_lm_loss": masked_lm_loss(*mlm_args, per_sequence=per_sequence,
-                                         max_sequences_per_pack=nsp_logits.shape[1]),
-        "next_sentence_loss": next_sentence_loss(*nsp_args),
-        "masked_lm_accuracy": masked_lm_accuracy(*mlm_args),
-        "next_sentence_accuracy": next_sentence_accuracy(*nsp_args),
-    }
     if normalisers is None:
-        means = {name: weighted_mean(part, global_normaliser=global_normaliser)
-                 for name, part in parts.items()}
-    else:
-        count_of = {
-            "masked_lm_loss": ("masked_lm_sequences" if per_sequence
-                               else "masked_lm_tokens"),
-            "next_sentence_loss": "sequences",
-            "masked_lm_accuracy": "masked_lm_tokens",
-            "next_sentence_accuracy": "sequences",
-        }
-        means = {name: ops.divide_no_nan(part.total, normalisers[count_of[name]])
-                 for name, part in parts.items()}
-    means["loss"] = means["masked_lm_loss"] + means["next_sentence_loss"]
-    return means
+        return {name: weighted_mean(part, global_normaliser=global_normaliser)
+                for name, part in parts.items()}
+    return {name: ops.divide_no_nan(part.total, normalisers["sequences"])
+            for name, part in parts.items()}

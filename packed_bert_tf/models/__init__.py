@@ -1,7 +1,7 @@
-"""Packed BERT models: the config, the backbone (`BertBackbone`) and the
-pre-training, SQuAD and classifier models that wrap it,
-Google checkpoint, keras-hub and Hugging Face weight I/O, ``.keras`` loading
-and SavedModel export for serving.
+"""Packed BERT models: the config, the backbone (`BertBackbone`), the
+pre-training, SQuAD and classifier models that take it (`PackedModel`; each
+model's module holds its losses), Google checkpoint, keras-hub and Hugging
+Face weight I/O, ``.keras`` loading and SavedModel export for serving.
 
 The models import no TensorFlow (their layers are `keras.ops`), so they run
 on any Keras backend. The I/O is imported on first use of its names: Google

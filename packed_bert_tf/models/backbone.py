@@ -41,6 +41,8 @@ class BertBackbone(keras.Model):
         ``positions`` is ignored. Same weights either way.
       pooler: whether to hold BERT's pooler (``bert/pooler/dense``, Dense +
         tanh at each sequence's [CLS]); SQuAD's model has none.
+      name: ``backbone``, the name a task model's weight paths hold
+        (``<model>/backbone/...``; run checkpoints are matched by them).
 
     Call arguments:
       features: dict of int [B, S] ``input_ids``, ``segment_ids``,
@@ -56,12 +58,13 @@ class BertBackbone(keras.Model):
     Sub-layers (their names are those of the weights in saved models):
     ``embeddings`` (`BertEmbeddings`), ``encoder`` (`BertEncoder`) and
     ``pooler_dense``. The task models (`BertPretrainingModel`,
-    `BertSquadModel`, `BertClassifierModel`) each wrap one as ``backbone``.
+    `BertSquadModel`, `BertClassifierModel`) each take one as ``backbone``
+    (see `packed_bert_tf.models.PackedModel`).
     """
 
     def __init__(self, bert_config, *, packed: bool = True, pooler: bool = True,
-                 **kwargs):
-        super().__init__(**kwargs)
+                 name: str = "backbone", **kwargs):
+        super().__init__(name=name, **kwargs)
         if isinstance(bert_config, dict):
             bert_config = BertConfig(**bert_config)
         self.bert_config = config = bert_config

@@ -8,7 +8,7 @@ model.safetensors or pytorch_model.bin, the tokenizer's files) fine-tunes
 packed, and a model goes back as one that ``from_pretrained`` reads::
 
     folder = open_hugging_face_folder("bert-base-uncased")
-    model = BertSquadModel(folder.config)   # or BertPretrainingModel, ...
+    model = BertSquadModel.from_bert_config(folder.config)  # or BertPretrainingModel, ...
     report = load_google_weights(model, read_hugging_face_weights(folder),
                                  source=folder.weights_file)
     save_hugging_face(model, "my-bert", vocab_file=folder.vocab_file,
@@ -66,6 +66,7 @@ import safetensors.numpy
 from absl import logging
 
 from packed_bert_tf.data.tokenization import tokenizer_json_vocabulary
+from packed_bert_tf.filesystem import temporary_name, write_error_reason
 from packed_bert_tf.json_files import write_json_atomically
 from packed_bert_tf.models.backbone import LAYER_NORM_EPSILON
 from packed_bert_tf.models.bert_classifier import BertClassifierModel
@@ -73,7 +74,6 @@ from packed_bert_tf.models.bert_pretraining import BertPretrainingModel
 from packed_bert_tf.models.bert_squad import BertSquadModel
 from packed_bert_tf.models.config import BertConfig
 from packed_bert_tf.models.google_checkpoint import google_named_weights
-from packed_bert_tf.output_files import temporary_name, write_error_reason
 
 #: The weight files read, in order of preference (sharded ones are not).
 WEIGHTS_FILES = ("model.safetensors", "pytorch_model.bin")

@@ -8,7 +8,7 @@ packed::
 
     backbone = keras_hub.models.BertBackbone.from_preset("bert_base_en_uncased")
     config = bert_config_from_keras_hub(backbone)
-    model = BertSquadModel(config)          # or BertPretrainingModel, ...
+    model = BertSquadModel.from_bert_config(config)  # or BertPretrainingModel, ...
     report = load_keras_hub_backbone(model, backbone)
 
 keras-hub's variables go through the original BERT checkpoint names of

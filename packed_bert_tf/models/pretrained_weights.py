@@ -295,8 +295,9 @@ def from_preset(model_class, path, *args, bert_config: BertConfig | None = None,
       model_class: `BertPretrainingModel`, `BertSquadModel` or
         `BertClassifierModel`.
       path: the weights (`find_pretrained_weights`).
-      *args: the class's other positional arguments (``num_labels``, ...).
-      **kwargs: the class's other keyword arguments (``packed``, ...).
+      *args: the class's arguments after the backbone (``num_labels``, ...).
+      **kwargs: `PackedModel.from_bert_config`'s and the class's keyword
+        arguments (``packed``, ...).
       bert_config: the config, when ``path`` states none; when it does, the
         two must agree.
       allow_partial: see `load_pretrained_weights`.
@@ -314,7 +315,7 @@ def from_preset(model_class, path, *args, bert_config: BertConfig | None = None,
         key, given, stated = difference
         raise ValueError(f"bert_config's {key!r} is {given!r} but {weights.path} "
                          f"has {stated!r}")
-    model = model_class(config, *args, **kwargs)
+    model = model_class.from_bert_config(config, *args, **kwargs)
     model.build()
     load_pretrained_weights(model, weights, allow_partial=allow_partial)
     return model

@@ -33,8 +33,8 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf import filesystem
 from packed_bert_tf.batching.bucketing import Bucketing
-from packed_bert_tf.data import filesystem
 from packed_bert_tf.data.inputs.dynamic_masking import MaskingOptions
 from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly
 from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
@@ -368,7 +368,8 @@ def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
         packed_model = inputs.pack_on_the_fly is not None or any(
             f is not None and f.is_packed for f in (inputs.train_format, inputs.eval_format))
         spec = RunSpec(
-            functools.partial(BertPretrainingModel, config, packed=packed_model),
+            functools.partial(BertPretrainingModel.from_bert_config, config,
+                              packed=packed_model),
             task.MASKED_LM_TASK if inputs.text is not None
             and options.pretraining_objective == "mlm" else task.PRETRAINING_TASK,
             steps, num_train_steps=options.num_train_steps,
@@ -502,12 +503,12 @@ def _trajectory_values(options, inputs, steps: StepCounting, strategy) -> tuple[
                        "--token_budget": options.token_budget})
     flag, files = (("--input_file", inputs.train_files) if inputs.text is None
                    else ("--input_text_file", inputs.text.files))
-    values[flag] = [path if "://" in path else os.path.abspath(path) for path in files]
+    values[flag] = [filesystem.absolute_path(path) for path in files]
     if inputs.text is not None:
         values.update({f"--{name}": getattr(options, name) for name in (
             "pretraining_objective", "masked_lm_prob", "short_seq_prob",
             "do_whole_word_mask", "do_lower_case")})
-        values["--vocab_file"] = os.path.abspath(options.vocab_file)
+        values["--vocab_file"] = filesystem.absolute_path(options.vocab_file)
     # Bucketed batches hold varying rows: their resume skips whole updates
     # (rows_per_update 1: an update).
     rows = (1 if options.batching == "bucketed" else

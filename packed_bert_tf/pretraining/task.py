@@ -26,7 +26,7 @@ from packed_bert_tf.data.records.record_format import (
     RecordFormat,
     default_max_masked_tokens,
 )
-from packed_bert_tf.layers.losses import (
+from packed_bert_tf.models.bert_pretraining import (
     loss_normalisers,
     masked_lm_accuracy,
     masked_lm_loss,

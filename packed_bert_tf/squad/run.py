@@ -125,8 +125,9 @@ def _run_squad_in(options: SquadOptions, context: RunContext) -> dict:
         _check_ids(predict_data, options.predict_file, config)
 
     with mixed_precision_policy(options.mixed_precision):
-        run = start_fine_tuning(options, lambda: BertSquadModel(config, packed=packed),
-                                task.SQUAD_TASK, context, train_packs)
+        run = start_fine_tuning(
+            options, lambda: BertSquadModel.from_bert_config(config, packed=packed),
+            task.SQUAD_TASK, context, train_packs)
         model = run.model
         if options.do_train:
             summary["train"] = train_on_rows(options, run, train_packs, output_dir)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from packed_bert_tf.layers.squad_span_head import squad_loss_normalisers, squad_span_loss
+from packed_bert_tf.layers.losses import sequence_loss_normalisers
+from packed_bert_tf.models.bert_squad import squad_span_loss
 from packed_bert_tf.training.trainer import TrainingTask, batch_statistics
 
 METRIC_NAMES = ("loss", "start_loss", "end_loss", "start_accuracy", "end_accuracy")
@@ -26,7 +27,7 @@ def squad_loss(features, outputs, normalisers):
 @tf.autograph.experimental.do_not_convert
 def squad_normalisers(features):
     """Real sequences, summed over the replicas."""
-    return squad_loss_normalisers(features, global_normaliser=True)
+    return sequence_loss_normalisers(features, global_normaliser=True)
 
 
 @tf.autograph.experimental.do_not_convert

@@ -11,12 +11,12 @@ data folder) to the task's run module.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Mapping, Sequence
 
 import tensorflow as tf
 from absl import logging
 
+from packed_bert_tf import filesystem
 from packed_bert_tf.batching.dataset import bucketed_rows_dataset
 from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
 from packed_bert_tf.data.packed.packed_rows import PackedRows
@@ -231,8 +231,8 @@ def check_resume(options, context: RunContext) -> None:
               if hasattr(options, name)}
     for name in ("--train_file", "--data_dir", "--vocab_file"):  # as typed: any cwd
         path = values.get(name)
-        if path and "://" not in path:
-            values[name] = os.path.abspath(path)
+        if path:
+            values[name] = filesystem.absolute_path(path)
     rows = (options.train_batch_size // context.strategy.num_replicas_in_sync
             * steps.micro_batches_per_update)
     resume_trajectory(context, steps, values, rows_per_update=rows)
@@ -308,7 +308,9 @@ def export(options, model) -> str:
 
 def _packed_copy(model):
     """The same model (config and weights) with ``packed=True``, plain variables."""
-    copy = type(model).from_config({**model.get_config(), "packed": True})
+    backbone = type(model.backbone).from_config({**model.backbone.get_config(),
+                                                 "packed": True})
+    copy = type(model).from_config({**model.get_config(), "backbone": backbone})
     copy.build()
     copy.set_weights(model.get_weights())
     return copy

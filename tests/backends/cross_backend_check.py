@@ -141,7 +141,7 @@ def check_fit(folder, arrays, want):
     from packed_bert_tf.models import BertPretrainingModel
     from tests.models.packed_batches import TINY_CONFIG
 
-    model = BertPretrainingModel(TINY_CONFIG)
+    model = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     model.build()
     batch = first_batch(arrays)
     # The loss of this backend's own initialisation: the comparison below
@@ -209,7 +209,7 @@ def check_keras_hub(folder, arrays, want):
     )
 
     backbone = keras.models.load_model(str(folder / "keras_hub_backbone.keras"))
-    model = BertPretrainingModel(bert_config_from_keras_hub(backbone))
+    model = BertPretrainingModel.from_bert_config(bert_config_from_keras_hub(backbone))
     report = load_keras_hub_backbone(model, backbone)
     got = numpy_outputs(model(first_batch(arrays)))
     source = keras_hub_named_weights(backbone)

@@ -37,8 +37,8 @@ import keras
 import numpy as np
 from keras import ops
 
-from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertClassifierModel, BertPretrainingModel, BertSquadModel
+from packed_bert_tf.models.bert_pretraining import pretraining_losses
 from tests.models.packed_batches import (
     TINY_CONFIG,
     gradient_errors,
@@ -124,9 +124,9 @@ def mixed_packs(rng):
 
 def compare_with_unpacked(name, model_class, args, rng):
     keras.utils.set_random_seed(0)
-    packed_model = model_class(TINY_CONFIG, *args, packed=True)
+    packed_model = model_class.from_bert_config(TINY_CONFIG, *args, packed=True)
     packed_model.build()
-    reference = model_class(TINY_CONFIG, *args, packed=False)
+    reference = model_class.from_bert_config(TINY_CONFIG, *args, packed=False)
     reference.build()
     reference.set_weights(packed_model.get_weights())
     packs = mixed_packs(rng)
@@ -239,7 +239,7 @@ def bits_of_other_sequences(model, rng):
 
 def main():
     results = {"backend": BACKEND}
-    model = BertPretrainingModel(TINY_CONFIG)
+    model = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     # The shapes of the comparisons' packed batch: JAX's eager op caches then
     # serve them.
     features, _ = task_features(mixed_packs(np.random.default_rng(1)), D, seed=0)

@@ -17,8 +17,8 @@ tf.config.set_logical_device_configuration(
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from packed_bert_tf.layers import loss_normalisers, pretraining_losses  # noqa: E402
 from packed_bert_tf.models import BertPretrainingModel  # noqa: E402
+from packed_bert_tf.models.bert_pretraining import loss_normalisers, pretraining_losses  # noqa: E402
 from tests.graph_options import switch_off_grappler  # noqa: E402
 from tests.models.packed_batches import (  # noqa: E402
     TINY_CONFIG,
@@ -46,7 +46,7 @@ def main():
     features, _ = layout(packs, **SHAPES)
     with strategy.scope():
         tf.random.set_seed(0)
-        model = BertPretrainingModel(CONFIG)
+        model = BertPretrainingModel.from_bert_config(CONFIG)
         model.build()
     variables = model.trainable_variables
 

@@ -62,7 +62,7 @@ class ModelCase:
 
 def _built(model_class, *args):
     def make(**kwargs):
-        model = model_class(CONFIG, *args, **kwargs)
+        model = model_class.from_bert_config(CONFIG, *args, **kwargs)
         model.build()
         return model
     return make

@@ -69,13 +69,18 @@ def test_config_and_keras_file_round_trip(backbone, features, tmp_path):
         np.testing.assert_array_equal(loaded(features, cls_positions)[name], value)
 
 
-def test_every_task_model_wraps_one(backbone, features):
-    pretraining = BertPretrainingModel(TINY_CONFIG)
-    classifier = BertClassifierModel(TINY_CONFIG, 3)
-    squad = BertSquadModel(TINY_CONFIG)
+def test_every_task_model_takes_one(backbone, features):
+    pretraining = BertPretrainingModel(BertBackbone(TINY_CONFIG))
+    classifier = BertClassifierModel(BertBackbone(TINY_CONFIG, packed=False), 3)
+    squad = BertSquadModel.from_bert_config(TINY_CONFIG)
     for model in (pretraining, classifier, squad):
         model.build()
         assert isinstance(model.backbone, BertBackbone)
+        assert model.bert_config is model.backbone.bert_config
+        # Built by the task model: the weight paths hold its name.
+        assert model.backbone.weights[0].path == (
+            f"{model.name}/backbone/embeddings/word_embeddings/embeddings")
+    assert (pretraining.packed, classifier.packed, squad.packed) == (True, False, True)
     assert squad.backbone.pooler_dense is None
     pretraining.backbone.copy_weights_from(backbone)
     outputs = pretraining({**features, "masked_lm_positions": np.zeros((2, M), np.int32)})
@@ -90,3 +95,26 @@ def test_compute_dtype_under_mixed_precision(features):
     outputs = BertBackbone(TINY_CONFIG, dtype="mixed_float16")(features)
     assert outputs["sequence_output"].dtype == tf.float16
     assert outputs["pooled_output"].dtype == tf.float16
+
+
+def test_a_backbone_that_does_not_fit_is_one_clear_error():
+    with pytest.raises(TypeError) as error:
+        BertSquadModel(TINY_CONFIG)
+    assert str(error.value) == ("BertSquadModel takes a BertBackbone, got a BertConfig "
+                                "(BertSquadModel.from_bert_config(config) builds one from "
+                                "a config)")
+    with pytest.raises(ValueError) as error:
+        BertClassifierModel(BertBackbone(TINY_CONFIG, pooler=False), 2)
+    assert str(error.value) == ("BertClassifierModel reads the pooled output: its "
+                                "BertBackbone needs pooler=True, got pooler=False")
+    with pytest.raises(ValueError) as error:
+        BertSquadModel(BertBackbone(TINY_CONFIG))
+    assert str(error.value) == ("BertSquadModel reads no pooled output: its BertBackbone "
+                                "needs pooler=False, got pooler=True")
+
+
+def test_the_task_model_takes_the_backbones_dtype_policy():
+    model = BertSquadModel(BertBackbone(TINY_CONFIG, pooler=False, dtype="mixed_bfloat16"))
+    assert model.dtype_policy.name == model.span_head.dtype_policy.name == "mixed_bfloat16"
+    assert BertSquadModel.from_bert_config(
+        TINY_CONFIG, dtype="mixed_float16").backbone.dtype_policy.name == "mixed_float16"

@@ -7,7 +7,6 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.classification.packing import pack_features, unpack_logits
-from packed_bert_tf.layers import sequence_classification_loss
 from packed_bert_tf.models import (
     BertClassifierModel,
     BertConfig,
@@ -16,6 +15,7 @@ from packed_bert_tf.models import (
     load_google_checkpoint,
     save_google_checkpoint,
 )
+from packed_bert_tf.models.bert_classifier import sequence_classification_loss
 from tests.classification.classifier_data import random_features
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors
 
@@ -27,9 +27,9 @@ S = 48
 def _models(num_labels):
     """(packed model, standard unpacked BERT with the same weights)."""
     tf.random.set_seed(0)
-    packed = BertClassifierModel(TINY_CONFIG, num_labels, packed=True)
+    packed = BertClassifierModel.from_bert_config(TINY_CONFIG, num_labels, packed=True)
     packed.build()
-    reference = BertClassifierModel(TINY_CONFIG, num_labels, packed=False)
+    reference = BertClassifierModel.from_bert_config(TINY_CONFIG, num_labels, packed=False)
     reference.build()
     reference.set_weights(packed.get_weights())
     return packed, reference
@@ -99,7 +99,7 @@ def test_google_checkpoint_names_and_round_trip(tmp_path):
     path = save_google_checkpoint(model, tmp_path / "model.ckpt")
     np.testing.assert_array_equal(tf.train.load_checkpoint(path).get_tensor(
         "output_weights"), model.classifier_head.classifier.kernel.numpy().T)
-    restored = BertClassifierModel(TINY_CONFIG, 3)
+    restored = BertClassifierModel.from_bert_config(TINY_CONFIG, 3)
     report = load_google_checkpoint(restored, path)
     assert not report.missing and not report.unused
     batch = _tensors(pack_features(_features(6, 3, 3), max_sequences_per_pack=3))
@@ -108,10 +108,10 @@ def test_google_checkpoint_names_and_round_trip(tmp_path):
 
 def test_a_pretraining_checkpoint_loads_the_encoder_and_pooler(tmp_path):
     tf.random.set_seed(1)
-    pretrained = BertPretrainingModel(TINY_CONFIG)
+    pretrained = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     pretrained.build()
     path = save_google_checkpoint(pretrained, tmp_path / "pretrained.ckpt")
-    model = BertClassifierModel(TINY_CONFIG, 2)
+    model = BertClassifierModel.from_bert_config(TINY_CONFIG, 2)
     report = load_google_checkpoint(model, path)
     assert report.missing == ("output_weights", "output_bias")
     assert "bert/pooler/dense/kernel" in report.loaded
@@ -119,7 +119,7 @@ def test_a_pretraining_checkpoint_loads_the_encoder_and_pooler(tmp_path):
     np.testing.assert_array_equal(model.backbone.pooler_dense.kernel,
                                   pretrained.backbone.pooler_dense.kernel)
     # copy_encoder_weights does the same from the model itself.
-    copied = BertClassifierModel(TINY_CONFIG, 2)
+    copied = BertClassifierModel.from_bert_config(TINY_CONFIG, 2)
     copied.copy_encoder_weights(pretrained)
     for mine, theirs in zip(copied.weights[:-2], model.weights[:-2]):
         np.testing.assert_array_equal(mine, theirs)
@@ -138,8 +138,8 @@ def test_keras_file_round_trip(tmp_path):
 
 
 def test_bad_shapes_refused_by_copy_encoder_weights():
-    model = BertClassifierModel(TINY_CONFIG, 2)
-    other = BertPretrainingModel(BertConfig(**{**TINY_CONFIG.to_dict(), "hidden_size": 16,
-                                               "intermediate_size": 32}))
+    model = BertClassifierModel.from_bert_config(TINY_CONFIG, 2)
+    other = BertPretrainingModel.from_bert_config(
+        BertConfig(**{**TINY_CONFIG.to_dict(), "hidden_size": 16, "intermediate_size": 32}))
     with pytest.raises(ValueError, match=r"shape \(100, 16\), .* is \(100, 32\)"):
         model.copy_encoder_weights(other)

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertPretrainingModel
+from packed_bert_tf.models.bert_pretraining import pretraining_losses
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 
 # Slow: XLA compilations.
@@ -28,7 +28,7 @@ def _features(seed=0, num_packs=2):
 @pytest.fixture(scope="module")
 def model():
     tf.random.set_seed(0)
-    model = BertPretrainingModel(ONE_LAYER)
+    model = BertPretrainingModel.from_bert_config(ONE_LAYER)
     model.build()
     return model
 
@@ -42,7 +42,7 @@ def test_outputs_shapes_and_dtypes(model):
 
 
 def test_build_creates_every_weight_without_data():
-    model = BertPretrainingModel(TINY_CONFIG)
+    model = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     model.build()
     # 3 tables + 2 norm; 16 per block; pooler 2 + classifier 2; transform 2 + norm 2 + bias.
     assert len(model.weights) == 5 + 16 * 2 + 4 + 5
@@ -51,7 +51,11 @@ def test_build_creates_every_weight_without_data():
 
 def test_get_config_round_trip(model):
     config = model.get_config()
-    assert config["bert_config"] == ONE_LAYER.to_dict() and config["packed"] is True
+    backbone = config["backbone"]
+    assert backbone["class_name"] == "BertBackbone" and backbone["config"]["name"] == "backbone"
+    assert backbone["config"]["bert_config"] == ONE_LAYER.to_dict()
+    assert backbone["config"]["packed"] is True and backbone["config"]["pooler"] is True
+    assert config["per_sequence_masked_lm_loss"] is False
     restored = BertPretrainingModel.from_config(config)
     assert restored.get_config() == config
     restored.build()
@@ -60,14 +64,15 @@ def test_get_config_round_trip(model):
     np.testing.assert_array_equal(restored(features)["mlm_logits"],
                                   model(features)["mlm_logits"])
     unpacked = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(
-        BertPretrainingModel(TINY_CONFIG, packed=False, per_sequence_masked_lm_loss=True)))
+        BertPretrainingModel.from_bert_config(TINY_CONFIG, packed=False,
+                                              per_sequence_masked_lm_loss=True)))
     assert unpacked.packed is False and unpacked.per_sequence_masked_lm_loss is True
 
 
 @pytest.mark.parametrize("packed", [True, False])
 def test_xla_forward_and_gradients_match_eager(model, packed):
     if not packed:
-        reference = BertPretrainingModel(ONE_LAYER, packed=False)
+        reference = BertPretrainingModel.from_bert_config(ONE_LAYER, packed=False)
         reference.build()
         reference.set_weights(model.get_weights())
     else:
@@ -90,7 +95,7 @@ def test_xla_forward_and_gradients_match_eager(model, packed):
 @pytest.mark.parametrize("policy, half", [("mixed_bfloat16", tf.bfloat16),
                                           ("mixed_float16", tf.float16)])
 def test_mixed_precision_dtypes(model, policy, half):
-    mixed = BertPretrainingModel(ONE_LAYER, dtype=policy)
+    mixed = BertPretrainingModel.from_bert_config(ONE_LAYER, dtype=policy)
     mixed.build()
     mixed.set_weights(model.get_weights())
     features = _features(2)
@@ -121,7 +126,7 @@ def test_global_policy_is_followed():
     previous = keras.config.dtype_policy()
     keras.config.set_dtype_policy("mixed_bfloat16")
     try:
-        mixed = BertPretrainingModel(TINY_CONFIG)
+        mixed = BertPretrainingModel.from_bert_config(TINY_CONFIG)
         outputs = mixed(_features())
     finally:
         keras.config.set_dtype_policy(previous)
@@ -131,7 +136,7 @@ def test_global_policy_is_followed():
 
 def test_fit_trains_on_packed_batches():
     tf.random.set_seed(1)
-    model = BertPretrainingModel(ONE_LAYER)
+    model = BertPretrainingModel.from_bert_config(ONE_LAYER)
     # Eager (tracing Adam's update costs seconds): fit's graph takes the
     # Trainer's step in test_keras_fit.py.
     model.compile(optimizer=keras.optimizers.Adam(1e-3), run_eagerly=True)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import squad_span_loss
 from packed_bert_tf.models import (
     BertPretrainingModel,
     BertSquadModel,
@@ -14,6 +13,7 @@ from packed_bert_tf.models import (
     load_google_checkpoint,
     save_google_checkpoint,
 )
+from packed_bert_tf.models.bert_squad import squad_span_loss
 from packed_bert_tf.squad.packing import pack_features, unpack_logits
 from tests.models.packed_batches import TINY_CONFIG, gradient_errors
 from tests.squad.squad_data import make_features
@@ -27,9 +27,9 @@ S = 48
 def models():
     """(packed model, standard unpacked BERT with the same weights)."""
     tf.random.set_seed(0)
-    packed = BertSquadModel(TINY_CONFIG, packed=True)
+    packed = BertSquadModel.from_bert_config(TINY_CONFIG, packed=True)
     packed.build()
-    reference = BertSquadModel(TINY_CONFIG, packed=False)
+    reference = BertSquadModel.from_bert_config(TINY_CONFIG, packed=False)
     reference.build()
     reference.set_weights(packed.get_weights())
     return packed, reference
@@ -83,7 +83,7 @@ def test_packed_loss_and_gradients_equal_unpacked(models):
 
 
 def test_outputs_and_dtypes_under_mixed_precision():
-    model = BertSquadModel(TINY_CONFIG, dtype="mixed_bfloat16")
+    model = BertSquadModel.from_bert_config(TINY_CONFIG, dtype="mixed_bfloat16")
     packs = pack_features(_features(4, 0), max_sequences_per_pack=2)
     outputs, _ = _run(model, packs)
     assert outputs["start_logits"].dtype == outputs["end_logits"].dtype == tf.float32
@@ -92,7 +92,7 @@ def test_outputs_and_dtypes_under_mixed_precision():
 
 
 def test_config_round_trip():
-    model = BertSquadModel(TINY_CONFIG, packed=False)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG, packed=False)
     config = model.get_config()
     restored = BertSquadModel.from_config(config)
     assert restored.get_config() == config and not restored.packed
@@ -102,10 +102,10 @@ def test_config_round_trip():
 
 def test_encoder_loads_from_a_google_pretraining_checkpoint(tmp_path):
     tf.random.set_seed(1)
-    pretrained = BertPretrainingModel(TINY_CONFIG)
+    pretrained = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     pretrained.build()
     path = save_google_checkpoint(pretrained, tmp_path / "bert_model.ckpt")
-    model = BertSquadModel(TINY_CONFIG)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG)
     report = load_google_checkpoint(model, path)
     assert report.missing == ("cls/squad/output_weights", "cls/squad/output_bias")
     assert "bert/pooler/dense/kernel" in report.unused
@@ -128,7 +128,7 @@ def test_google_checkpoint_round_trip_of_the_fine_tuned_model(tmp_path, models):
         tf.train.load_checkpoint(path).get_tensor("cls/squad/output_weights"),
         packed_model.span_head.dense.kernel.numpy().T)
     tf.random.set_seed(5)
-    fresh = BertSquadModel(TINY_CONFIG)
+    fresh = BertSquadModel.from_bert_config(TINY_CONFIG)
     report = load_google_checkpoint(fresh, path)
     assert report.missing == () and report.unused == ()
     packs = pack_features(_features(5, 3), max_sequences_per_pack=2)
@@ -139,9 +139,9 @@ def test_google_checkpoint_round_trip_of_the_fine_tuned_model(tmp_path, models):
 
 def test_copy_encoder_weights_from_a_pretraining_model():
     tf.random.set_seed(2)
-    pretrained = BertPretrainingModel(TINY_CONFIG)
+    pretrained = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     pretrained.build()
-    model = BertSquadModel(TINY_CONFIG)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG)
     model.build()
     head = [w.numpy() for w in model.span_head.weights]
     model.copy_encoder_weights(pretrained)
@@ -150,7 +150,7 @@ def test_copy_encoder_weights_from_a_pretraining_model():
         np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
     for before, after in zip(head, model.span_head.weights):
         np.testing.assert_array_equal(before, after.numpy())
-    bigger = BertPretrainingModel(TINY_CONFIG.__class__(
+    bigger = BertPretrainingModel.from_bert_config(TINY_CONFIG.__class__(
         **dict(TINY_CONFIG.to_dict(), num_hidden_layers=3)))
     with pytest.raises(ValueError, match=r"encoder: \d+ weights, encoder has \d+"):
         model.copy_encoder_weights(bigger)

@@ -3,7 +3,7 @@
 
 import pytest
 
-from tests.conftest import run_json_check
+from tests.tool_runs import run_json_check
 
 pytestmark = pytest.mark.slow  # MirroredStrategy and XLA in a subprocess
 

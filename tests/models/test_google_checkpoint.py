@@ -21,7 +21,7 @@ H = TINY_CONFIG.hidden_size
 
 def _model(seed, config=TINY_CONFIG):
     tf.random.set_seed(seed)
-    model = BertPretrainingModel(config)
+    model = BertPretrainingModel.from_bert_config(config)
     model.build()
     return model
 

@@ -33,9 +33,11 @@ torch = pytest.importorskip("torch")
 NUM_LABELS = 3
 #: Our model for each transformers class, from a config and ``packed``.
 MODELS = {
-    "BertForPreTraining": lambda config, packed: BertPretrainingModel(config, packed=packed),
-    "BertForQuestionAnswering": lambda config, packed: BertSquadModel(config, packed=packed),
-    "BertForSequenceClassification": lambda config, packed: BertClassifierModel(
+    "BertForPreTraining": lambda config, packed: BertPretrainingModel.from_bert_config(
+        config, packed=packed),
+    "BertForQuestionAnswering": lambda config, packed: BertSquadModel.from_bert_config(
+        config, packed=packed),
+    "BertForSequenceClassification": lambda config, packed: BertClassifierModel.from_bert_config(
         config, NUM_LABELS, packed=packed),
 }
 #: Hugging Face hidden_act -> ours.
@@ -195,7 +197,8 @@ def test_saved_folder_is_what_transformers_wrote(saved, batches, tmp_path):
 
 def test_config_json_of_a_regression_classifier(tmp_path):
     config = dataclasses.replace(TINY_CONFIG, hidden_act="gelu_exact")
-    folder = save_hugging_face(BertClassifierModel(config, 1), tmp_path / "sts-b")
+    folder = save_hugging_face(BertClassifierModel.from_bert_config(config, 1),
+                               tmp_path / "sts-b")
     with open(os.path.join(folder, "config.json")) as file:
         values = json.load(file)
     assert values["architectures"] == ["BertForSequenceClassification"]
@@ -245,7 +248,8 @@ def test_bert_model_without_prefix_reads_as_the_backbone(tmp_path):
     assert set(bare) == {name for name in full if name.startswith("bert/")}
     for name, value in bare.items():
         assert np.array_equal(value, full[name]), name
-    ours = BertPretrainingModel(open_hugging_face_folder(tmp_path / "bare").config)
+    ours = BertPretrainingModel.from_bert_config(
+        open_hugging_face_folder(tmp_path / "bare").config)
     report = load_google_weights(ours, bare)
     assert all(name.startswith("cls/") for name in report.missing) and report.missing
 
@@ -363,7 +367,7 @@ def test_a_weight_of_the_wrong_shape_is_named(tmp_path, saved_classifier):
     opened = open_hugging_face_folder(folder)
     with pytest.raises(ValueError, match=r"attention/self/query/kernel: source \(16, 32\), "
                                          r"model expects \(32, 32\)") as error:
-        load_google_weights(BertClassifierModel(opened.config, NUM_LABELS),
+        load_google_weights(BertClassifierModel.from_bert_config(opened.config, NUM_LABELS),
                             read_hugging_face_weights(opened), source=opened.weights_file)
     assert str(error.value).startswith(opened.weights_file)
 
@@ -417,7 +421,7 @@ def test_torch_missing_is_one_line(tmp_path, saved_classifier, monkeypatch):
 
 
 def test_save_refuses_a_used_folder_and_leaves_nothing_on_failure(tmp_path, monkeypatch):
-    model = BertSquadModel(TINY_CONFIG)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG)
     used = tmp_path / "used"
     used.mkdir()
     (used / "notes.txt").write_text("mine")

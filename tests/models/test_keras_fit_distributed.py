@@ -4,8 +4,8 @@ tests.models.model_cases.MODEL_CASES."""
 
 import pytest
 
-from tests.conftest import run_json_check
 from tests.models.model_cases import MODEL_CASES
+from tests.tool_runs import run_json_check
 
 pytestmark = pytest.mark.slow  # MirroredStrategy fits and exports in a subprocess
 

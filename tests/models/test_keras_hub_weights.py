@@ -105,7 +105,7 @@ def test_config_is_read_from_the_backbone(keras_hub):
 def test_names_are_the_original_bert_names(backbone):
     weights = keras_hub_named_weights(backbone)
     assert len(weights) == NUM_BACKBONE_NAMES
-    model = BertPretrainingModel(bert_config_from_keras_hub(backbone))
+    model = BertPretrainingModel.from_bert_config(bert_config_from_keras_hub(backbone))
     ours = google_named_weights(model)
     assert set(weights) == set(ours) - set(PRETRAINING_HEADS)
     for name, value in weights.items():
@@ -119,7 +119,8 @@ def test_names_are_the_original_bert_names(backbone):
 
 def test_unpacked_model_gives_keras_hubs_outputs(backbone, batches):
     (_, _), (unpacked, placements) = batches
-    model = BertPretrainingModel(bert_config_from_keras_hub(backbone), packed=False)
+    model = BertPretrainingModel.from_bert_config(bert_config_from_keras_hub(backbone),
+                                                  packed=False)
     report = load_keras_hub_backbone(model, backbone)
     assert len(report.loaded) == NUM_BACKBONE_NAMES
     assert report.missing == PRETRAINING_HEADS and report.unused == ()
@@ -137,9 +138,10 @@ def test_unpacked_model_gives_keras_hubs_outputs(backbone, batches):
 def test_packed_model_gives_every_sequence_its_unpacked_output(backbone, batches):
     (packed, packed_placements), (unpacked, placements) = batches
     assert packed["input_ids"].shape[0] == 3 and unpacked["input_ids"].shape[0] == 9
-    model = BertPretrainingModel(bert_config_from_keras_hub(backbone), packed=True)
+    model = BertPretrainingModel.from_bert_config(bert_config_from_keras_hub(backbone),
+                                                  packed=True)
     load_keras_hub_backbone(model, backbone)
-    unpacked_model = BertPretrainingModel(model.bert_config, packed=False)
+    unpacked_model = BertPretrainingModel.from_bert_config(model.bert_config, packed=False)
     load_keras_hub_backbone(unpacked_model, backbone)
 
     ours_packed = model(packed)
@@ -157,7 +159,7 @@ def test_packed_model_gives_every_sequence_its_unpacked_output(backbone, batches
 
 def test_squad_model_loads_the_backbone_and_reports_the_pooler_unused(backbone, batches):
     (packed, packed_placements), (unpacked, placements) = batches
-    model = BertSquadModel(bert_config_from_keras_hub(backbone), packed=True)
+    model = BertSquadModel.from_bert_config(bert_config_from_keras_hub(backbone), packed=True)
     report = load_keras_hub_backbone(model, backbone)
     assert report.unused == tuple(sorted(POOLER)) and report.missing == SQUAD_HEAD
     assert len(report.loaded) == NUM_BACKBONE_NAMES - 2
@@ -171,7 +173,7 @@ def test_squad_model_loads_the_backbone_and_reports_the_pooler_unused(backbone, 
 def test_classifier_loads_the_backbone_and_its_pooler(backbone):
     # The classifier's backbone holds a pooler: keras-hub's pooled_dense lands
     # there; only the reference's classifier (output_weights/bias) is new.
-    model = BertClassifierModel(bert_config_from_keras_hub(backbone), 3)
+    model = BertClassifierModel.from_bert_config(bert_config_from_keras_hub(backbone), 3)
     report = load_keras_hub_backbone(model, backbone)
     assert report.missing == ("output_weights", "output_bias") and not report.unused
     assert len(report.loaded) == NUM_BACKBONE_NAMES
@@ -186,7 +188,8 @@ def test_a_preset_fine_tunes_packed(keras_hub, backbone, batches, tmp_path):
     (packed, _), (unpacked, placements) = batches
     backbone.save_to_preset(str(tmp_path / "preset"))
     preset = keras_hub.models.BertBackbone.from_preset(str(tmp_path / "preset"))
-    model = BertPretrainingModel(bert_config_from_keras_hub(preset), packed=True)
+    model = BertPretrainingModel.from_bert_config(bert_config_from_keras_hub(preset),
+                                                  packed=True)
     load_keras_hub_backbone(model, preset)
     theirs = _keras_hub_outputs(backbone, unpacked)["sequence_output"]
     p = placements[0]
@@ -209,7 +212,7 @@ def test_a_preset_fine_tunes_packed(keras_hub, backbone, batches, tmp_path):
 def test_way_back_gives_the_same_outputs(keras_hub, batches):
     (_, _), (unpacked, placements) = batches
     tf.random.set_seed(3)
-    model = BertPretrainingModel(TINY_CONFIG, packed=False)
+    model = BertPretrainingModel.from_bert_config(TINY_CONFIG, packed=False)
     model.build()
     _randomize(model.weights, seed=4)
 
@@ -229,7 +232,7 @@ def test_way_back_gives_the_same_outputs(keras_hub, batches):
 
 
 def test_writing_a_squad_model_leaves_the_pooler_and_reports_it(keras_hub):
-    model = BertSquadModel(TINY_CONFIG)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG)
     model.build()
     _randomize(model.weights, seed=5)
     backbone = tiny_backbone(keras_hub, seed=6)
@@ -243,7 +246,7 @@ def test_writing_a_squad_model_leaves_the_pooler_and_reports_it(keras_hub):
 
 def test_config_mismatch_names_every_difference_and_assigns_nothing(backbone):
     config = dataclasses.replace(TINY_CONFIG, hidden_size=64, num_hidden_layers=3)
-    model = BertPretrainingModel(config)
+    model = BertPretrainingModel.from_bert_config(config)
     model.build()
     before = [weight.numpy().copy() for weight in model.weights]
     with pytest.raises(ValueError) as error:
@@ -258,7 +261,7 @@ def test_config_mismatch_names_every_difference_and_assigns_nothing(backbone):
     with pytest.raises(ValueError, match="hidden_size"):
         write_keras_hub_backbone(model, backbone)
 
-    relu = BertSquadModel(dataclasses.replace(TINY_CONFIG, hidden_act="relu"))
+    relu = BertSquadModel.from_bert_config(dataclasses.replace(TINY_CONFIG, hidden_act="relu"))
     with pytest.raises(ValueError, match=r"hidden_act: backbone 'gelu' \(tanh GELU\), "
                                          r"model 'relu'"):
         load_keras_hub_backbone(relu, backbone)
@@ -277,11 +280,11 @@ def test_a_backbone_that_computes_something_else_is_refused(keras_hub):
     epsilon.embeddings_layer_norm.epsilon = 1e-5
     with pytest.raises(ValueError, match="embeddings_layer_norm has layer-norm epsilon "
                                          "1e-05, the models here 1e-12"):
-        load_keras_hub_backbone(BertSquadModel(TINY_CONFIG), epsilon)
+        load_keras_hub_backbone(BertSquadModel.from_bert_config(TINY_CONFIG), epsilon)
 
     with pytest.raises(ValueError, match="expected a keras_hub.models.BertBackbone, got "
                                          "BertSquadModel"):
-        bert_config_from_keras_hub(BertSquadModel(TINY_CONFIG))
+        bert_config_from_keras_hub(BertSquadModel.from_bert_config(TINY_CONFIG))
 
 
 def _failing_import(monkeypatch, error):
@@ -299,7 +302,7 @@ def test_missing_keras_hub_is_one_clear_import_error(monkeypatch):
     # What Python raises for a package that is not installed.
     _failing_import(monkeypatch, ModuleNotFoundError("No module named 'keras_hub'",
                                                      name="keras_hub"))
-    model = BertSquadModel(TINY_CONFIG)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG)
     for call in (lambda: to_keras_hub_backbone(model),
                  lambda: load_keras_hub_backbone(model, object()),
                  lambda: write_keras_hub_vocabulary(object(), "vocab.txt")):
@@ -315,7 +318,7 @@ def test_a_broken_keras_hub_is_not_called_missing(monkeypatch):
     _failing_import(monkeypatch, ImportError("tensorflow_text: undefined symbol",
                                              name="tensorflow_text"))
     with pytest.raises(ImportError) as error:
-        to_keras_hub_backbone(BertSquadModel(TINY_CONFIG))
+        to_keras_hub_backbone(BertSquadModel.from_bert_config(TINY_CONFIG))
     assert str(error.value) == ("keras-hub is installed but does not import "
                                 "(tensorflow_text: undefined symbol); reinstall the extra "
                                 "with pip install -e '.[keras-hub]'")

@@ -35,6 +35,9 @@ def test_a_compiled_model_round_trips_through_a_keras_file(case, tmp_path):
     loaded = load_model(path, case.model_class)
     assert type(loaded) is case.model_class
     assert loaded.get_config() == model.get_config()
+    # The backbone comes back built by the model: the paths hold its name.
+    assert [w.path for w in loaded.weights] == [w.path for w in model.weights]
+    assert loaded.weights[0].path.startswith(f"{model.name}/backbone/")
     batch = as_tensors(case.make_batch(3))
     want = model(batch)
     got = loaded(batch)
@@ -64,6 +67,41 @@ def test_loading_another_model_class_is_one_clear_error(case, tmp_path):
                                         f"expected a {other.model_class.__name__}")
     assert type(load_model(path, PackedModel)) is case.model_class  # a base class
     assert type(keras.models.load_model(path)) is case.model_class  # Keras' own
+
+
+def _as_config_without_backbone(path: str, model, old_path: str) -> dict:
+    """Copies ``path`` to ``old_path`` with the model's config in the form
+    that names the backbone by ``bert_config`` and ``packed``; returns it."""
+    with zipfile.ZipFile(path) as source, zipfile.ZipFile(old_path, "w") as target:
+        for member in source.namelist():
+            data = source.read(member)
+            if member == "config.json":
+                saved = json.loads(data)
+                config = {key: value for key, value in saved["config"].items()
+                          if key != "backbone"}
+                saved["config"] = {**config, "bert_config": model.bert_config.to_dict(),
+                                   "packed": model.packed}
+                data = json.dumps(saved)
+            target.writestr(member, data)
+    return saved["config"]
+
+
+@CASES
+def test_a_file_whose_config_names_the_backbone_by_its_bert_config_loads(case, tmp_path):
+    model = model_of(case, seed=1)
+    path, old_path = str(tmp_path / "model.keras"), str(tmp_path / "old.keras")
+    model.save(path)
+    old_config = _as_config_without_backbone(path, model, old_path)
+    assert "backbone" not in old_config and old_config["packed"] is True
+    loaded = load_model(old_path, case.model_class)
+    assert type(loaded) is case.model_class
+    assert loaded.get_config() == model.get_config()
+    assert [w.path for w in loaded.weights] == [w.path for w in model.weights]
+    batch = as_tensors(case.make_batch(3))
+    want = model(batch)
+    got = loaded(batch)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
 
 
 def test_files_that_are_not_keras_archives_are_one_clear_error(tmp_path):

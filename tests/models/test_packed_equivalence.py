@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import pretraining_losses
 from packed_bert_tf.models import BertPretrainingModel
+from packed_bert_tf.models.bert_pretraining import pretraining_losses
 from tests.models.packed_batches import (
     TINY_CONFIG,
     gradient_errors,
@@ -25,9 +25,9 @@ SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)
 def models():
     """(packed model, standard unpacked BERT with the same weights)."""
     tf.random.set_seed(0)
-    packed = BertPretrainingModel(TINY_CONFIG, packed=True)
+    packed = BertPretrainingModel.from_bert_config(TINY_CONFIG, packed=True)
     packed.build()
-    reference = BertPretrainingModel(TINY_CONFIG, packed=False)
+    reference = BertPretrainingModel.from_bert_config(TINY_CONFIG, packed=False)
     reference.build()
     reference.set_weights(packed.get_weights())
     return packed, reference

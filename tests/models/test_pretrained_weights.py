@@ -31,7 +31,7 @@ SQUAD_HEAD = ("cls/squad/output_weights", "cls/squad/output_bias")
 
 def _model(model_class, seed, *args, config=TINY_CONFIG):
     keras.utils.set_random_seed(seed)
-    model = model_class(config, *args)
+    model = model_class.from_bert_config(config, *args)
     model.build()
     return model
 

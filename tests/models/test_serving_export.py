@@ -54,7 +54,7 @@ def test_signature_shapes_and_missing_sizes():
                        r"next_sentence_positions \[B, D\]: max_sequences_per_pack must be "
                        r"given \(>= 1\), got None$"):
         serving_input_signature(pretraining, max_seq_length=S, max_predictions_per_seq=8)
-    squad = BertSquadModel(TINY_CONFIG, packed=False)
+    squad = BertSquadModel.from_bert_config(TINY_CONFIG, packed=False)
     assert [spec.name for spec in serving_input_signature(squad, max_seq_length=S)] == [
         "input_ids", "input_mask", "segment_ids"]  # unpacked: no positions
 

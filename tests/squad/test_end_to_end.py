@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
 from packed_bert_tf.data.tokenization import WordPieceTokenizer
-from packed_bert_tf.layers import squad_span_loss
 from packed_bert_tf.models import BertSquadModel
+from packed_bert_tf.models.bert_squad import squad_span_loss
 from packed_bert_tf.squad.dataset import predict_logits
 from packed_bert_tf.squad.features import load_or_create_features
 from packed_bert_tf.squad.packing import pack_features
@@ -36,9 +36,9 @@ def test_packed_and_unpacked_prediction_write_identical_predictions(tmp_path):
     tf.random.set_seed(0)
     # One layer: a sequence that saw another in its row would already differ.
     config = _config(tokenizer.vocab_size, num_hidden_layers=1)
-    packed_model = BertSquadModel(config, packed=True)
+    packed_model = BertSquadModel.from_bert_config(config, packed=True)
     packed_model.build()
-    unpacked_model = BertSquadModel(config, packed=False)
+    unpacked_model = BertSquadModel.from_bert_config(config, packed=False)
     unpacked_model.build()
     unpacked_model.set_weights(packed_model.get_weights())
 
@@ -103,8 +103,9 @@ def test_a_tiny_model_learns_a_toy_squad_task(tmp_path, packed):
 
     tf.random.set_seed(0)
     # One layer learns the task (tracing a second costs more than the steps).
-    model = BertSquadModel(_config(tokenizer.vocab_size, initializer_range=0.02,
-                                   num_hidden_layers=1), packed=packed)
+    model = BertSquadModel.from_bert_config(
+        _config(tokenizer.vocab_size, initializer_range=0.02, num_hidden_layers=1),
+        packed=packed)
     # The same number of sequences seen either way: fewer, fuller rows packed
     # (25 steps packed, 37 not: the first and last 10 losses apart).
     sequences = 600

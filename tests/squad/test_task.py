@@ -19,7 +19,7 @@ def test_trainer_runs_squad_updates_on_packed_rows():
                              vocab_size=TINY_CONFIG.vocab_size)
     packs = pack_features(features, max_sequences_per_pack=3)
     tf.random.set_seed(0)
-    model = BertSquadModel(TINY_CONFIG)
+    model = BertSquadModel.from_bert_config(TINY_CONFIG)
     model.build()
     trainer = Trainer(model, keras.optimizers.Adam(1e-3), task=task.SQUAD_TASK,
                       steps_per_update=2, jit_compile=False)

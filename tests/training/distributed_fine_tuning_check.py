@@ -61,8 +61,9 @@ class Case:
 
 
 def squad_case() -> Case:
-    from packed_bert_tf.layers import squad_loss_normalisers, squad_span_loss
+    from packed_bert_tf.layers.losses import sequence_loss_normalisers
     from packed_bert_tf.models import BertSquadModel
+    from packed_bert_tf.models.bert_squad import squad_span_loss
     from packed_bert_tf.squad.dataset import predict_logits
     from packed_bert_tf.squad.packing import pack_features
     from tests.squad.squad_data import make_features
@@ -80,16 +81,18 @@ def squad_case() -> Case:
         return len(logits), [logits.start_logits, logits.end_logits]
 
     tf.random.set_seed(0)
-    return Case(BertSquadModel(CONFIG), pack_features(features, max_sequences_per_pack=3),
-                len(lengths), batch_size=8, seed=3, loss=loss,
-                normalisers=squad_loss_normalisers, predict=predict)
+    return Case(BertSquadModel.from_bert_config(CONFIG),
+                pack_features(features, max_sequences_per_pack=3), len(lengths),
+                batch_size=8, seed=3, loss=loss,
+                normalisers=sequence_loss_normalisers, predict=predict)
 
 
 def classification_case() -> Case:
     from packed_bert_tf.classification.dataset import predict_logits
     from packed_bert_tf.classification.packing import pack_features
-    from packed_bert_tf.layers import classification_loss_normalisers, sequence_classification_loss
+    from packed_bert_tf.layers.losses import sequence_loss_normalisers
     from packed_bert_tf.models import BertClassifierModel
+    from packed_bert_tf.models.bert_classifier import sequence_classification_loss
     from tests.classification.classifier_data import random_features
 
     rng = np.random.default_rng(0)
@@ -107,10 +110,10 @@ def classification_case() -> Case:
         return len(logits), [logits]
 
     tf.random.set_seed(0)
-    return Case(BertClassifierModel(CONFIG, 3),
+    return Case(BertClassifierModel.from_bert_config(CONFIG, 3),
                 pack_features(features, max_sequences_per_pack=6), len(lengths),
                 batch_size=4, seed=1, loss=loss,
-                normalisers=classification_loss_normalisers, predict=predict)
+                normalisers=sequence_loss_normalisers, predict=predict)
 
 
 CASES = {"squad": squad_case, "classification": classification_case}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.layers import pretraining_losses
+from packed_bert_tf.models.bert_pretraining import pretraining_losses
 from tests.training.trainer_checks import (
     functions_run_eagerly,
     make_trainer,

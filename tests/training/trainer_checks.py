@@ -41,7 +41,7 @@ def make_trainer(*, steps_per_update=1, strategy=None, optimizer="lamb", jit_com
     strategy = strategy or tf.distribute.get_strategy()
     with strategy.scope():
         tf.keras.utils.set_random_seed(seed)
-        model = BertPretrainingModel(config)
+        model = BertPretrainingModel.from_bert_config(config)
         model.build()
         optimizer = create_optimizer(
             optimizer, learning_rate,
