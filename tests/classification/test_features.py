@@ -1,4 +1,10 @@
-"""The features equal google-research/bert's convert_single_example (unpadded)."""
+"""The features equal google-research/bert's convert_single_example (unpadded).
+
+The reference is ``bert.run_classifier`` from `bert-tensorflow` (the
+``reference`` extra, `tests.reference_bert`), called with our tokenizer: its
+``tokenize`` and ``convert_tokens_to_ids`` stand for ``FullTokenizer``'s, so
+the check is of the conversion alone.
+"""
 
 import numpy as np
 import pytest
@@ -14,6 +20,7 @@ from tests.classification.classifier_data import (
     random_examples,
     write_classifier_vocab,
 )
+from tests.reference_bert import run_classifier
 
 
 @pytest.fixture(scope="module")
@@ -22,66 +29,19 @@ def tokenizer(tmp_path_factory):
     return WordPieceTokenizer(path, do_lower_case=True)
 
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-    """google-research/bert run_classifier.py, verbatim."""
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_length:
-            break
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
-
-
-def reference_features(example, label_list, max_seq_length, tokenizer):
-    """run_classifier.py's convert_single_example, transcribed (the tokenizer's
-    tokenize/convert_tokens_to_ids stand for FullTokenizer's)."""
-    label_map = {label: i for i, label in enumerate(label_list)}
-    tokens_a = tokenizer.tokenize(example.text_a)
-    tokens_b = None
-    if example.text_b:
-        tokens_b = tokenizer.tokenize(example.text_b)
-    if tokens_b:
-        _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-    else:
-        if len(tokens_a) > max_seq_length - 2:
-            tokens_a = tokens_a[0:(max_seq_length - 2)]
-    tokens = []
-    segment_ids = []
-    tokens.append("[CLS]")
-    segment_ids.append(0)
-    for token in tokens_a:
-        tokens.append(token)
-        segment_ids.append(0)
-    tokens.append("[SEP]")
-    segment_ids.append(0)
-    if tokens_b:
-        for token in tokens_b:
-            tokens.append(token)
-            segment_ids.append(1)
-        tokens.append("[SEP]")
-        segment_ids.append(1)
-    input_ids = tokenizer.convert_tokens_to_ids(tokens)
-    input_mask = [1] * len(input_ids)
-    while len(input_ids) < max_seq_length:
-        input_ids.append(0)
-        input_mask.append(0)
-        segment_ids.append(0)
-    return input_ids, input_mask, segment_ids, label_map[example.label]
-
-
 def _check_against_reference(examples, task, tokenizer, max_seq_length):
+    reference = run_classifier()
     features = convert_examples_to_features(examples, task, tokenizer, max_seq_length)
     padded_ids, padded_segments = features.padded("input_ids"), features.padded(
         "segment_ids")
     for index, example in enumerate(examples):
-        ids, mask, segments, label = reference_features(example, task.labels,
-                                                        max_seq_length, tokenizer)
-        np.testing.assert_array_equal(padded_ids[index], ids, err_msg=example.guid)
-        np.testing.assert_array_equal(padded_segments[index], segments)
-        assert features.length[index] == sum(mask)
-        assert features.label_ids[index] == label
+        expected = reference.convert_single_example(index, example, task.labels,
+                                                    max_seq_length, tokenizer)
+        np.testing.assert_array_equal(padded_ids[index], expected.input_ids,
+                                      err_msg=example.guid)
+        np.testing.assert_array_equal(padded_segments[index], expected.segment_ids)
+        assert features.length[index] == sum(expected.input_mask)
+        assert features.label_ids[index] == expected.label_id
     return features
 
 
@@ -107,11 +67,12 @@ def test_single_sentences_equal_the_reference(tokenizer, max_seq_length):
 
 
 def test_closed_form_truncation_equals_popping():
+    reference = run_classifier()
     for length_a in range(0, 14):
         for length_b in range(0, 14):
             for max_length in range(0, 20):
                 a, b = list(range(length_a)), list(range(length_b))
-                _truncate_seq_pair(a, b, max_length)
+                reference._truncate_seq_pair(a, b, max_length)
                 kept = truncated_pair_lengths([length_a], [length_b], max_length)
                 assert (kept[0][0], kept[1][0]) == (len(a), len(b)), \
                     (length_a, length_b, max_length)

@@ -13,6 +13,7 @@ from packed_bert_tf.data.preparation.pretraining_instances import (
     create_training_instances,
 )
 from packed_bert_tf.data.records import record_files, record_format
+from tests.reference_bert import create_pretraining_data
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PAD, UNK, CLS, SEP, MASK = range(5)
@@ -273,21 +274,9 @@ def test_truncate_seq_pair_cuts_the_longer_segment_at_both_ends():
     assert a == [1, 2] and len(b) == 1   # B on ties
 
 
-def _reference_truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng):
-    """google-research/bert's truncate_seq_pair, verbatim but for names."""
-    while True:
-        total_length = len(tokens_a) + len(tokens_b)
-        if total_length <= max_num_tokens:
-            break
-        trunc_tokens = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-        assert len(trunc_tokens) >= 1
-        if rng.random() < 0.5:
-            del trunc_tokens[0]
-        else:
-            trunc_tokens.pop()
-
-
 def test_truncate_seq_pair_is_the_reference_draw_for_draw():
+    # google-research/bert's own function, from bert-tensorflow.
+    reference = create_pretraining_data()
     sizes = random.Random(1)
     for trial in range(300):
         a = list(range(sizes.randint(1, 300)))
@@ -296,7 +285,7 @@ def test_truncate_seq_pair_is_the_reference_draw_for_draw():
         ours, ours_rng = (a.copy(), b.copy()), random.Random(trial)
         theirs, their_rng = (a.copy(), b.copy()), random.Random(trial)
         pretraining_instances.truncate_seq_pair(*ours, limit, ours_rng)
-        _reference_truncate_seq_pair(*theirs, limit, their_rng)
+        reference.truncate_seq_pair(*theirs, limit, their_rng)
         assert ours == theirs, trial
         assert ours_rng.random() == their_rng.random()  # as many draws
 

@@ -17,7 +17,8 @@ from packed_bert_tf.squad.features import (
     read_squad_examples,
     whitespace_words,
 )
-from tests.squad import reference_features, squad_data
+from tests.reference_bert import run_squad
+from tests.squad import squad_data
 
 SHAPES = dict(max_seq_length=32, doc_stride=8, max_query_length=10)
 
@@ -83,30 +84,32 @@ def test_matches_the_reference_feature_creation(tmp_path, squad_file, do_lower_c
                                          do_lower_case=do_lower_case)
     examples, features, _ = _features(squad_file, tokenizer, is_training=is_training,
                                       **shapes)
-    reference_examples = reference_features.read_examples(squad_file, is_training)
-    reference = reference_features.convert_examples_to_features(
+    reference_squad = run_squad()
+    reference_examples = reference_squad.read_squad_examples(str(squad_file), is_training)
+    reference = []
+    reference_squad.convert_examples_to_features(
         reference_examples, tokenizer, shapes["max_seq_length"], shapes["doc_stride"],
-        shapes["max_query_length"], is_training)
+        shapes["max_query_length"], is_training, output_fn=reference.append)
     assert len(features) == len(reference)
     for f, want in enumerate(reference):
-        length = len(want["input_ids"])
+        length = sum(want.input_mask)  # the reference pads to max_seq_length
         assert features.length[f] == length
-        np.testing.assert_array_equal(features.input_ids[f, :length], want["input_ids"])
-        assert not features.input_ids[f, length:].any()
-        np.testing.assert_array_equal(features.segment_ids[f, :length], want["segment_ids"])
-        assert features.example_index[f] == want["example_index"]
-        assert features.doc_span_index[f] == want["doc_span_index"]
-        assert features.start_position[f] == want["start_position"]
-        assert features.end_position[f] == want["end_position"]
+        np.testing.assert_array_equal(features.input_ids[f], want.input_ids)
+        np.testing.assert_array_equal(features.segment_ids[f], want.segment_ids)
+        assert features.example_index[f] == want.example_index
+        assert features.doc_span_index[f] == want.doc_span_index
+        # The reference gives no positions for prediction (None): ours are 0.
+        assert features.start_position[f] == (want.start_position or 0)
+        assert features.end_position[f] == (want.end_position or 0)
         # token_to_orig_map: the word holding each context token's first character.
-        context = examples[want["example_index"]].context_text
+        context = examples[want.example_index].context_text
         _, _, char_to_word = whitespace_words(context)
         is_context = features.token_char_end[f] > 0
-        assert set(np.flatnonzero(is_context)) == set(want["token_to_orig_map"])
-        for position, word in want["token_to_orig_map"].items():
+        assert set(np.flatnonzero(is_context)) == set(want.token_to_orig_map)
+        for position, word in want.token_to_orig_map.items():
             assert char_to_word[features.token_char_start[f, position]] == word
             assert bool(features.token_is_max_context[f, position]) == \
-                want["token_is_max_context"][position]
+                want.token_is_max_context[position]
 
 
 def test_every_context_token_has_exactly_one_max_context_window(tmp_path, squad_file):
