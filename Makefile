@@ -79,4 +79,4 @@ benchmark: $(VENV)/.installed
 	$(BIN)/python benchmarks/packing_benchmark.py --write_markdown=BENCHMARKS.md
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis *.egg-info build packed_bert_tf/data/_*.so
+	rm -rf $(VENV) $(OUT) .pytest_cache .hypothesis *.egg-info build packed_bert_tf/data/records/_*.so

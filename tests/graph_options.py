@@ -6,14 +6,10 @@ import contextlib
 
 import tensorflow as tf
 
-#: A forked run's ``imports`` (`tests.conftest.forked_run`) that switch the
-#: optimizer off in its child, before the tool runs.
-GRAPPLER_OFF = ("tests.pretraining.grappler_off",)
-
 
 def switch_off_grappler() -> bool:
-    """Switches the graph optimizer off in this process (and the children forked
-    from it); whether it was off before."""
+    """Switches the graph optimizer off in this process; whether it was off
+    before."""
     before = tf.config.optimizer.get_experimental_options().get("disable_meta_optimizer",
                                                                  False)
     tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from packed_bert_tf import command_line
-from tests.conftest import REPOSITORY
+from tests.tool_runs import REPOSITORY
 
 _TOOL = r'''
 import os, sys

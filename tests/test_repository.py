@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 
-from tests.conftest import REPOSITORY
+from tests.tool_runs import REPOSITORY
 
 # Paths that would reach outside a clone: a sibling folder of the checkout.
 _OUTSIDE = re.compile(r"\.\./shared|shared/data|_REPOSITORY\.parent|parents\[[3-9]\]")

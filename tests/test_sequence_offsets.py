@@ -19,7 +19,7 @@ from packed_bert_tf.sequence_offsets import (
     sequence_offsets,
 )
 from tests.backends.jax_environment import jax_environment
-from tests.conftest import REPOSITORY
+from tests.tool_runs import REPOSITORY
 
 tnp = tf.experimental.numpy
 NAMESPACES = {"keras.ops": keras.ops, "tf.experimental.numpy": tnp, "numpy": np}

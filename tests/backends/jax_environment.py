@@ -2,7 +2,7 @@
 
 import os
 
-from tests.conftest import tool_environment
+from tests.tool_runs import tool_environment
 
 #: XLA:CPU's elemental IR emitters instead of its fusion emitters: for these
 #: tiny models a half to a third of the compile time, for JAX's compiled

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from tests.backends.jax_environment import jax_environment
-from tests.conftest import REPOSITORY, tool_environment
+from tests.tool_runs import REPOSITORY, tool_environment
 
 pytestmark = pytest.mark.slow
 

@@ -34,9 +34,9 @@ from tests.backends.cross_backend_check import (
     optimizer_arrays,
     step_losses,
 )
-from tests.conftest import REPOSITORY, tool_environment
 from tests.models.packed_batches import TINY_CONFIG, layout, random_packs
 from tests.test_docs_layers import DOC, python_blocks
+from tests.tool_runs import REPOSITORY, tool_environment
 
 pytestmark = [pytest.mark.skipif(
     importlib.util.find_spec("jax") is None,
@@ -55,7 +55,7 @@ def save_keras_hub_side(folder, arrays, outputs):
 
     backbone = tiny_backbone(keras_hub, seed=3)
     backbone.save(str(folder / "keras_hub_backbone.keras"))
-    model = BertPretrainingModel(bert_config_from_keras_hub(backbone))
+    model = BertPretrainingModel.from_bert_config(bert_config_from_keras_hub(backbone))
     load_keras_hub_backbone(model, backbone)
     got = numpy_outputs(model(first_batch(arrays)))
     for name in ("sequence_output", "pooled_output"):
@@ -72,7 +72,7 @@ def save_tensorflow_side(folder):
     np.savez(folder / "batches.npz", **arrays)
 
     keras.utils.set_random_seed(0)
-    model = BertPretrainingModel(TINY_CONFIG)
+    model = BertPretrainingModel.from_bert_config(TINY_CONFIG)
     model.build()
     model.save_weights(str(folder / "initial.weights.h5"))
     # Each batch's loss without training: the steps below must move it.

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.conftest import run_tool
+from tests.tool_runs import run_main
 
 
 def test_plan_and_scaling_parts_write_a_section_and_a_plot(tmp_path):
@@ -11,7 +11,7 @@ def test_plan_and_scaling_parts_write_a_section_and_a_plot(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps(
             {"counts": counts, "max_sequence_length": len(counts)}))
     markdown, plot = tmp_path / "BENCHMARKS.md", tmp_path / "scaling.png"
-    result = run_tool(
+    result = run_main(
         "benchmarks/batching_benchmark.py",
         f"--histograms={tmp_path / 'tiny_a.json'},{tmp_path / 'tiny_b.json'}",
         "--measure=false", "--plan_sequences=3000", "--pool_sizes=32,256",

@@ -10,7 +10,8 @@ from packed_bert_tf.batching import Bucketing, bucket_batches, bucketed_pretrain
 from packed_bert_tf.data.inputs.pretraining_dataset import Shuffling
 from packed_bert_tf.data.records import record_files
 from packed_bert_tf.data.records.record_format import IdLimits, RecordFormat
-from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, run_json_check
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH
+from tests.tool_runs import run_json_check
 
 pytestmark = pytest.mark.slow
 
@@ -216,13 +217,13 @@ def test_every_id_out_of_range_fails_the_batch(unpacked_files, tmp_path, feature
 
 
 def test_empty_rows_leave_the_model_losses_unchanged(first_file_batches):
-    from packed_bert_tf.layers import pretraining_losses
     from packed_bert_tf.models import BertConfig, BertPretrainingModel
+    from packed_bert_tf.models.bert_pretraining import pretraining_losses
 
     config = BertConfig(vocab_size=5000, hidden_size=32, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=64,
                         max_position_embeddings=S)
-    model = BertPretrainingModel(config, packed=False)
+    model = BertPretrainingModel.from_bert_config(config, packed=False)
     partial = [b for b in first_file_batches if b["next_sentence_weights"].sum() < 16]
     assert partial  # the epoch's last batch of a bucket
     for batch in partial[:2]:

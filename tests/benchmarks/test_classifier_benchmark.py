@@ -1,30 +1,25 @@
 """benchmarks/classifier_benchmark.py runs: one shape, a tiny model, one chunk,
-uncompiled, forked from the session's process that imported TensorFlow, the
-child with the graph optimizer off (no check here is about it), as `python
-benchmarks/classifier_benchmark.py ARGS` runs: `tests.forked_tools`,
-`tests.benchmarks.benchmark_paths`."""
+uncompiled, in this process with the graph optimizer off (no check here is
+about it)."""
 
 import re
 
 import pytest
 
-from tests.conftest import forked_run, run_tools_forked
-from tests.graph_options import GRAPPLER_OFF
+from tests.tool_runs import run_main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
 
 def test_the_benchmark_writes_its_section(tmp_path):
     markdown = tmp_path / "BENCHMARKS.md"
-    [result] = run_tools_forked([forked_run(
+    result = run_main(
         "benchmarks/classifier_benchmark.py", "--shapes=single", "--num_layers=1",
         "--hidden_size=32", "--num_heads=2", "--intermediate_size=64", "--batch_size=8",
         "--chunks=1", "--steps_per_chunk=2", "--wordpiece_vocab_size=1000",
         # XLA is not what is checked here: the script's figures and section are.
         "--nojit_compile",
-        f"--write_markdown={markdown}", tmp_path=tmp_path,
-        imports=GRAPPLER_OFF + ("tests.benchmarks.benchmark_paths",))],
-        preload=("tensorflow",))
+        f"--write_markdown={markdown}", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     text = markdown.read_text()
     assert "<!-- classifier_benchmark:begin -->" in text

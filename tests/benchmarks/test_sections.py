@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 from absl import flags
 
-from tests.conftest import REPOSITORY
+from tests.tool_runs import REPOSITORY
 
 # Loaded from its file: a module named ``common`` on the path could be another.
 _SPEC = importlib.util.spec_from_file_location("benchmarks_common",

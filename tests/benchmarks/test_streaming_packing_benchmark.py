@@ -2,14 +2,14 @@
 
 import pytest
 
-from tests.conftest import run_tool
+from tests.tool_runs import run_main
 
 pytestmark = pytest.mark.slow
 
 
 def test_efficiency_and_throughput_parts_write_a_section(tmp_path):
     markdown = tmp_path / "BENCHMARKS.md"
-    result = run_tool(
+    result = run_main(
         "benchmarks/streaming_packing_benchmark.py", "--num_sequences=3000",
         "--buffer_sizes=200,10000", "--throughput_examples=300", "--throughput_repeats=2",
         f"--write_markdown={markdown}")

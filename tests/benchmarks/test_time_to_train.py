@@ -1,22 +1,17 @@
 """benchmarks/time_to_train.py runs: a tiny model on a slice of the corpus, both runs,
 figures read off their MLPerf logs, the section and the plot written.
 
-The script runs in a child forked from the session's process that imported
-TensorFlow once (`tests.conftest.run_tools_forked`); the child imports Beam, and
-each tool it starts (the data-prep tools, run_pretraining.py) is a child forked
-from it (`tests.benchmarks.time_to_train_forked`), as ``python TOOL ARGS`` runs it,
-rather than a new interpreter that imports them again (seconds of CPU each,
-eight tools); the runs have TensorFlow's graph optimizer off (no check here is
-about it). The packing tool runs its Beam pipeline in its own process
-(``--pack_beam_options``), not in a worker process per core that imports
-TensorFlow again."""
+The script runs in this process (`tests.tool_runs.run_main`); each tool it
+starts (the data-prep tools, run_pretraining.py) is a process of its own, as
+the benchmark times them. The packing tool runs its Beam pipeline in its own
+process (``--pack_beam_options``), not in a worker process per core that
+imports TensorFlow again."""
 
 import json
 
 import pytest
 
-from tests.conftest import forked_run, run_tools_forked
-from tests.graph_options import GRAPPLER_OFF
+from tests.tool_runs import run_main
 
 pytestmark = pytest.mark.slow
 
@@ -45,10 +40,7 @@ def benchmark(tmp_path_factory):
         "--num_warmup_steps=6", "--eval_interval_samples=150", "--nojit_compile",
         f"--stop_threshold={THRESHOLD}",
         "--pack_beam_options=--direct_running_mode=in_memory"]
-    [result] = run_tools_forked(
-        [forked_run("tests.benchmarks.time_to_train_forked", *args, tmp_path=root,
-                    imports=("apache_beam",) + GRAPPLER_OFF)],
-        preload=("tensorflow",))
+    result = run_main("benchmarks/time_to_train.py", *args, tmp_path=root)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((paths["work_dir"] / "report.json").read_text())
     return dict(paths, result=result, report=report)

@@ -8,8 +8,7 @@ import pytest
 from packed_bert_tf.classification.run import ClassifierOptions, run_classifier
 from tests.classification.classifier_data import write_files
 from tests.classification.glue_files import write_glue_files, write_tsv
-from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
-from tests.graph_options import GRAPPLER_OFF
+from tests.tool_runs import one_line_error_problems, run_main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
@@ -63,12 +62,11 @@ def _bad_inputs(files, folder):
 @pytest.fixture(scope="module")
 def script_runs(files, tmp_path_factory):
     """The script's runs: both batchings trained, evaluated and predicted, then
-    the bad inputs; each forked from one process that imported TensorFlow once
-    (seconds of CPU a process), as `python run_classifier.py ARGS` runs:
-    `tests.forked_tools`, with TensorFlow's graph optimizer off
-    (`tests.graph_options.GRAPPLER_OFF`: no check here is about it). (the runs'
-    folder, their ToolResults by name, the bad inputs' expected messages by
-    name)"""
+    the bad inputs; each in this process, one after the other, as `python
+    run_classifier.py ARGS` runs (`tests.tool_runs.run_main`), with
+    TensorFlow's graph optimizer off (the module's `grappler_off_for_module`:
+    no check here is about it). (the runs' folder, their ToolResults by name,
+    the bad inputs' expected messages by name)"""
     root = tmp_path_factory.mktemp("runs")
     bad = _bad_inputs(files, root)
     command_lines = {
@@ -76,11 +74,9 @@ def script_runs(files, tmp_path_factory):
                                 "--do_predict", f"--batching={batching}", *arguments)
            for batching, arguments in RUNS.items()},
         **{name: arguments for name, (arguments, _) in bad.items()}}
-    results = run_tools_forked(
-        [forked_run("run_classifier.py", *arguments, tmp_path=root, imports=GRAPPLER_OFF)
-         for arguments in command_lines.values()],
-        preload=("tensorflow",))
-    return root, dict(zip(command_lines, results)), {
+    results = {name: run_main("run_classifier.py", *arguments, tmp_path=root)
+               for name, arguments in command_lines.items()}
+    return root, results, {
         name: message for name, (_, message) in bad.items()}
 
 
@@ -150,7 +146,7 @@ def test_export_dir_serves_the_fine_tuned_model(files, trained, tmp_path):
     assert summary["export_dir"] == str(tmp_path / "serving")
     assert "train" not in summary and "eval" not in summary
     config = BertConfig.from_json_file(files["bert_config_file"])
-    model = BertClassifierModel(config, 2)
+    model = BertClassifierModel.from_bert_config(config, 2)
     model.build()
     load_google_checkpoint(model, str(checkpoint)[:-len(".index")])
     _, inputs, served = _serve_packed_rows(summary["export_dir"], config.vocab_size)
@@ -181,7 +177,7 @@ def test_export_dir_of_an_unpacked_run_serves_packed_rows(files, tmp_path):
     # block per row); the SavedModel must still serve packed rows, each
     # sequence apart, as the flag says.
     config = BertConfig.from_json_file(files["bert_config_file"])
-    model = BertClassifierModel(config, 2)
+    model = BertClassifierModel.from_bert_config(config, 2)
     model.build()
     checkpoint = save_google_checkpoint(model, str(tmp_path / "init" / "model.ckpt"))
     summary = run_classifier(ClassifierOptions(

@@ -8,13 +8,17 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.data.inputs.pack_dataset import PackOnTheFly, pack_dataset
-from packed_bert_tf.data.packed.packed_rows import PackSpec
-from packed_bert_tf.data.packed.sequence_batch import SequenceBatch, pack_sequences, unpack_records
+from packed_bert_tf.data.packed.packed_rows import PackSpec, fingerprints
+from packed_bert_tf.data.packed.pretraining_records import (
+    compact_records,
+    pack_records,
+    unpack_records,
+)
 from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.data.records.synthetic_records import lengths_from_histogram, unpacked_arrays
 from packed_bert_tf.packing.streaming_packer import pack_stream
 from packed_bert_tf.squad.packing import layout_packs
-from tests.conftest import run_json_check
+from tests.tool_runs import run_json_check
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +37,12 @@ def examples(count, seed=0, histogram=None, max_seq_length=S, masked_lm_prob=0.1
                              masked_lm_prob=masked_lm_prob, seed=seed)
     return {name: value.astype(np.int32) if value.dtype == np.int64 else value
             for name, value in arrays.items()}
+
+
+def sorted_prints(sequences: dict) -> np.ndarray:
+    """The sorted fingerprints of compact pre-training sequences: equal for
+    the same sequences in any order."""
+    return np.sort(fingerprints(PackSpec.pretraining(M), sequences))
 
 
 def collect(dataset) -> dict:
@@ -55,10 +65,8 @@ def test_every_example_is_in_one_pack_whole_and_the_packs_are_well_formed(stream
     packs = collect(packed)
     # unpack_records checks every rule of the packed format on every pack.
     sequences, _ = unpack_records(packs)
-    original = SequenceBatch.from_unpacked_arrays(stream)
-    assert np.array_equal(np.sort(sequences.fingerprints()),
-                          np.sort(original.fingerprints()))
-    assert len(sequences) == 1500  # nothing dropped, nothing cut, nothing twice
+    assert np.array_equal(sorted_prints(sequences), sorted_prints(compact_records(stream)))
+    assert sequences["lengths"].size == 1500  # nothing dropped, nothing cut, nothing twice
     assert packs["input_ids"].shape[0] < 1500 * 0.75
 
 
@@ -69,8 +77,7 @@ def test_the_packs_are_what_the_offline_packer_writes_for_the_same_assignment(st
                                  seed=2))
     lengths = stream["input_mask"].sum(axis=1)
     assignment = pack_stream(lengths, S, D, buffer_size=300, seed=2).assignment
-    expected = pack_sequences(SequenceBatch.from_unpacked_arrays(stream), assignment,
-                              RecordFormat.packed(S, M, D))
+    expected = pack_records(compact_records(stream), assignment, RecordFormat.packed(S, M, D))
     assert set(packs) == set(expected)
     for name, value in expected.items():
         assert packs[name].dtype == value.dtype, name
@@ -124,9 +131,8 @@ def test_replica_shards_hold_each_example_once(stream):
                                              num_replicas_in_sync=2)
         sequences, _ = unpack_records(collect(replica_dataset(context)))
         shard = {name: value[replica::2] for name, value in stream.items()}
-        assert np.array_equal(np.sort(sequences.fingerprints()), np.sort(
-            SequenceBatch.from_unpacked_arrays(shard).fingerprints()))
-        prints.append(sequences.fingerprints())
+        assert np.array_equal(sorted_prints(sequences), sorted_prints(compact_records(shard)))
+        prints.append(sorted_prints(sequences))
     assert np.intersect1d(*prints).size == 0
 
 
@@ -186,7 +192,7 @@ def test_a_too_long_example_is_named_or_skipped_and_counted(caplog):
                                      packing=PackOnTheFly(buffer_size=50),
                                      skip_long_sequences=True))
     sequences, _ = unpack_records(packs)
-    assert len(sequences) == 300 - long_ones.size
+    assert sequences["lengths"].size == 300 - long_ones.size
     skipped = [int(line.split("skipped ")[1].split()[0]) for line in caplog.messages
                if "pack_dataset: skipped" in line]
     assert sum(skipped) == long_ones.size
@@ -211,20 +217,30 @@ def test_a_mismatched_dataset_lists_every_difference():
         pack_dataset(tf.data.Dataset.range(3), max_sequence_length=S)
 
 
-def test_packs_over_the_prediction_slots_are_split_not_truncated(caplog):
-    # M = P, and 30 % of the tokens masked: packs of the packer's choice
-    # often hold more predictions than M.
-    stream = examples(400, seed=3, masked_lm_prob=0.3)
-    spec = PackSpec.pretraining(P)
+def test_packs_over_the_prediction_slots_are_replanned_not_truncated(caplog):
+    # Sequences of 64 tokens, two to a pack, half with 17 predictions and half
+    # with 4, in M = P = 20 slots: a pack with a heavy one overflows, two light
+    # ones fit. Re-planned, light ones released from overflowing packs pair up.
+    stream = unpacked_arrays(np.full(400, 64), max_seq_length=S, max_predictions_per_seq=P,
+                             vocab_size=5000, masked_lm_prob=0.3, seed=3)
+    counts = np.where(np.random.default_rng(0).random(400) < 0.5, 17, 4)
+    for name in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+        stream[name][np.arange(P)[None, :] >= counts[:, None]] = 0
     with caplog.at_level(logging.WARNING):
         packs = collect(pack_dataset(tf.data.Dataset.from_tensor_slices(stream),
-                                     max_sequence_length=S, spec=spec,
+                                     max_sequence_length=S, spec=PackSpec.pretraining(P),
                                      packing=PackOnTheFly(buffer_size=100)))
-    assert packs["masked_lm_ids"].shape[1] == P
-    sequences, _ = unpack_records(packs)
-    assert np.array_equal(np.sort(sequences.fingerprints()), np.sort(
-        SequenceBatch.from_unpacked_arrays(stream).fingerprints()))
-    assert any("their sequences went one per pack" in line for line in caplog.messages)
+    assert packs["masked_lm_ids"].shape[1] == P  # no pack over M
+    sequences, _ = unpack_records(packs)  # every rule of the format holds
+    assert np.array_equal(sorted_prints(sequences), sorted_prints(compact_records(stream)))
+    replanned = [int(line.split("dataset: ")[1].split()[0]) for line in caplog.messages
+                 if "re-planned into new packs" in line]
+    assert sum(replanned) > 100
+    # One pack per sequence of every overflowing pack of the packer's choice.
+    chosen = pack_stream(np.full(400, 64), S, D, buffer_size=100, seed=0).assignment
+    over = chosen.sum_per_pack(counts[chosen.sequence_indices]) > P
+    split = len(chosen) + int((chosen.sequences_per_pack[over] - 1).sum())
+    assert split == 345 and packs["input_ids"].shape[0] == 326
 
 
 def test_squad_features_pack_as_the_squad_layout_does():

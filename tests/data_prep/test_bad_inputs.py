@@ -1,11 +1,10 @@
 """Every data-prep tool on bad input, run as the README shows (default flags,
 TF_CPP_MIN_LOG_LEVEL unset): one line naming the file, flag or record, a
-non-zero exit, no traceback, no Beam or TensorFlow output, no output file.
+non-zero exit, no traceback, no Beam or TensorFlow log lines, no output file.
 
-The cases run one after the other, each in a process of its own forked from one
-that imported TensorFlow, Beam and the tools' packing libraries once (`tests.forked_tools`: each run is the
-tool's ``__main__`` with its own argv, flags, output and exit status); one
-case runs as a plain subprocess too."""
+The cases run one after the other in this process (`tests.tool_runs.run_main`:
+each run is the tool's ``__main__`` with its own argv, flags, output and exit
+status); Ctrl-C and SIGTERM reach real processes."""
 
 import json
 import os
@@ -14,17 +13,13 @@ import socket
 
 import pytest
 
-from tests.conftest import (
-    SMALL_PREDICTIONS,
-    SMALL_SEQ_LENGTH,
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
+from tests.tool_runs import (
     finish_tool,
-    forked_run,
     one_line_error_problems,
-    run_tool,
-    run_tools_forked,
+    run_main,
     start_tool,
     wait_for_signal_handlers,
-    write_unpacked_dataset,
 )
 
 pytestmark = pytest.mark.slow
@@ -68,10 +63,10 @@ def _cases(root):
     (root / "a_file").write_text("")
     vocab = root / "vocab.txt"
     vocab.write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-    # Outputs another run holds (this process: alive).
+    # Outputs another run holds (the process that started this one: alive).
     held = root / "held"
     held.mkdir()
-    lock = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+    lock = json.dumps({"host": socket.gethostname(), "pid": os.getppid(),
                        "started": "today"})
     (held / ".lock").write_text(lock)
     (held / ".a.tfrecord.lock").write_text(lock)
@@ -106,7 +101,7 @@ def _cases(root):
          f"the vocabulary --vocab_size trains and --output_file name one file, "
          f"{out}/vocab.txt", None),
         ("create_pretraining_data", [*create, f"--output_file={held}/a.tfrecord"],
-         f"--output_file={held}/a.tfrecord is in use by pid {os.getpid()} on host "
+         f"--output_file={held}/a.tfrecord is in use by pid {os.getppid()} on host "
          f"{socket.gethostname()} (started today); wait for it or remove "
          f"{held}/.a.tfrecord.lock", None),
         ("create_pretraining_data", [*create, "--max_seq_length=4"],
@@ -134,7 +129,7 @@ def _cases(root):
          f"--output_dir={root}/unpacked holds --input_file's {unpacked[0]} (and 1 more): "
          f"write the output to a folder of its own", None),
         ("pack_pretraining_data", [*pack, f"--output_dir={held}", "--overwrite"],
-         f"--output_dir={held} is in use by pid {os.getpid()} on host "
+         f"--output_dir={held} is in use by pid {os.getppid()} on host "
          f"{socket.gethostname()} (started today); wait for it or remove {held}/.lock",
          None),
         ("verify_packing", [*verify, f"--packed={root}/packed"],
@@ -161,20 +156,13 @@ def _output_folder(root, index):
     return root / f"out{index}"
 
 
-#: What the tools import that takes seconds: imported once for all the cases
-#: (the packing libraries import SciPy's optimizers, about 0.5 s a case; they print
-#: nothing as they import).
-PRELOAD = ("tensorflow", "apache_beam", "packed_bert_tf.data.preparation.beam_packing",
-           "packed_bert_tf.data.records.packing_verification")
-
-
 def _run_all(root, cases):
-    runs = []
+    results = []
     for index, (tool, arguments, _, _) in enumerate(cases):
         arguments = [a.replace("{out}", str(_output_folder(root, index)))
                      for a in arguments]
-        runs.append(forked_run(f"data_prep.{tool}", *arguments, cwd=root, tmp_path=root))
-    return run_tools_forked(runs, preload=PRELOAD)
+        results.append(run_main(f"data_prep.{tool}", *arguments, cwd=root, tmp_path=root))
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -218,9 +206,9 @@ def test_no_tool_changed_an_input_or_another_runs_files(bad_runs):
 
 
 def test_packing_report_checks_its_outputs_before_packing(tmp_path):
-    # A plain subprocess, as a user starts the tool.
+    # --verbosity=0: its log line before packing would show.
     histogram = _histogram(tmp_path)
-    result = run_tool("data_prep.packing_report", f"--histogram={histogram}",
+    result = run_main("data_prep.packing_report", f"--histogram={histogram}",
                       f"--plot={tmp_path}/report.pgn", "--verbosity=0", cwd=tmp_path,
                       tmp_path=tmp_path)
     assert result.returncode != 0

@@ -2,7 +2,6 @@
 
 import os
 import random
-import subprocess
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from packed_bert_tf.data import tokenization
 from packed_bert_tf.data.preparation import pretraining_instances
 from packed_bert_tf.data.preparation.pretraining_instances import InstanceOptions
 from packed_bert_tf.data.records import record_files, record_format
-from tests.conftest import tool_command, tool_environment
+from tests.tool_runs import run_main
 
 pytestmark = pytest.mark.slow
 
@@ -51,22 +50,14 @@ def _write_corpus(directory, seed=0):
 
 
 def _command(*flags):
-    return tool_command("data_prep.create_pretraining_data", *flags)
-
-
-def _result(process):
-    stdout, stderr = process.communicate(timeout=240)
-    return process.returncode, stdout, stderr
+    return flags
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """All command-line runs, started at once.
-
-    Each run that gets past the flag and vocabulary checks imports TensorFlow
-    (seconds of CPU), so the other bad inputs are tested through the library
-    function the tool's `main` calls, below.
-    """
+    """All command-line runs, one after the other in this process
+    (`tests.tool_runs.run_main`); the other bad inputs are tested through the
+    library function the tool's `main` calls, below."""
     root = tmp_path_factory.mktemp("create_pretraining_data")
     (first, second), vocab = _write_corpus(root)
     no_specials = root / "no_specials.txt"
@@ -93,11 +84,10 @@ def runs(tmp_path_factory):
         "masked_lm_prob": _command(inputs, f"--output_file={outputs('bad_5', 1)}",
                                    f"--vocab_file={vocab}", "--masked_lm_prob=0"),
     }
-    processes = {name: subprocess.Popen(command, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True,
-                                        cwd=root, env=tool_environment())
-                 for name, command in commands.items()}
-    results = {name: _result(process) for name, process in processes.items()}
+    results = {}
+    for name, flags in commands.items():
+        result = run_main("data_prep.create_pretraining_data", *flags, cwd=root)
+        results[name] = result.returncode, result.stdout, result.stderr
     return root, (first, second), vocab, results
 
 

@@ -1,5 +1,6 @@
 """pack_pretraining_data and verify_packing end to end, as a user runs them."""
 
+import hashlib
 import json
 import os
 import re
@@ -15,22 +16,14 @@ from apache_beam.testing.test_pipeline import TestPipeline as BeamTestPipeline
 from apache_beam.testing.util import assert_that
 
 from data_prep.process_tree import descendants
-from packed_bert_tf.data import filesystem
+from packed_bert_tf import filesystem
+from packed_bert_tf.data.packed.pretraining_records import pack_records, unpack_records
 from packed_bert_tf.data.preparation import beam_packing
 from packed_bert_tf.data.records import record_files, tensorflow_records
 from packed_bert_tf.data.records.packing_verification import infer_record_format, verify_packing
-from tests.conftest import (
-    SMALL_PREDICTIONS,
-    SMALL_SEQ_LENGTH,
-    ToolResult,
-    forked_run,
-    run_tool,
-    run_tools_forked,
-    start_tool,
-    tool_command,
-    tool_environment,
-    write_unpacked_dataset,
-)
+from packed_bert_tf.packing import PackAssignment
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
+from tests.tool_runs import ToolResult, run_main, start_tool, tool_command, tool_environment
 
 pytestmark = pytest.mark.slow
 
@@ -43,14 +36,9 @@ PROGRESS_LINE = re.compile(
     r"packing, written: [0-9.,]+ MB, [0-9.,]+ MB/s, ([0-9]+ min )?[0-9]+ s")
 
 
-def _run(module, *args, tmp_path, python_options=()):
-    return run_tool(f"data_prep.{module}", *args, tmp_path=tmp_path,
-                    python_options=python_options)
-
-
 def _pack(unpacked, output_dir, tmp_path, *extra):
-    return _run("pack_pretraining_data", *_pack_arguments(unpacked, output_dir, *extra),
-                tmp_path=tmp_path)
+    return run_main("data_prep.pack_pretraining_data",
+                    *_pack_arguments(unpacked, output_dir, *extra), tmp_path=tmp_path)
 
 
 def _pack_arguments(unpacked, output_dir, *extra):
@@ -250,19 +238,17 @@ def _copy_of(output_dir, folder):
 @pytest.fixture(scope="module")
 def in_memory_runs(packed_dir, unpacked_files, tmp_path_factory):
     """The single-process (in-memory Beam) runs of the tool, each on inputs and an
-    output folder of its own (``root / NAME``), one after the other, each forked
-    from one process that imported Beam once (`tests.forked_tools`; TensorFlow
-    is not imported there: the tool imports it only where it reads records, as
-    when run alone). Returns ``root`` and each run's ToolResult by name;
-    ``"full_disk"``'s leftovers or why no small disk could be mounted."""
+    output folder of its own (``root / NAME``), one after the other in this
+    process (`tests.tool_runs.run_main`). Returns ``root`` and each run's
+    ToolResult by name; ``"full_disk"``'s leftovers or why no small disk could
+    be mounted."""
     root = tmp_path_factory.mktemp("in_memory")
     output_dir, _ = packed_dir
     runs = {}
 
     def pack(name, inputs, output, *extra):
-        runs[name] = forked_run("data_prep.pack_pretraining_data",
-                                *_pack_arguments(inputs, output, *extra), *IN_MEMORY,
-                                tmp_path=root / name)
+        runs[name] = ([*_pack_arguments(inputs, output, *extra), *IN_MEMORY],
+                      root / name)
 
     for name in ("again", "overwrite", "overwrite_fails", "global", "leftovers", "full"):
         (root / name).mkdir()
@@ -275,8 +261,7 @@ def in_memory_runs(packed_dir, unpacked_files, tmp_path_factory):
                 f"--max_predictions_per_seq={SMALL_PREDICTIONS}", *IN_MEMORY]
         args = [a for a in args
                 if not any(a.split("=")[0] == f.split("=")[0] for f in flags)]
-        runs[f"bad_{index}"] = forked_run("data_prep.pack_pretraining_data", *args, *flags,
-                                          tmp_path=folder)
+        runs[f"bad_{index}"] = ([*args, *flags], folder)
     (root / "not_overwritten").mkdir()
     pack("not_overwritten", unpacked_files, output_dir)
     again = _copy_of(output_dir, root / "overwrite" / "again")
@@ -290,20 +275,20 @@ def in_memory_runs(packed_dir, unpacked_files, tmp_path_factory):
     (root / "leftovers" / "out").mkdir()
     for name in LEFTOVERS:
         (root / "leftovers" / "out" / name).write_bytes(b"half")
-    runs["leftovers"] = forked_run(
-        "data_prep.pack_pretraining_data", f"--input_file={','.join(unpacked_files)}",
+    runs["leftovers"] = ([
+        f"--input_file={','.join(unpacked_files)}",
         f"--output_dir={root / 'leftovers' / 'out'}", "--num_output_shards=2",
         f"--max_sequence_length={SMALL_SEQ_LENGTH}",
-        f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY,
-        tmp_path=root / "leftovers")
+        f"--max_predictions_per_sequence={SMALL_PREDICTIONS}", *IN_MEMORY],
+        root / "leftovers")
     full = root / "full" / "full"
     cannot_mount = _tmpfs(full, "64k")  # the shards need about 400 kB
     if not cannot_mount:
         pack("full_disk", unpacked_files, full / "out")
     try:
-        results = dict(zip(runs, run_tools_forked(
-            runs.values(),
-            preload=("apache_beam", "packed_bert_tf.data.preparation.beam_packing"))))
+        results = {name: run_main("data_prep.pack_pretraining_data", *arguments,
+                                  tmp_path=folder)
+                   for name, (arguments, folder) in runs.items()}
         if not cannot_mount:
             results["full_disk_leftovers"] = [p for p in full.rglob("*") if p.is_file()]
     finally:
@@ -329,10 +314,8 @@ MISMATCHES = [
 def verify_runs(packed_dir, in_memory_runs, unpacked_files, tmp_path_factory):
     """verify_packing on the packed set (its shards; every file of its folder), on
     the globally planned set of `in_memory_runs` ("global") and on a tampered
-    copy per edit of MISMATCHES (keyed by the edit's index), each
-    run forked from one process that imported TensorFlow and the tool's library
-    once (seconds of CPU a process; the library's SciPy half a second a run):
-    `tests.forked_tools`."""
+    copy per edit of MISMATCHES (keyed by the edit's index), each run in this
+    process (`tests.tool_runs.run_main`)."""
     root = tmp_path_factory.mktemp("verify")
     output_dir, _ = packed_dir
     unpacked = f"--unpacked={','.join(unpacked_files)}"
@@ -343,11 +326,8 @@ def verify_runs(packed_dir, in_memory_runs, unpacked_files, tmp_path_factory):
         (root / str(index)).mkdir()
         target = _tampered_copy(packed_dir, root / str(index), edit)
         runs[index] = [unpacked, f"--packed={target}/*"]
-    results = run_tools_forked(
-        [forked_run("data_prep.verify_packing", *arguments, tmp_path=root)
-         for arguments in runs.values()],
-        preload=("tensorflow", "packed_bert_tf.data.records.packing_verification"))
-    return dict(zip(runs, results))
+    return {name: run_main("data_prep.verify_packing", *arguments, tmp_path=root)
+            for name, arguments in runs.items()}
 
 
 @pytest.mark.parametrize("edit, message", MISMATCHES)
@@ -441,6 +421,41 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
     assert report.packed_sequences == report.unpacked_sequences == 900
 
 
+#: sha256 of the two shards that --packing_scope=global writes of `unpacked_files`
+#: (900 generated sequences): the packer's bytes, pinned. (Scope "groups"
+#: groups the files by the machine's cores, so its bytes are not fixed.)
+GLOBAL_SHARD_DIGESTS = ["11ffd8f4489db56e3a1c9f96cd14b66254d184eaf7b9c7f9b70551555a6b954f",
+                        "ac4320ced1d448035c1e60055cab8af864de989ab4f9f6a9a9eafdac9b882597"]
+#: The same for the masked-LM overflow of `test_sequences_replanned_...`
+#: (either scope: one input file).
+OVERFLOW_SHARD_DIGESTS = ["6e78e53845cd8614a9f98ed951eeda21180bcde88bb4767484cae2fc98e050ce",
+                          "e0f1ff519287000b7c407a2de7d20eb8c29f8d1a2971be12035c29bcc261d473"]
+
+
+def _shard_digests(folder):
+    return [hashlib.sha256((folder / f"part-{shard:05d}-of-00002.tfrecord").read_bytes())
+            .hexdigest() for shard in range(2)]
+
+
+def test_the_bytes_are_pinned_and_are_the_layout_of_the_packs_they_hold(in_memory_runs,
+                                                                        tmp_path):
+    root, results = in_memory_runs
+    assert results["global"].returncode == 0, results["global"].stderr[-3000:]
+    output_dir = root / "global" / "out"
+    assert _shard_digests(output_dir) == GLOBAL_SHARD_DIGESTS
+    # Without the pipeline: each shard cut into its packs' sequences and laid
+    # out again, pack by pack, gives the same bytes.
+    for shard in sorted(output_dir.glob("part-*")):
+        record_format = infer_record_format(str(shard))
+        sequences, record_of = unpack_records(record_files.read_arrays(str(shard),
+                                                                       record_format))
+        packs = PackAssignment.from_sequences_per_pack(np.bincount(record_of),
+                                                       np.arange(record_of.size))
+        again = tmp_path / shard.name
+        record_files.write_arrays(str(again), pack_records(sequences, packs, record_format))
+        assert again.read_bytes() == shard.read_bytes()
+
+
 def test_global_scope_plans_the_whole_dataset_at_once(packed_dir, in_memory_runs,
                                                        verify_runs):
     root, results = in_memory_runs
@@ -485,6 +500,7 @@ def test_sequences_replanned_for_masked_overflow_are_counted(tmp_path, unpacked_
     stats = json.loads((tmp_path / "out" / "packing_stats.json").read_text())
     assert stats["replanned_for_masked_overflow"] > 0
     assert counter.committed == stats["replanned_for_masked_overflow"]
+    assert _shard_digests(tmp_path / "out") == OVERFLOW_SHARD_DIGESTS
 
 
 def test_verify_skips_the_stats_beside_the_shards(verify_runs):
@@ -636,7 +652,7 @@ def test_write_errors_name_the_file(tmp_path, unpacked_files, monkeypatch, write
                                                                    f"space left on device")
 
         monkeypatch.setattr(tensorflow_records.TensorFlowRecordFile, "write_records", full_disk)
-        monkeypatch.setattr(filesystem, "uses_record_codec", lambda path: False)
+        monkeypatch.setattr(record_files, "uses_record_codec", lambda path: False)
     job = beam_packing.PackingJob(
         input_files=tuple(unpacked_files[:1]), output_dir=str(tmp_path),
         num_output_shards=1, max_seq_length=SMALL_SEQ_LENGTH,

@@ -1,18 +1,14 @@
 """The packing report end to end, as a user runs it.
 
 The runs are made by one module fixture, one after the other, each in a
-process of its own forked from one that imported the packing library once
-(`tests.forked_tools`: each run is the tool's ``__main__`` with its own argv,
-flags, output and exit status), each in a folder of its own."""
+folder of its own, in this process (`tests.tool_runs.run_main`: each run is
+the tool's ``__main__`` with its own argv, flags, output and exit status)."""
 
 import json
 
 import pytest
 
-from tests.conftest import forked_run, run_tools_forked
-
-#: What the tool imports that takes a second: imported once for all runs.
-PRELOAD = ("absl.app", "numpy", "packed_bert_tf.packing", "data_prep.tool_output")
+from tests.tool_runs import run_main
 
 BAD_FLAGS = [
     (["--histogram=/nonexistent/h.json"], "--histogram: histogram '/nonexistent/h.json'"),
@@ -58,10 +54,8 @@ def runs(tmp_path_factory):
             case(f"bad_{index}", "--histogram={histogram}", "--plot={folder}/out.png", *flags)
     case("no_histogram")
     case("by_name", "--histogram=squad_1_1_384", "--algorithms=optimal")
-    results = run_tools_forked([forked_run("data_prep.packing_report", *flags, cwd=folder)
-                                for folder, flags in cases.values()], preload=PRELOAD)
-    return {name: (folder, result) for (name, (folder, _)), result in zip(cases.items(),
-                                                                           results)}
+    return {name: (folder, run_main("data_prep.packing_report", *flags, cwd=folder))
+            for name, (folder, flags) in cases.items()}
 
 
 def test_report_table_plot_and_json(runs):

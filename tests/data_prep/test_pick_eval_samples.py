@@ -10,14 +10,8 @@ import pytest
 from data_prep.pick_eval_samples import pick_eval_samples, pick_indices
 from packed_bert_tf.data.records import record_files
 from packed_bert_tf.data.records.record_format import RecordFormat
-from tests.conftest import (
-    SMALL_PREDICTIONS,
-    SMALL_SEQ_LENGTH,
-    finish_tool,
-    one_line_error_problems,
-    start_tool,
-    write_unpacked_dataset,
-)
+from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
+from tests.tool_runs import one_line_error_problems, run_main
 
 TOOL = "pick_eval_samples"
 FORMAT = RecordFormat.unpacked(SMALL_SEQ_LENGTH, SMALL_PREDICTIONS)
@@ -92,15 +86,14 @@ def runs(tmp_path_factory):
         "onto_input": [f"--input_tfrecord={one}", f"--output_tfrecord={one}",
                        "--num_examples_to_pick=2", *SIZE_FLAGS],
     }
-    processes = {name: start_tool(f"data_prep.{TOOL}", *arguments, tmp_path=root)
-                 for name, arguments in cases.items()}
-    results = {name: finish_tool(process) for name, process in processes.items()}
+    results = {name: run_main(f"data_prep.{TOOL}", *arguments, tmp_path=root)
+               for name, arguments in cases.items()}
     assert results["one"].returncode == 0, results["one"].stderr
-    packed = finish_tool(start_tool(
+    packed = run_main(
         "data_prep.pack_pretraining_data", f"--input_file={root}/out/one.tfrecord",
         f"--output_dir={root}/packed", "--num_output_shards=1", "--max_sequences_per_pack=3",
         *SIZE_FLAGS, "--direct_running_mode=in_memory", "--direct_num_workers=1",
-        tmp_path=root))
+        tmp_path=root)
     return {"root": root, "one": one, "two": two, "longer": longer, "results": results,
             "packed": packed}
 

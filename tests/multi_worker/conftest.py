@@ -1,10 +1,8 @@
-"""The pre-training runs' fixtures (a tiny config file, packed files), and the
-fork server that starts the tools' processes."""
+"""The pre-training runs' fixtures: a tiny config file, packed files."""
 
 import pytest
 
 from tests.conftest import write_unpacked_dataset
-from tests.multi_worker.fork_server import shared_server
 from tests.pretraining.conftest import config_file  # noqa: F401
 from tests.pretraining.tiny_runs import pack_files
 
@@ -17,13 +15,3 @@ def packed_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("multi_worker_data")
     return pack_files(write_unpacked_dataset(folder / "unpacked", per_file=40),
                       folder / "packed")
-
-
-@pytest.fixture(scope="module")
-def tool_server():
-    """The session's `ForkServer` that imported TensorFlow and the front ends'
-    libraries once; each run here imports `tests.graph_options.GRAPPLER_OFF`
-    too: the graph optimizer off (seconds of CPU a process; no check here is
-    about it). Asked for again in each module: between modules, the server
-    may have made room for others (`MOST_SHARED_SERVERS`) and be a new one."""
-    return shared_server()

@@ -2,7 +2,7 @@
 127.0.0.1 against one process with 2 replicas (`tests.multi_worker.workers`).
 
 Rows are shared between replicas, not processes
-(`packed_bert_tf.data.rows_dataset.rows_dataset`), so both train on the same
+(`packed_bert_tf.data.inputs.rows_dataset.rows_dataset`), so both train on the same
 global batches (4 epochs of 11 rows: reshuffled, 5 updates of 2
 micro-batches); prediction gathers every replica's rows on every worker
 (``strategy.gather``, 2 batches). Dropout stays on (the same masks per
@@ -37,13 +37,13 @@ def squad_flags(files, output_dir) -> list:
 
 
 @pytest.fixture(scope="module")
-def squad(tool_server, tmp_path_factory):
+def squad(tmp_path_factory):
     """Two workers and one process of 2 replicas, the same fine-tuning."""
     root = tmp_path_factory.mktemp("squad_multi_worker")
     files = squad_data.write_learnable_files(
         root, train_paragraphs=32, predict_paragraphs=16, hidden_dropout_prob=0.1,
         attention_probs_dropout_prob=0.1, num_hidden_layers=1)
-    results = run_both_ways(tool_server, "run_squad.py",
+    results = run_both_ways("run_squad.py",
                             lambda name: squad_flags(files, str(root / name)))
     return {"root": root, **results}
 

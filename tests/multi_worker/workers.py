@@ -1,40 +1,75 @@
 """Helpers of the multi-worker tests: worker processes of one cluster on
-127.0.0.1 (TF_CONFIG, free ports), one process with 2 CPU replicas to compare
-them with, and what their runs left behind.
+127.0.0.1 (TF_CONFIG, reserved ports), one process with 2 CPU replicas to
+compare them with, and what their runs left behind.
 
 Each worker has one CPU device (MultiWorkerMirroredStrategy's one replica per
-worker without a GPU), so 2 workers run 2 replicas, as one process of
-``tests.multi_worker.two_cpu_replicas`` does with ``mirrored``. Processes are
-started together, each forked from a server that imported TensorFlow once
-(`tests.multi_worker.fork_server`: each still traces, and compiles where
-asked, tens of seconds of CPU); `killed_at_the_end` kills whatever still runs
-when a test ends.
+worker without a GPU), so 2 workers run 2 replicas, as one process with 2
+logical CPU devices does with ``mirrored``. Every process is a fresh
+interpreter (`tests.tool_runs.start_tool`), with TensorFlow's graph optimizer
+off (no check here is about it); `killed_at_the_end` kills whatever still
+runs when a test ends.
 """
 
 import contextlib
+import fcntl
 import json
+import os
 import pathlib
+import random
 import re
 import socket
 import subprocess
+import tempfile
 
 import numpy as np
 import tensorflow as tf
 
-from tests.conftest import finish_tool
-from tests.graph_options import GRAPPLER_OFF
+from tests.tool_runs import finish_tool, start_tool
 
 #: The strategy flag value of the worker processes.
 MULTI = "multi_worker_mirrored"
 
+#: The lock files of the ports this process reserved, held open until it ends.
+_reservations = []
 
-def free_ports(count: int) -> list:
-    """Ports nothing listens on now (bound to 0, read, released)."""
-    with contextlib.ExitStack() as stack:
-        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for sock in sockets:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in sockets]
+
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands out to ``bind(0)`` and outgoing connections."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as ports:
+            low, high = map(int, ports.read().split())
+    except OSError:
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
+def reserve_ports(count: int) -> list:
+    """Ports for a cluster's workers, reserved until this process ends.
+
+    A port found free and released would be free for anyone until a worker
+    binds it: another process may take it meanwhile. These come from below the
+    kernel's ephemeral range (no other process is given one unasked), each
+    locked by a file lock that the test processes on this machine respect,
+    and checked free by a bind."""
+    ephemeral = _ephemeral_ports()
+    candidates = [port for port in range(10_000, 32_768) if port not in ephemeral]
+    folder = os.path.join(tempfile.gettempdir(), "packed_bert_tf_test_ports")
+    os.makedirs(folder, exist_ok=True)
+    ports = []
+    for port in random.Random().sample(candidates, len(candidates)):
+        lock = open(os.path.join(folder, f"{port}.lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port))
+        except OSError:
+            lock.close()
+            continue
+        _reservations.append(lock)
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"no {count} free ports below {ephemeral.start}")
 
 
 def tf_config(addresses, index: int) -> str:
@@ -42,28 +77,25 @@ def tf_config(addresses, index: int) -> str:
                        "task": {"type": "worker", "index": index}})
 
 
-def start_workers(server, tool: str, flags: list, count: int = 2, *, indices=None):
-    """Worker processes of one cluster on 127.0.0.1 (``indices``: only those),
-    forked by ``server`` (a `ForkServer`)."""
-    addresses = [f"127.0.0.1:{port}" for port in free_ports(count)]
-    return [server.start_tool(tool, *flags, imports=GRAPPLER_OFF,
-                              env={"TF_CONFIG": tf_config(addresses, index)})
+def start_workers(tool: str, flags: list, count: int = 2, *, indices=None):
+    """Worker processes of one cluster on 127.0.0.1 (``indices``: only those)."""
+    addresses = [f"127.0.0.1:{port}" for port in reserve_ports(count)]
+    return [start_tool(tool, *flags, grappler_off=True,
+                       env={"TF_CONFIG": tf_config(addresses, index)})
             for index in (range(count) if indices is None else indices)]
 
 
-def start_two_replicas(server, tool: str, flags: list):
+def start_two_replicas(tool: str, flags: list):
     """One process with 2 logical CPU devices, --distribution_strategy=mirrored."""
-    return server.start_tool("tests.multi_worker.two_cpu_replicas", tool, *flags,
-                             "--distribution_strategy=mirrored", imports=GRAPPLER_OFF)
+    return start_tool(tool, *flags, "--distribution_strategy=mirrored",
+                      two_cpu_replicas=True, grappler_off=True)
 
 
-def run_both_ways(server, tool: str, flags_of, timeout: float = 400) -> dict:
-    """``tool`` as 2 workers and as one process of 2 replicas, at the same time,
-    forked by ``server``.
+def run_both_ways(tool: str, flags_of, timeout: float = 600) -> dict:
+    """``tool`` as 2 workers and as one process of 2 replicas, at the same time.
 
     Args:
-      server: the fork server that starts the processes.
-      tool: the tool to run (as `run_tool` takes it).
+      tool: the tool to run (as `tests.tool_runs.start_tool` takes it).
       flags_of: ``flags_of(name)``: the flags of the run ``two_workers`` or
         ``one_process`` (their own --output_dir each), without
         --distribution_strategy.
@@ -72,9 +104,9 @@ def run_both_ways(server, tool: str, flags_of, timeout: float = 400) -> dict:
     Returns:
       {"workers": [chief's, other's ToolResult], "one_process": ToolResult}.
     """
-    processes = (start_workers(server, tool, [*flags_of("two_workers"),
-                                              f"--distribution_strategy={MULTI}"])
-                 + [start_two_replicas(server, tool, flags_of("one_process"))])
+    processes = (start_workers(tool, [*flags_of("two_workers"),
+                                      f"--distribution_strategy={MULTI}"])
+                 + [start_two_replicas(tool, flags_of("one_process"))])
     with killed_at_the_end(processes):
         results = finish_all(processes, timeout=timeout)
     return {"workers": results[:2], "one_process": results[2]}
@@ -93,7 +125,7 @@ def killed_at_the_end(processes):
                 process.communicate(timeout=10)
 
 
-def finish_all(processes, timeout=400):
+def finish_all(processes, timeout=600):
     results = [finish_tool(process, timeout=timeout) for process in processes]
     for result in results:
         assert result.returncode == 0, result.stderr[-3000:]

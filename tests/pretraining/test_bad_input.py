@@ -1,10 +1,10 @@
 """run_pretraining.py on bad input: one clear last line, exit status 1, no traceback,
 nothing written that looks like a finished run.
 
-The runs are made by one module-scoped fixture, one after the other, each in a
-process of its own forked from one that imported TensorFlow once
-(`tests.forked_tools`: each run is the script's ``__main__`` with its own argv,
-flags, output and exit status).
+The runs are made by one module-scoped fixture, one after the other, each in
+this process (`tests.tool_runs.run_main`: the script's ``__main__`` with its own
+argv, flags, output and exit status), with TensorFlow's graph optimizer off
+(seconds of CPU a run that trains; no check here is about it).
 """
 
 import json
@@ -20,9 +20,9 @@ import tensorflow as tf
 from packed_bert_tf.data.records import record_files
 from packed_bert_tf.data.records.record_format import RecordFormat
 from packed_bert_tf.pretraining.run import run_pretraining
-from tests.conftest import ToolResult, forked_run, run_tools_forked, write_unpacked_dataset
-from tests.graph_options import GRAPPLER_OFF
+from tests.conftest import write_unpacked_dataset
 from tests.pretraining.tiny_runs import CONFIG, P, S, options
+from tests.tool_runs import ToolResult, run_main
 
 pytestmark = pytest.mark.slow
 
@@ -75,15 +75,15 @@ def _resumed(config_file, output_dir, packed_file):
             "--nojit_compile"]
 
 
-def _run(*args, **kwargs):
-    """A run forked from the session's server that imported TensorFlow and the
-    library once, with the graph optimizer off (seconds of CPU a run that
-    trains; no check here is about it)."""
-    return forked_run("run_pretraining.py", *args, imports=GRAPPLER_OFF, **kwargs)
+def _run(*args, **kwargs) -> tuple:
+    """A command line of run_pretraining.py, run by the fixture once every
+    input is written (`tests.tool_runs.run_main`'s arguments)."""
+    return args, kwargs
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
+def runs(tmp_path_factory, config_file, unpacked_files, packed_files,
+         grappler_off_for_module):
     root = tmp_path_factory.mktemp("bad_input")
     arrays = record_files.read_arrays(write_unpacked_dataset(
         root / "source", num_files=1, per_file=400, seed=7)[0], UNPACKED)
@@ -139,7 +139,8 @@ def runs(tmp_path_factory, config_file, unpacked_files, packed_files):
     # A disk that fills up at the second checkpoint (about 2 MB each here).
     runs["full_disk"] = _run(*_resumed(config_file, full_disk, packed_files[0]),
                              max_file_bytes=1_000_000)
-    results = dict(zip(runs, run_tools_forked(runs.values(), preload=("tensorflow",))))
+    results = {name: run_main("run_pretraining.py", *args, **kwargs)
+               for name, (args, kwargs) in runs.items()}
     results["damaged_state_files"] = written
     return root, files, lock, results
 

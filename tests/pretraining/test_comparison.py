@@ -3,11 +3,7 @@ import json
 import pytest
 
 from packed_bert_tf.pretraining.comparison import comparison_table, load_summary
-from tests.conftest import forked_run, one_line_error_problems, run_tool, run_tools_forked
-
-#: What compare_runs.py imports that takes a second (matplotlib, through the
-#: plots): imported once for its bad-input runs, each forked from there.
-PRELOAD = ("absl.app", "packed_bert_tf.plots", "packed_bert_tf.pretraining.comparison")
+from tests.tool_runs import one_line_error_problems, run_main, run_tool
 
 
 def _summary(sequences_per_second, packing_factor, loss):
@@ -86,8 +82,9 @@ def test_the_tool_ends_each_bad_input_with_one_line(tmp_path):
                              f"--plot={a_file.parent}"),
         "bad_flag": ([f"--runs={run}", "--plots=x.png"], "Unknown command line flag"),
     }
-    results = run_tools_forked([forked_run("compare_runs.py", *arguments, tmp_path=tmp_path)
-                                for arguments, _ in cases.values()], preload=PRELOAD)
+    # In this process, one after the other: the imports (matplotlib) once.
+    results = [run_main("compare_runs.py", *arguments, tmp_path=tmp_path)
+               for arguments, _ in cases.values()]
     for name, result in zip(cases, results):
         assert not one_line_error_problems(result, "compare_runs", cases[name][1],
                                            max_lines=1), (name, result.stderr)
@@ -102,6 +99,8 @@ def test_the_tool_prints_the_table_and_draws_the_curves(tmp_path):
                                        {"sequences_seen": 32.0, "loss": 7.0}]
         runs.append(str(_write_run(tmp_path / label, json.dumps(summary))))
     plot = tmp_path / "curves.png"
+    # A fresh process: its stderr is empty from its first line (no native log
+    # lines, no warnings of its imports), which only a process of its own shows.
     result = run_tool("compare_runs.py", f"--runs={','.join(runs)}", f"--plot={plot}",
                       timeout=120)
     assert result.returncode == 0, result.stderr

@@ -3,13 +3,13 @@ a checkpoint and one line; the resumed run ends with the uninterrupted run's wei
 
 Ctrl-C is typed into a pseudo-terminal, as a user's terminal sends it: SIGINT to
 the whole foreground process group, the script and its stderr filter alike (a
-background job of a non-interactive shell would ignore it). The runs are
-processes forked from the session's server that imported TensorFlow once
-(`tests.multi_worker.fork_server.shared_server`, shared with the other modules'
-forked runs), with TensorFlow's graph optimizer off (no check is about it; it
-costs each run seconds of CPU): the terminal is the
-controlling terminal of the Ctrl-C run's own session, the SIGTERM run writes into
-pipes.
+background job of a non-interactive shell would ignore it). The interrupted
+runs and the uninterrupted one are fresh processes (`tests.tool_runs`) with
+TensorFlow's graph optimizer off (no check is about it; it costs each run
+seconds of CPU): the terminal is the controlling terminal of the Ctrl-C run's
+own session, the SIGTERM run writes into pipes. The resumed runs are the same
+command in this process (`tests.tool_runs.run_main`), the optimizer off there
+too (`grappler_off_for_module`).
 """
 
 import os
@@ -23,10 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.conftest import finish_tool
-from tests.graph_options import GRAPPLER_OFF
-from tests.multi_worker.fork_server import shared_server
 from tests.pretraining.tiny_runs import P, S
+from tests.tool_runs import finish_tool, run_main, start_in_terminal, start_tool
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +43,7 @@ def _flags(config_file, input_file, output_dir):
 
 
 def _in_a_terminal(started, *, interrupt_after: bytes, timeout: float = 240):
-    """Reads the output of a process `ForkServer.start_in_terminal` started, types
+    """Reads the output of a process `start_in_terminal` started, types
     Ctrl-C once it shows ``interrupt_after``; returns (exit status, all it wrote)."""
     process, terminal = started
     output, typed, deadline = b"", False, time.monotonic() + timeout
@@ -73,16 +71,12 @@ def _weights(path):
 
 
 @pytest.fixture(scope="module")
-def runs(config_file, unpacked_files, tmp_path_factory):
-    return _runs(shared_server(), config_file, unpacked_files, tmp_path_factory)
-
-
-def _runs(server, config_file, unpacked_files, tmp_path_factory):
+def runs(config_file, unpacked_files, tmp_path_factory, grappler_off_for_module):
     root = tmp_path_factory.mktemp("interrupt")
     flags = {name: _flags(config_file, unpacked_files[0], root / name)
              for name in ("straight", "ctrl_c", "sigterm")}
-    straight = server.start_tool("run_pretraining.py", *flags["straight"], imports=GRAPPLER_OFF)
-    sigterm = server.start_tool("run_pretraining.py", *flags["sigterm"], imports=GRAPPLER_OFF)
+    straight = start_tool("run_pretraining.py", *flags["straight"], grappler_off=True)
+    sigterm = start_tool("run_pretraining.py", *flags["sigterm"], grappler_off=True)
     terminated = []
 
     def terminate_while_training():
@@ -97,7 +91,7 @@ def _runs(server, config_file, unpacked_files, tmp_path_factory):
     terminator = threading.Thread(target=terminate_while_training)
     terminator.start()
     ctrl_c = _in_a_terminal(
-        server.start_in_terminal("run_pretraining.py", *flags["ctrl_c"], imports=GRAPPLER_OFF),
+        start_in_terminal("run_pretraining.py", *flags["ctrl_c"], grappler_off=True),
         interrupt_after=b"sequences_seen 8")
     terminator.join()
     stopped = {"ctrl_c": ctrl_c, "sigterm": terminated[0]}
@@ -105,9 +99,8 @@ def _runs(server, config_file, unpacked_files, tmp_path_factory):
     unfinished = {name: not (root / name / "train_summary.json").exists()
                   for name in stopped}
     # The same command again resumes each.
-    resumes = {name: server.start_tool("run_pretraining.py", *flags[name], imports=GRAPPLER_OFF)
+    resumed = {name: run_main("run_pretraining.py", *flags[name])
                for name in ("ctrl_c", "sigterm")}
-    resumed = {name: finish_tool(process) for name, process in resumes.items()}
     return root, stopped, resumed, unfinished
 
 

@@ -11,8 +11,8 @@ from packed_bert_tf.models import BertConfig
 from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.loop import NonFiniteLossError
 from packed_bert_tf.training.trainer import Trainer
-from tests.conftest import forked_run, run_tools_forked
 from tests.pretraining.tiny_runs import CONFIG, options
+from tests.tool_runs import run_main
 
 #: The runs whose claims are about data, batching, steps, evaluation and stopping,
 #: not about XLA, run their steps uncompiled (XLA compiles each run again: seconds
@@ -151,7 +151,7 @@ def test_a_hugging_face_folder_evaluates_with_no_config_file(config_file, packed
     ours = {"gelu": "gelu_exact", "gelu_new": "gelu"}[hidden_act]
     config = BertConfig(**{**CONFIG.to_dict(), "hidden_act": ours})
     config.to_json_file(str(tmp_path / "bert_config.json"))
-    model = BertPretrainingModel(config)
+    model = BertPretrainingModel.from_bert_config(config)
     model.build()
     checkpoint = as_google_checkpoint(folder, model, tmp_path / "google" / "bert_model.ckpt")
     evaluate = dict(do_eval=True, eval_input_file=packed_files[0], max_eval_steps=2,
@@ -251,12 +251,10 @@ def test_a_vocabulary_smaller_than_the_data_is_rejected(packed_files, tmp_path):
 
 
 def test_the_script_reports_bad_input_in_one_line(tmp_path):
-    # Forked from a process that imported TensorFlow once (`run_tools_forked`):
-    # the check is the script's last line, not what its imports print.
-    [result] = run_tools_forked(
-        [forked_run("run_pretraining.py", "--bert_config_file=/nonexistent.json",
-                    f"--output_dir={tmp_path}", "--do_train", "--input_file=x")],
-        preload=("tensorflow", "packed_bert_tf.pretraining.run"), timeout=120)
+    # In this process: the check is the script's last line, not what its
+    # imports print.
+    result = run_main("run_pretraining.py", "--bert_config_file=/nonexistent.json",
+                      f"--output_dir={tmp_path}", "--do_train", "--input_file=x")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == \
         "run_pretraining: --bert_config_file=/nonexistent.json: no such file"

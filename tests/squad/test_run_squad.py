@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from packed_bert_tf.squad.run import SquadOptions, run_squad
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
-from tests.conftest import forked_run, one_line_error_problems, run_tools_forked
 from tests.squad import squad_data
+from tests.tool_runs import one_line_error_problems, run_main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]
 
@@ -192,12 +192,9 @@ def _bad_inputs(files, folder):
 
 def test_the_script_ends_each_bad_input_with_one_line(files, tmp_path):
     cases = _bad_inputs(files, tmp_path)
-    # Each forked from one process that imported TensorFlow once (seconds of CPU
-    # a process), as `python run_squad.py ARGS` runs: `tests.forked_tools`.
-    results = run_tools_forked(
-        [forked_run("run_squad.py", *arguments, tmp_path=tmp_path)
-         for arguments, _ in cases.values()],
-        preload=("tensorflow", "packed_bert_tf.squad.run"))
+    # Each in this process, as `python run_squad.py ARGS` runs (`run_main`).
+    results = [run_main("run_squad.py", *arguments, tmp_path=tmp_path)
+               for arguments, _ in cases.values()]
     for (name, (_, message)), result in zip(cases.items(), results):
         assert not one_line_error_problems(result, "run_squad", message), \
             (name, result.stderr[-2000:])
@@ -229,7 +226,7 @@ def _served_and_model_logits(files, export_dir, google_checkpoint):
     from packed_bert_tf.squad.packing import pack_features
 
     config = BertConfig.from_json_file(files["bert_config_file"])
-    model = BertSquadModel(config)
+    model = BertSquadModel.from_bert_config(config)
     model.build()
     load_google_checkpoint(model, google_checkpoint)
     lengths = np.random.default_rng(0).integers(4, 16, 9)
@@ -283,7 +280,8 @@ def test_a_hugging_face_folder_fine_tunes_and_predicts_with_no_config_file(files
     folder = write_transformers_folder(tmp_path / "hf", config, files["vocab_file"],
                                        hidden_act="gelu",
                                        architecture="BertForQuestionAnswering")
-    model = BertSquadModel(BertConfig(**{**config.to_dict(), "hidden_act": "gelu_exact"}))
+    model = BertSquadModel.from_bert_config(
+        BertConfig(**{**config.to_dict(), "hidden_act": "gelu_exact"}))
     model.build()
     checkpoint = as_google_checkpoint(folder, model, tmp_path / "google" / "bert_model.ckpt")
     config_file = tmp_path / "bert_config.json"

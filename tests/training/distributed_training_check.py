@@ -5,10 +5,10 @@ gradient accumulation and global-norm clipping active) against the same
 updates on one device, plus the number of traces; with the argument
 ``run_pretraining``, the summary of a whole run (train and evaluate) under
 ``--distribution_strategy=mirrored`` instead. The logical devices must
-be configured before TensorFlow runs any op, hence a separate process (see
-test_distributed_training.py, which forks both from one that imported
-TensorFlow). The mirrored trainer clipping once per update is XLA-compiled,
-as a run's; the one clipping per micro-batch, the single-device references
+be configured before TensorFlow runs any op, hence a fresh process for each
+(test_distributed_training.py starts both). The mirrored trainer clipping
+once per update is XLA-compiled, as a run's; the one clipping per
+micro-batch, the single-device references
 and the whole run are not (the claims are the replicas' sums, not the
 compilation, and each compiled step costs many seconds under the strategy);
 the single-device references run eagerly.

@@ -4,7 +4,7 @@ distributed_fine_tuning_check.py)."""
 
 import pytest
 
-from tests.conftest import run_json_check
+from tests.tool_runs import run_json_check
 
 pytestmark = pytest.mark.slow
 

@@ -1,28 +1,20 @@
 """Trainer under MirroredStrategy on 2 logical CPUs equals one device (subprocesses)."""
 
-import json
-
 import pytest
 
-from tests.conftest import forked_run, run_tools_forked
+from tests.tool_runs import run_json_check
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def results():
-    """`tests.training.distributed_training_check`'s two checks (one
-    MirroredStrategy a process), each in a child forked from one process that
-    imported TensorFlow once."""
+    """`tests.training.distributed_training_check`'s two checks, each in a
+    fresh interpreter of its own (one MirroredStrategy a process), each with
+    its own time limit (minutes on a loaded machine)."""
     check = "tests.training.distributed_training_check"
-    outputs = {}
-    for result in run_tools_forked(
-            [forked_run(check), forked_run(check, "run_pretraining")],
-            preload=["tensorflow"],
-            timeout=900):  # as run_json_check's: minutes on a loaded machine
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs.update(json.loads(result.stdout.strip().splitlines()[-1]))
-    return outputs
+    return {**run_json_check("-m", check, timeout=900),
+            **run_json_check("-m", check, "run_pretraining", timeout=900)}
 
 
 @pytest.mark.parametrize("case", ["lamb", "lamb_clip_per_micro_batch"])

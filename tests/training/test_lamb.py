@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from packed_bert_tf.training import LAMB, PolynomialDecayWithWarmup
-from tests.conftest import run_json_check
+from tests.tool_runs import run_json_check
 from tests.training.numpy_lamb import LambReference, numpy_lamb
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("grappler_off_for_module")]

@@ -1,14 +1,15 @@
 """The --distribution_strategy=tpu paths, as far as a CPU can run them: the whole
 step compiled as one XLA computation (a TPU's way), the static-shape rule, and
-the connection's errors, each in bounded time."""
+the connection's errors, each one line that names it."""
 
+import os
 import types
 
 import pytest
 import tensorflow as tf
 
 from packed_bert_tf.training import distribution
-from tests.conftest import REPOSITORY, forked_run, run_tools_forked
+from tests.tool_runs import REPOSITORY, run_main, run_tool
 from tests.training.test_trainer import _iterator
 from tests.training.trainer_checks import (
     functions_run_eagerly,
@@ -69,35 +70,41 @@ _NO_TPU = [
          "Name to connect to.)"),
     ("local", "--distribution_strategy=tpu --tpu=local: no TPU (NotFoundError: TPUs not "
               "found in the cluster."),
-    # Nobody answers there: TensorFlow alone would wait for ever.
-    ("grpc://127.0.0.1:9", "--tpu=grpc://127.0.0.1:9: no answer from the TPU within 3 s"),
 ]
 
 
 @pytest.fixture(scope="module")
 def no_tpu_runs(tmp_path_factory):
     """The connections (`tests.training.tpu_connect_check`, one per TPU name of
-    `_NO_TPU`) and the front end's run, each in a process of its own (connecting
-    changes the process's eager context), forked from one that imported
-    TensorFlow once."""
-    config = REPOSITORY / "configs" / "demo_bert_config.json"
+    `_NO_TPU`) and the front end's run, in this process, one after the other
+    (a local TPU name leaves the eager context as it is)."""
+    config = os.path.join(REPOSITORY, "configs", "demo_bert_config.json")
     output_dir = tmp_path_factory.mktemp("no_tpu")
-    runs = [forked_run("tests.training.tpu_connect_check", tpu) for tpu, _ in _NO_TPU]
-    runs.append(forked_run("run_pretraining.py", f"--bert_config_file={config}",
-                           f"--output_dir={output_dir}", "--do_train", "--input_file=x",
-                           "--distribution_strategy=tpu", "--tpu=local"))
-    return run_tools_forked(runs, preload=["tensorflow",
-                                           "packed_bert_tf.training.distribution"],
-                            timeout=300)
+    runs = [run_main("tests.training.tpu_connect_check", tpu) for tpu, _ in _NO_TPU]
+    runs.append(run_main("run_pretraining.py", f"--bert_config_file={config}",
+                         f"--output_dir={output_dir}", "--do_train", "--input_file=x",
+                         "--distribution_strategy=tpu", "--tpu=local"))
+    return runs
 
 
 @pytest.mark.parametrize("tpu, message", _NO_TPU)
-def test_a_tpu_that_is_not_there_is_one_error_in_bounded_time(no_tpu_runs, tpu, message):
+def test_a_tpu_that_is_not_there_is_one_error(no_tpu_runs, tpu, message):
     result = no_tpu_runs[[name for name, _ in _NO_TPU].index(tpu)]
     assert result.returncode == 1, result.stderr[-2000:]
-    seconds, error = result.stdout.strip().split(" ", 1)
+    _, error = result.stdout.strip().split(" ", 1)
     assert error.startswith(message)
-    assert float(seconds) < 10
+
+
+def test_a_tpu_address_nobody_answers_at_is_one_error():
+    # Nobody answers there: TensorFlow alone would wait for ever. A process of
+    # its own: the abandoned connection stays blocked setting the eager
+    # context's server, and the claim is that the process ends all the same
+    # (with the one error, well within this run's deadline).
+    result = run_tool("tests.training.tpu_connect_check", "grpc://127.0.0.1:9",
+                      timeout=300)
+    assert result.returncode == 1, result.stderr[-2000:]
+    _, error = result.stdout.strip().split(" ", 1)
+    assert error.startswith("--tpu=grpc://127.0.0.1:9: no answer from the TPU within 3 s")
 
 
 def test_the_front_end_says_there_is_no_tpu_in_one_line(no_tpu_runs):
