@@ -128,12 +128,19 @@ def define_flags():
         "eval_interval_samples", defaults.eval_interval_samples,
         "With --do_train and --do_eval: training samples (sequences, not packs) "
         "between evaluations on all of --eval_input_file, each at the first update "
-        "at or after a multiple, and one at the end. Default: MLPerf's "
+        "at or after a multiple (and one at the end: --eval_at_end). Default: MLPerf's "
         "FLOOR(0.05 * (230.23 * GBS + 3,000,000), 25,000), GBS the sequences per "
         "update; 0: only at the end.")
+    flags.DEFINE_bool(
+        "eval_at_end", defaults.eval_at_end,
+        "With --do_train and --do_eval: evaluate also at the end of --num_train_steps "
+        "when it falls between two evaluations of --eval_interval_samples. Default: yes "
+        "without --mlperf_log_file; no with it (MLPerf's schedule has no such "
+        "evaluation; when asked for, the log marks it off_schedule_evaluation).")
     flags.DEFINE_float("stop_threshold", defaults.stop_threshold,
                        "Stop training at the first evaluation whose masked-LM accuracy "
-                       "reaches this (MLPerf's target: 0.720); needs --do_eval. Default: "
+                       "reaches this; needs --do_eval. Default: MLPerf's target, 0.720, "
+                       "with --mlperf_log_file and evaluation during training; otherwise "
                        "train to --num_train_steps.")
 
     # MLPerf's log.
@@ -141,6 +148,12 @@ def define_flags():
                         "Write MLPerf's :::MLLOG lines of the run to this file (made "
                         "afresh; a resumed run appends), for mlperf_logging's compliance "
                         "checker. Default: none.")
+    flags.DEFINE_bool("drop_page_cache", defaults.drop_page_cache,
+                      "Before the run starts, write dirty pages back and drop the "
+                      "operating system's page cache (Linux, as root: "
+                      "/proc/sys/vm/drop_caches), as MLPerf submissions do before a "
+                      "timed run; the MLPerf log's cache_clear is then true. Where the "
+                      "process may not, the run stops with one line before training.")
     flags.DEFINE_string("submission_org", defaults.submission_org,
                         "MLPerf log: the submitting organisation.")
     flags.DEFINE_enum("submission_division", defaults.submission_division,

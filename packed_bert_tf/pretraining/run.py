@@ -55,9 +55,11 @@ from packed_bert_tf.pretraining.hyperparameters import (
     read_packing_factor,
 )
 from packed_bert_tf.pretraining.mlperf import (
+    TARGET_METRIC,
     MlperfRun,
     check_mlperf_options,
     default_eval_interval_samples,
+    nominal_packing_factor,
 )
 from packed_bert_tf.training import interrupts, trajectory
 from packed_bert_tf.training.checkpoints import TrainingCheckpoints
@@ -111,8 +113,10 @@ class PretrainingOptions(TrainingOptions):
     resume_with_changed_flags: bool = False
     poly_power: float = 1.0
     eval_interval_samples: int | None = None
+    eval_at_end: bool | None = None
     stop_threshold: float | None = None
     mlperf_log_file: str | None = None
+    drop_page_cache: bool = False
     submission_org: str = "packed_bert_tf"
     submission_division: str = "open"
     submission_status: str = "research"
@@ -382,7 +386,7 @@ def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
         run = start_run(spec, options, context)
         try:
             _train_and_evaluate(options, inputs, run, mlperf, summary,
-                                dict(segments=segments, steps=steps,
+                                dict(segments=segments, steps=steps, adjustment=adjustment,
                                      output_dir=output_dir, id_limits=id_limits))
         except interrupts.TrainingInterrupted:
             raise  # the run goes on when resumed: no run_stop
@@ -402,8 +406,8 @@ def _run_in(options: PretrainingOptions, context: RunContext) -> dict:
 def _train_and_evaluate(options, inputs, run: StartedRun, mlperf: MlperfRun,
                         summary: dict, where: dict) -> None:
     """Trains (evaluating during training with --do_eval) and/or evaluates, into
-    ``summary``; ``where``: the run's ``segments``, ``steps``, ``output_dir``
-    and ``id_limits``."""
+    ``summary``; ``where``: the run's ``segments``, ``steps``, ``adjustment``,
+    ``output_dir`` and ``id_limits``."""
     id_limits, output_dir, steps = where["id_limits"], where["output_dir"], where["steps"]
     # Text has no records to look into: a bad line is named as it is read.
     train_files = inputs.train_files if inputs.text is None else None
@@ -415,20 +419,25 @@ def _train_and_evaluate(options, inputs, run: StartedRun, mlperf: MlperfRun,
                             id_limits=id_limits)
 
     if options.do_train:
-        # Sequences per update, as MLPerf counts them (packs times the packing factor).
-        global_batch_size = (options.train_batch_size * steps.micro_batches_per_update
-                             * (inputs.packing_factor or 1.0))
+        # Sequences per update, as MLPerf counts them: packs times the nominal
+        # packing factor in the log and its evaluation interval; the measured
+        # one where the updates' sequences are counted.
+        rows_per_update = options.train_batch_size * steps.micro_batches_per_update
+        global_batch_size = rows_per_update * nominal_packing_factor(inputs.packing_factor)
         interval = (options.eval_interval_samples if options.eval_interval_samples is not None
                     else default_eval_interval_samples(global_batch_size))
-        mlperf.run_start(global_batch_size=global_batch_size,
-                         micro_batches_per_update=steps.micro_batches_per_update,
-                         packing_factor=inputs.packing_factor, interval_samples=interval,
-                         updates=steps.updates(options.num_train_steps))
+        mlperf.run_start(global_batch_size=global_batch_size, steps=steps,
+                         adjustment=where["adjustment"],
+                         packing_factor=inputs.packing_factor, interval_samples=interval)
         evaluation = None
         if options.do_eval:
+            if mlperf.stop_threshold is not None and options.stop_threshold is None:
+                logging.info("stopping at the first evaluation whose %s reaches %g, "
+                             "MLPerf's target (--stop_threshold sets another)",
+                             TARGET_METRIC, mlperf.stop_threshold)
             evaluation = mlperf.periodic_evaluation(
                 evaluate_now, interval_samples=interval,
-                samples_per_update=global_batch_size,
+                samples_per_update=rows_per_update * (inputs.packing_factor or 1.0),
                 earlier=run.checkpoints.totals.read()[2])
             summary["eval_interval_samples"] = interval
         skip_rows = trajectory.rows_read(where["segments"], run.start_step)
@@ -437,7 +446,9 @@ def _train_and_evaluate(options, inputs, run: StartedRun, mlperf: MlperfRun,
                                       skip_rows, evaluation)
         train = summary["train"]
         mlperf.run_stop(success=train["stopped_at_target"], samples=train["sequences"])
-        if options.do_eval and train["evaluations"]:
+        # The last evaluation is the trained model's when it came at the end.
+        if options.do_eval and train["evaluations"] and \
+                train["evaluations"][-1]["step"] == train["final_step"]:
             summary["eval"] = {name: value for name, value in train["evaluations"][-1].items()
                                if name != "samples_count"}
     if options.do_eval:

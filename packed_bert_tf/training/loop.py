@@ -138,14 +138,15 @@ class PeriodicEvaluation:
         model as it is (it must not change the training state), its results
         a dict holding `metric`.
       interval_samples: training sequences between evaluations: one at the
-        first update boundary at or after each multiple, and one at the end;
-        0: only at the end.
+        first update boundary at or after each multiple; 0: only at the end.
       metric: the result that `stop_threshold` is compared with.
       stop_threshold: stop at the first evaluation whose `metric` is at
         least this; None: train to the end.
       samples_per_update: the training sequences an update holds, about
         (packs: the packing factor times the packs): how many updates a
         chunk can run without passing the next evaluation's boundary.
+      at_end: evaluate at the end of the run too when the end falls between
+        two multiples (off the interval's schedule).
     """
 
     evaluate: Callable[[int, float], dict]
@@ -153,6 +154,15 @@ class PeriodicEvaluation:
     metric: str
     stop_threshold: float | None = None
     samples_per_update: float = 1.0
+    at_end: bool = True
+
+    def due(self, samples_before: float, samples: float, last: bool) -> bool:
+        """Whether an evaluation falls after the update that took the run from
+        ``samples_before`` to ``samples`` training sequences (``last``: the
+        run's last update)."""
+        if crossed(samples_before, samples, self.interval_samples):
+            return True
+        return last and (self.at_end or not self.interval_samples)
 
     def updates_before_boundary(self, samples: float) -> int:
         """Updates a chunk may run from ``samples`` without passing the next
@@ -206,7 +216,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
 
     With an ``evaluation``, the model is evaluated at the first update
     boundary at or after each multiple of its ``interval_samples`` training
-    sequences and at the end, each evaluation followed by a checkpoint (so
+    sequences and (`PeriodicEvaluation.at_end`) at the end, each evaluation followed by a checkpoint (so
     that a resumed run neither repeats nor skips one: the sequences counted
     are the run's, kept in the checkpoints); the loop stops at the first
     evaluation that reaches its ``stop_threshold``.
@@ -265,9 +275,8 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
             first_chunk = False
             interval.add(result, elapsed)
             evaluated = False
-            if evaluation is not None and (
-                    crossed(samples_before, totals["sequences"], evaluation.interval_samples)
-                    or step == num_train_steps):
+            if evaluation is not None and evaluation.due(
+                    samples_before, totals["sequences"], step == num_train_steps):
                 results = evaluation.evaluate(step, totals["sequences"])
                 evaluations.append({"step": step, "samples_count": totals["sequences"],
                                     **results})

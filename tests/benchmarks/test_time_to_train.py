@@ -98,8 +98,10 @@ def test_the_runs_take_the_same_sequences_per_update(benchmark):
     assert runs["packed"]["packing_factor"] == pytest.approx(packing_factor)
     micro_batches = max(1, round(3 / packing_factor))
     assert runs["packed"]["micro_batches_per_update"] == micro_batches
-    assert runs["packed"]["global_batch_size"] == pytest.approx(8 * micro_batches *
-                                                                packing_factor)
+    assert runs["packed"]["global_batch_size"] == 8 * micro_batches * max(
+        1, round(packing_factor))
+    assert runs["packed"]["sequences_per_update"] == pytest.approx(
+        8 * micro_batches * packing_factor)
 
 
 def test_the_claims_are_computed_from_the_runs(benchmark):

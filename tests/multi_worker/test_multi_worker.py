@@ -62,14 +62,15 @@ def pretraining_flags(config_file, files, output_dir, *, evaluate=True, **overri
 def pretraining(tmp_path_factory, config_file, packed_files):
     """Two workers and one process of 2 replicas, the same run."""
     root = tmp_path_factory.mktemp("multi_worker")
-    # Evaluations during training every 40 sequences (about 4 updates), and
-    # MLPerf's log, written by the chief alone. One loop per evaluation
+    # Evaluations during training every 40 sequences (about 4 updates) and at
+    # the end, and MLPerf's log, written by the chief alone. One loop per evaluation
     # interval and checkpoints at the evaluations alone, not every update: each
     # loop and save costs every process CPU, and no check here is about them
     # (the killed run saves every 2 steps).
     results = run_both_ways("run_pretraining.py", lambda name: (
         pretraining_flags(config_file, packed_files, str(root / name),
-                          eval_interval_samples=40, iterations_per_loop=STEPS,
+                          eval_interval_samples=40, eval_at_end=True,
+                          iterations_per_loop=STEPS,
                           save_checkpoints_steps=STEPS,
                           mlperf_log_file=str(root / f"{name}.mlperf.log"))))
     return {"root": root, **results}

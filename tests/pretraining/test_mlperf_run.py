@@ -3,6 +3,7 @@ interval, the stop at a target accuracy, the MLPerf log that MLPerf's own
 compliance checker accepts, and the options' refusals."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -10,8 +11,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from packed_bert_tf.pretraining.mlperf import default_eval_interval_samples
+from packed_bert_tf.pretraining import mlperf
+from packed_bert_tf.pretraining.mlperf import (
+    TARGET_ACCURACY,
+    default_eval_interval_samples,
+    nominal_packing_factor,
+)
 from packed_bert_tf.pretraining.run import run_pretraining
+from packed_bert_tf.training.step_counting import crossed
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import write_unpacked_dataset
 from tests.pretraining.tiny_runs import options
@@ -126,7 +133,10 @@ def test_the_mlperf_log_holds_the_run(runs):
     assert values["opt_learning_rate_training_steps"] == 12
     packing_factor = runs["stopped"]["packing_factor"]
     assert values["packing_factor"] == packing_factor
-    assert values["global_batch_size"] == pytest.approx(4 * packing_factor)
+    assert values["global_batch_size"] == 4 * nominal_packing_factor(packing_factor)
+    assert isinstance(values["global_batch_size"], int)
+    assert values["train_samples"] == int(runs["stopped"]["train"]["sequences"])
+    assert keys[-2:] == ["train_samples", "run_stop"]
     assert values["eval_samples"] == runs["evaluated"]["eval"]["sequences"]
     accuracies = [line for line in lines if line["key"] == "eval_accuracy"]
     evaluations = runs["stopped"]["train"]["evaluations"]
@@ -137,13 +147,124 @@ def test_the_mlperf_log_holds_the_run(runs):
     assert keys.count("eval_samples") == 1 and keys.count("run_start") == 1
 
 
-def test_mlperf_compliance_checker_accepts_the_log(runs, tmp_path):
-    result = subprocess.run(
+def compliance_check(log, folder):
+    """MLPerf's compliance checker (ruleset 5.0.0) on one log, in its own process
+    as MLPerf runs it."""
+    return subprocess.run(
         [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-         "--ruleset", "5.0.0", "--log_output", str(tmp_path / "checker.log"),
-         str(runs["log"])], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+         "--ruleset", "5.0.0", "--log_output", str(folder / "checker.log"), str(log)],
+        capture_output=True, text=True, timeout=300, cwd=folder)
+
+
+def test_mlperf_compliance_checker_accepts_the_log(runs, tmp_path):
+    result = compliance_check(runs["log"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stderr
+
+
+# 16 micro-batch steps at 4 per update, as the unpacked run's flags would say.
+ADJUSTED = dict(RUN, num_train_steps=16, steps_per_update=4, num_warmup_steps=8,
+                iterations_per_loop=1, log_every_n_steps=4)
+
+
+@pytest.fixture(scope="module")
+def adjusted_runs(config_file, packed_files, eval_file, tmp_path_factory):
+    """A run with each packing adjustment that changes a hyper-parameter, each
+    with an MLPerf log under MLPerf's default target: ``lamb_betas`` evaluates
+    every 50 sequences (and not at the end, off that schedule),
+    ``accumulation`` at the end alone (``--eval_interval_samples=0``)."""
+    root = tmp_path_factory.mktemp("adjusted")
+    runs = {}
+    for mode in ("lamb_betas", "accumulation"):
+        log = root / f"{mode}.mlperf.log"
+        with pytest.MonkeyPatch.context() as patch:  # the kernel's file stands in here
+            patch.setattr(mlperf, "DROP_CACHES", str(root / f"{mode}.drop_caches"))
+            summary = run_pretraining(options(
+                config_file, root / mode, input_file=packed_files[0],
+                mlperf_log_file=str(log), packing_hyperparameter_adjustment=mode,
+                do_eval=True, eval_input_file=eval_file,
+                eval_interval_samples=50 if mode == "lamb_betas" else 0,
+                drop_page_cache=mode == "accumulation", **ADJUSTED))
+        lines = mllog_lines(log)
+        runs[mode] = dict(summary=summary, log=log, lines=lines, root=root,
+                          values={line["key"]: line["value"] for line in lines})
+    return runs
+
+
+def test_the_logged_betas_are_those_lamb_runs_with(adjusted_runs):
+    run = adjusted_runs["lamb_betas"]
+    factor = run["summary"]["packing_factor"]
+    assert factor > 1.2  # the betas differ from the flags' by far more than rounding
+    assert run["values"]["opt_lamb_beta_1"] == pytest.approx(0.9 ** factor, rel=1e-12)
+    assert run["values"]["opt_lamb_beta_2"] == pytest.approx(0.999 ** factor, rel=1e-12)
+    assert run["values"]["opt_lamb_beta_1"] == run["summary"]["adjustment"]["beta_1"]
+    assert run["values"]["opt_lamb_beta_2"] == run["summary"]["adjustment"]["beta_2"]
+
+
+@pytest.mark.parametrize("mode", ["lamb_betas", "accumulation"])
+def test_the_logged_schedule_and_batch_are_the_updates_made(adjusted_runs, mode):
+    run = adjusted_runs[mode]
+    values, summary = run["values"], run["summary"]
+    micro_batches = summary["steps"]["micro_batches_per_update"]
+    updates = summary["train"]["final_step"] // 4  # the global step advances 4 an update
+    assert updates == 4
+    factor = summary["packing_factor"]
+    assert micro_batches == (math.floor(4 / factor + 0.5) if mode == "accumulation" else 4)
+    assert values["gradient_accumulation_steps"] == micro_batches
+    assert values["opt_learning_rate_training_steps"] == updates * micro_batches
+    # Warm-up: 8 of 16 steps, half the updates, in the same micro-batches.
+    assert values["opt_learning_rate_warmup_steps"] == 2 * micro_batches
+    assert values["num_warmup_steps"] == 2 * micro_batches
+    nominal = math.floor(factor + 0.5)
+    assert nominal == nominal_packing_factor(factor) >= 1
+    assert values["global_batch_size"] == 4 * micro_batches * nominal
+    assert isinstance(values["global_batch_size"], int)
+    assert values["train_samples"] == int(summary["train"]["sequences"])
+
+
+def test_a_run_that_evaluates_at_the_end_alone_counts_its_block_in_samples(adjusted_runs):
+    run = adjusted_runs["accumulation"]
+    blocks = [line for line in run["lines"] if line["key"] == "block_start"]
+    sequences = run["summary"]["train"]["sequences"]
+    assert len(blocks) == 1
+    # The planned samples: the rows of 4 updates at the measured packing factor.
+    rows = 4 * 4 * run["summary"]["steps"]["micro_batches_per_update"]
+    assert blocks[0]["metadata"]["epoch_count"] == round(
+        rows * run["summary"]["packing_factor"])
+    assert abs(blocks[0]["metadata"]["epoch_count"] - sequences) <= 0.1 * sequences
+
+
+def test_with_a_log_no_evaluation_comes_off_the_schedule(adjusted_runs):
+    run = adjusted_runs["lamb_betas"]
+    train = run["summary"]["train"]
+    samples = [e["samples_count"] for e in train["evaluations"]]
+    assert [s // 50 for s in samples] == list(range(1, len(samples) + 1))
+    # The end is between two multiples: no evaluation there.
+    assert samples and not crossed(samples[-1], train["sequences"], 50)
+    assert len(samples) == train["sequences"] // 50
+    keys = [line["key"] for line in run["lines"]]
+    assert keys.count("eval_accuracy") == len(samples)
+    assert "off_schedule_evaluation" not in keys
+    blocks = [line for line in run["lines"] if line["key"] == "block_start"]
+    assert len(blocks) == len(samples) + 1
+    assert {block["metadata"]["epoch_count"] for block in blocks} == {50}
+
+
+@pytest.mark.parametrize("mode", ["lamb_betas", "accumulation"])
+def test_with_a_log_the_target_is_mlperfs_by_default(adjusted_runs, mode):
+    run = adjusted_runs[mode]
+    evaluations = run["summary"]["train"]["evaluations"]
+    assert evaluations and all(e["masked_lm_accuracy"] < TARGET_ACCURACY
+                               for e in evaluations)
+    assert not run["summary"]["train"]["stopped_at_target"]
+    assert run["lines"][-1]["key"] == "run_stop"
+    assert run["lines"][-1]["metadata"]["status"] == "aborted"
+
+
+@pytest.mark.parametrize("mode", ["lamb_betas", "accumulation"])
+def test_mlperf_compliance_checker_accepts_every_adjustment(adjusted_runs, mode, tmp_path):
+    result = compliance_check(adjusted_runs[mode]["log"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_default_interval_is_mlperfs():
@@ -191,7 +312,7 @@ def test_a_killed_run_resumes_with_the_same_evaluations_and_one_log(
 
     log = tmp_path / "mlperf.log"
     args = dict(input_file=packed_files[0], do_eval=True, eval_input_file=eval_file,
-                eval_interval_samples=24, mlperf_log_file=str(log), **RUN)
+                eval_interval_samples=24, mlperf_log_file=str(log), eval_at_end=True, **RUN)
     monkeypatch.setattr(Trainer, "train_steps", dies_after_the_second_evaluation)
     with pytest.raises(KeyboardInterrupt):
         run_pretraining(options(config_file, tmp_path / "run", **args))
@@ -205,6 +326,9 @@ def test_a_killed_run_resumes_with_the_same_evaluations_and_one_log(
     assert keys.count("run_start") == 1 and keys.count("init_stop") == 1
     assert keys.count("eval_accuracy") == len(want) and keys.count("eval_samples") == 1
     assert keys[-1] == "run_stop"
+    # The end's evaluation, asked for, is marked when it is off the schedule.
+    off_schedule = not crossed(want[-2]["samples_count"], want[-1]["samples_count"], 24)
+    assert keys.count("off_schedule_evaluation") == int(off_schedule)
 
 
 def test_evaluation_records_of_another_length_are_refused(config_file, packed_files,
@@ -215,3 +339,25 @@ def test_evaluation_records_of_another_length_are_refused(config_file, packed_fi
         run_pretraining(options(config_file, tmp_path / "run", input_file=packed_files[0],
                                 do_eval=True, eval_input_file=other[0], **RUN))
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+def test_drop_page_cache_drops_it_and_the_log_says_so(adjusted_runs):
+    dropped = adjusted_runs["accumulation"]
+    assert (dropped["root"] / "accumulation.drop_caches").read_text() == "3\n"
+    assert dropped["values"]["cache_clear"] is True
+    kept = adjusted_runs["lamb_betas"]
+    assert not (kept["root"] / "lamb_betas.drop_caches").exists()
+    assert kept["values"]["cache_clear"] is False
+
+
+def test_a_page_cache_the_process_may_not_drop_is_one_line(config_file, packed_files,
+                                                            tmp_path, monkeypatch):
+    control = tmp_path / "no_proc" / "drop_caches"  # a folder that is not there
+    monkeypatch.setattr(mlperf, "DROP_CACHES", str(control))
+    with pytest.raises(ValueError) as error:
+        run_pretraining(options(config_file, tmp_path / "run", input_file=packed_files[0],
+                                drop_page_cache=True, **RUN))
+    assert str(error.value) == (
+        f"--drop_page_cache: cannot drop the page cache ({control}: No such file or "
+        "directory); run as root on Linux, or without the flag")
+    assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was trained

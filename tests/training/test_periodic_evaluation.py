@@ -163,3 +163,18 @@ def test_a_resumed_run_neither_repeats_nor_skips_an_evaluation(tmp_path):
     assert got.evaluations == want.evaluations
     for a, b in zip(straight.model.get_weights(), resumed.model.get_weights()):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("at_end, interval, expected", [
+    (True, 10, [12, 20, 32, 40, 48]),
+    (False, 10, [12, 20, 32, 40]),  # 48 is between the multiples 40 and 50
+    (False, 0, [48]),  # no interval: the end is the schedule
+])
+def test_the_end_evaluation_comes_off_the_schedule_only_when_asked(at_end, interval,
+                                                                  expected):
+    evaluation = PeriodicEvaluation(lambda step, samples: {}, interval, "score",
+                                    at_end=at_end)
+    ends = list(range(4, 52, 4))  # updates of 4 samples, the last ending at 48
+    due = [end for start, end in zip([0, *ends], ends)
+           if evaluation.due(start, end, last=end == 48)]
+    assert due == expected
