@@ -361,3 +361,30 @@ def test_a_page_cache_the_process_may_not_drop_is_one_line(config_file, packed_f
         f"--drop_page_cache: cannot drop the page cache ({control}: No such file or "
         "directory); run as root on Linux, or without the flag")
     assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was trained
+
+
+def closed_division_copy(log, folder, *, drop_key=None):
+    """The log as a closed-division submission would be: division closed, its
+    last accuracy raised past MLPerf's target, without ``drop_key``'s lines."""
+    lines = []
+    for line in mllog_lines(log):
+        if line["key"] == drop_key:
+            continue
+        if line["key"] == "submission_division":
+            line["value"] = "closed"
+        lines.append(line)
+    last = max(i for i, line in enumerate(lines) if line["key"] == "eval_accuracy")
+    lines[last]["value"] = 0.73
+    copy = folder / f"closed-{drop_key}.log"
+    copy.write_text("".join(f":::MLLOG {json.dumps(line)}\n" for line in lines))
+    return copy
+
+
+def test_a_closed_division_copy_passes_and_fails_without_a_key(runs, tmp_path):
+    result = compliance_check(closed_division_copy(runs["log"], tmp_path), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "closed_bert.yaml" in result.stderr and "SUCCESS" in result.stderr
+    result = compliance_check(closed_division_copy(runs["log"], tmp_path,
+                                                   drop_key="opt_lamb_beta_1"), tmp_path)
+    assert result.returncode != 0
+    assert "opt_lamb_beta_1" in result.stdout + result.stderr
