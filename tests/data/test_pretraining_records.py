@@ -124,6 +124,7 @@ def test_layout_equals_packing_one_pack_at_a_time(rng, max_depth):
 
 @pytest.mark.parametrize("max_depth, vocab", [(3, 3000), (5, 30522), (3, 70_000)])
 def test_narrow_layout_is_the_same_records(rng, max_depth, vocab):
+    from packed_bert_tf.data.records import record_codec
     from packed_bert_tf.data.records.record_codec import encode_examples
     from packed_bert_tf.data.records.record_format import FLOAT_FEATURE_NAMES
 
@@ -141,6 +142,8 @@ def test_narrow_layout_is_the_same_records(rng, max_depth, vocab):
     assert narrow["positions"].dtype == np.int16
     for name in wide:
         np.testing.assert_array_equal(narrow[name], wide[name], err_msg=name)
+    if not record_codec.available():
+        pytest.skip("the C codec was not built: its encoding of both layouts is untested")
     encoded = [encode_examples(out, float_features=FLOAT_FEATURE_NAMES)
                for out in (wide, narrow)]
     for ours, reference in zip(*encoded):

@@ -95,7 +95,7 @@ def iter_array_batches_with_tensorflow(path: str, lengths: Mapping[str, int],
             return
         except tf.errors.DataLossError as error:
             raise RecordError(f"{path}: record {_first_unreadable_record(path)} is "
-                              f"corrupt ({first_line(error.message)})") from None
+                              f"corrupt ({_data_loss_reason(error.message)})") from None
         except tf.errors.NotFoundError:
             raise RecordError(f"{path}: no such file") from None
         except tf.errors.InvalidArgumentError:
@@ -104,6 +104,12 @@ def iter_array_batches_with_tensorflow(path: str, lengths: Mapping[str, int],
         arrays = {name: np.asarray(parsed[name]) for name in spec}  # the format's order
         yield start, arrays
         start += next(iter(arrays.values())).shape[0]
+
+
+def _data_loss_reason(message: str) -> str:
+    """A DataLossError's reason, in the C codec's words where they say the same."""
+    line = first_line(message)
+    return "the file ends inside it" if line.startswith("truncated record at") else line
 
 
 def _first_unparsable_record(path: str, start: int, lengths: dict) -> str:
