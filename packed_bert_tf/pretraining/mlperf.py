@@ -194,6 +194,7 @@ class MlperfRun:
             return
         # The schedule's steps in the micro-batches an update runs.
         per_step = steps.micro_batches_per_update / steps.global_steps_per_update
+        warmup_steps = _whole(options.num_warmup_steps * per_step)
         for key, value in (
                 (mllog_keys.GLOBAL_BATCH_SIZE, global_batch_size),
                 (mllog_keys.GRADIENT_ACCUMULATION_STEPS, steps.micro_batches_per_update),
@@ -205,8 +206,8 @@ class MlperfRun:
                 (mllog_keys.OPT_LAMB_WEIGHT_DECAY, options.lamb_weight_decay_rate),
                 (mllog_keys.OPT_LAMB_LR_DECAY_POLY_POWER, options.poly_power),
                 (mllog_keys.OPT_LR_TRAINING_STEPS, updates * steps.micro_batches_per_update),
-                (mllog_keys.OPT_LR_WARMUP_STEPS, _whole(options.num_warmup_steps * per_step)),
-                (mllog_keys.NUM_WARMUP_STEPS, _whole(options.num_warmup_steps * per_step)),
+                (mllog_keys.OPT_LR_WARMUP_STEPS, warmup_steps),
+                (mllog_keys.NUM_WARMUP_STEPS, warmup_steps),
                 (mllog_keys.START_WARMUP_STEP, _whole(options.start_warmup_step * per_step)),
                 ("packing_factor", packing_factor or 1.0)):
             self.log.event(key, value)
