@@ -286,8 +286,6 @@ def _check_batching(options, files, record_format) -> None:
             raise ValueError("--batching=bucketed gives batches of different shapes, "
                              "which cannot be stacked for accumulation: use "
                              "--steps_per_update=1")
-        if options.seed is None:
-            raise ValueError("--batching=bucketed needs --seed (its plans are seeded)")
 
 
 def _packing_factor(options, files, record_format, pack_on_the_fly) -> float | None:

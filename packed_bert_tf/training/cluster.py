@@ -272,6 +272,28 @@ def cluster_errors(task: WorkerTask, output_dir: str | None):
                            f"resume from the last checkpoint{where}") from None
 
 
+def chief_value(strategy, value: int, task: WorkerTask) -> int:
+    """The chief's ``value`` (a non-negative integer), on every worker.
+
+    What one process decides alone (a seed drawn at random) must be the same
+    in all of them: each replica offers its worker's value, the others' -1,
+    and the largest is the chief's.
+    """
+    import tensorflow as tf
+
+    if task.num_workers == 1:
+        return value
+    offered = value if task.is_chief else -1
+
+    @tf.function(autograph=False)
+    def gathered():
+        values = strategy.experimental_distribute_values_from_function(
+            lambda context: tf.constant([offered], tf.int64))
+        return strategy.gather(values, axis=0)
+
+    return int(max(gathered().numpy()))
+
+
 def check_same_step(strategy, step: int, task: WorkerTask) -> None:
     """Every worker must resume from the same step (the chief's checkpoint, read
     from a folder they all see); the replicas' steps are gathered and compared.

@@ -152,7 +152,9 @@ def define_base_flags(examples: str, defaults) -> None:
                       f"batches padded to their length bucket (packed_bert_tf.batching).")
     define_bucketing_flags(examples, defaults)
     flags.DEFINE_integer("seed", defaults.seed,
-                         "Seed of weights, dropout, packing and data order.")
+                         "Seed of weights, dropout, packing and data order (default: "
+                         "drawn at random and logged; a resumed run keeps the seed it "
+                         "was started with).")
     define_loop_flags(defaults)
     define_step_flags(defaults)
     define_hardware_flags(defaults)

@@ -47,7 +47,8 @@ class TrainingOptions:
       iterations_per_loop: steps per call of the compiled training loop.
       log_every_n_steps: steps between log points.
       seed: seeds the weights, dropout and data order (and the fine-tuning
-        front ends' packing); None: unseeded.
+        front ends' packing); None: the run's own (`startup.resolve_seed`:
+        the seed its output folder was started with, else one drawn).
       max_sequences_per_pack: sequences per packed row, at most.
       batching: one of `BATCHING`.
       bucket_boundaries: ``batching="bucketed"``: bucket upper edges (None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import secrets
 from typing import Callable, Mapping
 
 import keras
@@ -186,9 +187,39 @@ def run_task(options: TrainingOptions, body: Callable[[RunContext], dict], *,
     config, weights = read_model_config(options)
 
     def run_in(dirs, made_strategy, worker):
-        return body(RunContext(config, made_strategy, dirs, worker, weights))
+        context = RunContext(config, made_strategy, dirs, worker, weights)
+        options.seed = resolve_seed(options.seed, context)
+        return body(context)
 
     return run_on_this_worker(options, run_in, strategy=strategy, batch_flags=batch_flags)
+
+
+#: Seeds drawn for a run not given ``--seed`` lie in [0, SEED_RANGE): any of
+#: them is a valid seed of Keras, TensorFlow, numpy and MLPerf's log.
+SEED_RANGE = 2**31
+
+
+def resolve_seed(seed: int | None, context: RunContext) -> int | None:
+    """The run's seed: ``--seed``, else the one the run in ``--output_dir``
+    was started with, else one drawn at random and logged, so that every run
+    can be repeated. Every worker takes the chief's.
+
+    A folder whose record says its run was started unseeded (no seed at
+    all) resumes unseeded, as it was trained.
+    """
+    if seed is not None:
+        return seed
+    step = TrainingCheckpoints.newest_step(context.dirs.shared)
+    segments = trajectory.read_segments(context.dirs.shared) if step else None
+    recorded = [s.values for s in segments or () if s.start_step < step]
+    if recorded and "--seed" in recorded[-1]:
+        seed = recorded[-1]["--seed"]
+        logging.info("--seed=%s: the seed %s was started with", seed, context.dirs.shared)
+        return seed
+    seed = cluster.chief_value(context.strategy, secrets.randbelow(SEED_RANGE),
+                               context.worker)
+    logging.info("--seed not given: drew --seed=%d (pass it to repeat this run)", seed)
+    return seed
 
 
 def resume_trajectory(context: RunContext, steps: StepCounting, values: Mapping, *,
@@ -352,5 +383,6 @@ def restore_or_initialize(checkpoints: TrainingCheckpoints, init_fn=None,
 
 
 __all__ = ["RunContext", "RunSpec", "StartedRun", "mixed_precision_policy",
-           "make_tokenizer", "read_bert_config", "read_model_config", "restore_or_initialize",
+           "make_tokenizer", "read_bert_config", "read_model_config", "resolve_seed",
+           "restore_or_initialize",
            "resume_trajectory", "run_task", "start_run"]

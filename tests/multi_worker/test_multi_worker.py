@@ -150,12 +150,32 @@ def test_a_killed_worker_stops_the_other_and_a_restart_resumes(pretraining, conf
     saved = tf.train.latest_checkpoint(str(output_dir / "checkpoints"))
     assert int(saved.rsplit("-", 1)[1]) < STEPS  # killed mid-run
 
-    with killed_at_the_end(start_workers("run_pretraining.py", flags)) as processes:
-        chief_result, _ = finish_all(processes)
+    # Restarted without --seed: every worker takes the one the run was started with.
+    unseeded = [flag for flag in flags if not flag.startswith("--seed=")]
+    with killed_at_the_end(start_workers("run_pretraining.py", unseeded)) as processes:
+        chief_result, other_result = finish_all(processes)
     assert f"resumed from {saved}" in chief_result.stderr
+    for result in (chief_result, other_result):
+        assert f"--seed=3: the seed {output_dir} was started with" in result.stderr
     resumed = weights(output_dir / f"model.ckpt-{STEPS}")
     uninterrupted = weights(pretraining["root"] / "two_workers" / f"model.ckpt-{STEPS}")
     assert max_difference(resumed, uninterrupted) <= 1e-5
+
+
+def test_workers_without_a_seed_take_the_one_the_chief_drew(config_file, packed_files,
+                                                            tmp_path):
+    output_dir = tmp_path / "unseeded"
+    flags = [flag for flag in pretraining_flags(
+        config_file, packed_files, str(output_dir), evaluate=False, num_train_steps=2,
+        save_checkpoints_steps=2, iterations_per_loop=2) if not flag.startswith("--seed=")]
+    with killed_at_the_end(start_workers(
+            "run_pretraining.py", [*flags, f"--distribution_strategy={MULTI}"])) as processes:
+        results = finish_all(processes)
+    drawn = [re.findall(r"drew --seed=(\d+) \(pass it to repeat this run\)", result.stderr)
+             for result in results]
+    assert len(drawn[0]) == 1 and drawn[0] == drawn[1], [r.stderr[-2000:] for r in results]
+    record = json.loads((output_dir / "trajectory.json").read_text())
+    assert record["segments"][-1]["values"]["--seed"] == int(drawn[0][0])
 
 
 def _bad_runs(config_file, packed_files, root):

@@ -167,24 +167,32 @@ ADJUSTED = dict(RUN, num_train_steps=16, steps_per_update=4, num_warmup_steps=8,
                 iterations_per_loop=1, log_every_n_steps=4)
 
 
+#: The runs of `adjusted_runs`: each packing adjustment that changes a
+#: hyper-parameter, and padded batches.
+MODES = ("lamb_betas", "accumulation", "padded")
+
+
 @pytest.fixture(scope="module")
-def adjusted_runs(config_file, packed_files, eval_file, tmp_path_factory):
-    """A run with each packing adjustment that changes a hyper-parameter, each
-    with an MLPerf log under MLPerf's default target: ``lamb_betas`` evaluates
-    every 50 sequences (and not at the end, off that schedule),
-    ``accumulation`` at the end alone (``--eval_interval_samples=0``)."""
+def adjusted_runs(config_file, packed_files, unpacked_files, eval_file, tmp_path_factory):
+    """A run in each of `MODES`, each with an MLPerf log under MLPerf's
+    default target and without ``--seed`` (each draws its own):
+    ``lamb_betas`` and ``padded`` evaluate every 50 sequences (and not at
+    the end, off that schedule), ``accumulation`` at the end alone
+    (``--eval_interval_samples=0``)."""
     root = tmp_path_factory.mktemp("adjusted")
     runs = {}
-    for mode in ("lamb_betas", "accumulation"):
+    for mode in MODES:
         log = root / f"{mode}.mlperf.log"
+        data = (dict(input_file=unpacked_files[0], batching="padded") if mode == "padded"
+                else dict(input_file=packed_files[0],
+                          packing_hyperparameter_adjustment=mode))
         with pytest.MonkeyPatch.context() as patch:  # the kernel's file stands in here
             patch.setattr(mlperf, "DROP_CACHES", str(root / f"{mode}.drop_caches"))
             summary = run_pretraining(options(
-                config_file, root / mode, input_file=packed_files[0],
-                mlperf_log_file=str(log), packing_hyperparameter_adjustment=mode,
+                config_file, root / mode, mlperf_log_file=str(log), seed=None,
                 do_eval=True, eval_input_file=eval_file,
-                eval_interval_samples=50 if mode == "lamb_betas" else 0,
-                drop_page_cache=mode == "accumulation", **ADJUSTED))
+                eval_interval_samples=0 if mode == "accumulation" else 50,
+                drop_page_cache=mode == "accumulation", **data, **ADJUSTED))
         lines = mllog_lines(log)
         runs[mode] = dict(summary=summary, log=log, lines=lines, root=root,
                           values={line["key"]: line["value"] for line in lines})
@@ -201,14 +209,15 @@ def test_the_logged_betas_are_those_lamb_runs_with(adjusted_runs):
     assert run["values"]["opt_lamb_beta_2"] == run["summary"]["adjustment"]["beta_2"]
 
 
-@pytest.mark.parametrize("mode", ["lamb_betas", "accumulation"])
+@pytest.mark.parametrize("mode", MODES)
 def test_the_logged_schedule_and_batch_are_the_updates_made(adjusted_runs, mode):
     run = adjusted_runs[mode]
     values, summary = run["values"], run["summary"]
     micro_batches = summary["steps"]["micro_batches_per_update"]
     updates = summary["train"]["final_step"] // 4  # the global step advances 4 an update
     assert updates == 4
-    factor = summary["packing_factor"]
+    factor = summary["packing_factor"] or 1.0  # padded: a sequence a row
+    assert (factor == 1.0) == (mode == "padded")
     assert micro_batches == (math.floor(4 / factor + 0.5) if mode == "accumulation" else 4)
     assert values["gradient_accumulation_steps"] == micro_batches
     assert values["opt_learning_rate_training_steps"] == updates * micro_batches
@@ -250,7 +259,7 @@ def test_with_a_log_no_evaluation_comes_off_the_schedule(adjusted_runs):
     assert {block["metadata"]["epoch_count"] for block in blocks} == {50}
 
 
-@pytest.mark.parametrize("mode", ["lamb_betas", "accumulation"])
+@pytest.mark.parametrize("mode", MODES)
 def test_with_a_log_the_target_is_mlperfs_by_default(adjusted_runs, mode):
     run = adjusted_runs[mode]
     evaluations = run["summary"]["train"]["evaluations"]
@@ -261,10 +270,35 @@ def test_with_a_log_the_target_is_mlperfs_by_default(adjusted_runs, mode):
     assert run["lines"][-1]["metadata"]["status"] == "aborted"
 
 
-@pytest.mark.parametrize("mode", ["lamb_betas", "accumulation"])
+@pytest.mark.parametrize("mode", MODES)
 def test_mlperf_compliance_checker_accepts_every_adjustment(adjusted_runs, mode, tmp_path):
     result = compliance_check(adjusted_runs[mode]["log"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_without_a_seed_logs_the_seed_it_drew_and_used(adjusted_runs, mode):
+    run = adjusted_runs[mode]
+    seed = run["values"]["seed"]
+    assert isinstance(seed, int) and 0 <= seed < 2**31
+    assert run["summary"]["options"]["seed"] == seed
+    record = json.loads((run["root"] / mode / "trajectory.json").read_text())
+    assert record["segments"][-1]["values"]["--seed"] == seed
+
+
+def test_mlperfs_seed_check_accepts_runs_each_with_its_own_seed(runs, adjusted_runs,
+                                                                tmp_path):
+    """The package checker's seed check, on a set of runs: each logs one seed,
+    an integer, and no two the same seed from the same line of code. A rerun
+    with the same --seed fails it."""
+    from mlperf_logging.package_checker.seed_checker import SeedChecker
+
+    logs = [str(runs["log"])] + [str(adjusted_runs[mode]["log"]) for mode in MODES]
+    assert len({adjusted_runs[mode]["values"]["seed"] for mode in MODES} | {3}) == 4
+    assert SeedChecker("5.0.0").check_seeds(logs)
+    rerun = tmp_path / "rerun.log"
+    rerun.write_text(runs["log"].read_text())
+    assert not SeedChecker("5.0.0").check_seeds([*logs, str(rerun)])
 
 
 def test_the_default_interval_is_mlperfs():
