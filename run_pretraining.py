@@ -36,6 +36,10 @@ def define_flags():
     define_base_flags("sequences", defaults)
     # They are this script's flags too (its --helpshort lists them).
     flags.adopt_module_key_flags(sys.modules[define_base_flags.__module__])
+    flags.DEFINE_integer("num_gpus", defaults.num_gpus,
+                         "As in the MLPerf reference: N > 0 trains on the first N GPUs "
+                         "(--distribution_strategy=mirrored over them), 0 on the default "
+                         "device.")
 
     # Inputs and outputs.
     flags.DEFINE_string("input_file", defaults.input_file,
@@ -108,8 +112,11 @@ def define_flags():
     flags.DEFINE_float("lamb_beta_2", defaults.lamb_beta_2, "LAMB/Adam beta_2.")
     flags.DEFINE_float("lamb_weight_decay_rate", defaults.lamb_weight_decay_rate,
                        "Weight decay rate.")
-    flags.DEFINE_float("lamb_epsilon", defaults.lamb_epsilon,
-                       "Epsilon (MLPerf's log_epsilon -6 means 1e-6).")
+    flags.DEFINE_float("lamb_epsilon", defaults.lamb_epsilon, "LAMB/Adam epsilon.")
+    flags.DEFINE_float("log_epsilon", defaults.log_epsilon,
+                       "As MLPerf's TPU command lines give it: epsilon = "
+                       "10 ** log_epsilon (-6: 1e-6); --lamb_epsilon, if also given, must "
+                       "agree.")
     flags.DEFINE_float("poly_power", defaults.poly_power,
                        "Power of the polynomial decay of the learning rate after "
                        "warm-up (1.0: linear).")

@@ -2,7 +2,7 @@
 
 The ``reference`` extra installs google-research/bert as the `bert-tensorflow`
 package (module ``bert``). A test calls `create_pretraining_data`,
-`run_classifier` or `run_squad` for the module itself and calls its
+`run_classifier`, `run_pretraining` or `run_squad` for the module itself and calls its
 functions: nothing of it is copied here. `benchmarks.google_bert` imports
 them (their absl flags on private `FlagValues`, an empty stand-in for the
 ``tensorflow.contrib`` that ``bert.modeling`` imports). Without the extra the
@@ -39,6 +39,11 @@ def create_pretraining_data() -> types.ModuleType:
 def run_classifier() -> types.ModuleType:
     """``bert.run_classifier``; skips the test without the extra."""
     return _reference("run_classifier")
+
+
+def run_pretraining() -> types.ModuleType:
+    """``bert.run_pretraining``; skips the test without the extra."""
+    return _reference("run_pretraining")
 
 
 def run_squad() -> types.ModuleType:

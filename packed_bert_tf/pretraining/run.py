@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import time
 
@@ -102,6 +103,8 @@ class PretrainingOptions(TrainingOptions):
     lamb_beta_2: float = 0.999
     lamb_weight_decay_rate: float = 0.01
     lamb_epsilon: float = 1e-6
+    log_epsilon: float | None = None
+    num_gpus: int = 0
     do_eval: bool = False
     max_eval_steps: int = 0
     packed_input: bool | None = None
@@ -164,6 +167,21 @@ def _check_positive(options: PretrainingOptions) -> None:
         raise ValueError(f"--packing_hyperparameter_adjustment="
                          f"{options.packing_hyperparameter_adjustment!r} is not one of "
                          f"{', '.join(PACKING_MODES)}")
+    _take_log_epsilon(options)
+
+
+def _take_log_epsilon(options: PretrainingOptions) -> None:
+    """``--log_epsilon`` (MLPerf's TPU command lines): LAMB's epsilon is
+    10 ** log_epsilon, and ``--lamb_epsilon``, if also given, must agree."""
+    if options.log_epsilon is None:
+        return
+    epsilon = 10.0 ** options.log_epsilon
+    default = PretrainingOptions.lamb_epsilon
+    if options.lamb_epsilon not in (default, epsilon) and \
+            not math.isclose(options.lamb_epsilon, epsilon, rel_tol=1e-12):
+        raise ValueError(f"--log_epsilon={options.log_epsilon:g} (epsilon {epsilon:g}) "
+                         f"and --lamb_epsilon={options.lamb_epsilon:g} disagree")
+    options.lamb_epsilon = epsilon
 
 
 def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
@@ -204,11 +222,14 @@ def check_inputs(options: PretrainingOptions, config, strategy) -> _Inputs:
         packing_factor = _packing_factor(options, train_files, train_format,
                                          pack_on_the_fly)
     if options.do_eval:
-        if not options.eval_input_file:
-            raise ValueError("--do_eval needs --eval_input_file")
+        flag = "eval_input_file" if options.eval_input_file else "input_file"
+        if not getattr(options, flag):
+            raise ValueError("--do_eval needs --eval_input_file (or --input_file)")
+        if flag == "input_file":
+            logging.info("no --eval_input_file: evaluating --input_file, as the MLPerf "
+                         "reference does")
         check_global_batch_size(options.eval_batch_size, strategy, "--eval_batch_size")
-        eval_files = filesystem.expand_file_patterns(options.eval_input_file,
-                                                     flag="eval_input_file")
+        eval_files = filesystem.expand_file_patterns(getattr(options, flag), flag=flag)
         eval_format = task.expected_record_format(eval_files, **sizes)
         _check_first_records(eval_files, eval_format, IdLimits.of_config(config))
     return _Inputs(train_files, train_format, eval_files, eval_format, packing_factor,

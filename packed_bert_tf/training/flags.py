@@ -32,6 +32,28 @@ def define_hardware_flags(defaults) -> None:
                       list(MIXED_PRECISION), "bf16 or fp16 compute with float32 variables.")
 
 
+def define_reference_tpu_flags(defaults) -> None:
+    """The TPU flags of google-research/bert's and the MLPerf reference's
+    scripts, with their meaning there (`distribution.choose_strategy`):
+    --use_tpu, --tpu_name (the same flag as --tpu), --tpu_zone, --gcp_project,
+    --master, --num_tpu_cores. ``defaults`` as for `define_hardware_flags`."""
+    flags.DEFINE_bool("use_tpu", defaults.use_tpu,
+                      "Train on the TPU of --tpu_name (--distribution_strategy=tpu).")
+    flags.DEFINE_alias("tpu_name", "tpu")
+    flags.DEFINE_string("tpu_zone", defaults.tpu_zone,
+                        "--use_tpu: the TPU's Google Cloud zone (default: found from "
+                        "the metadata).")
+    flags.DEFINE_string("gcp_project", defaults.gcp_project,
+                        "--use_tpu: the TPU's Google Cloud project (default: found from "
+                        "the metadata).")
+    flags.DEFINE_string("master", defaults.master,
+                        "--use_tpu: the TPU's address (grpc://...), for a run without "
+                        "--tpu_name.")
+    flags.DEFINE_integer("num_tpu_cores", defaults.num_tpu_cores,
+                         "--use_tpu: the cores the TPU must have (a run uses all of "
+                         "them; default: any).")
+
+
 def define_loop_flags(defaults) -> None:
     """--save_checkpoints_steps, --keep_checkpoint_max, --iterations_per_loop,
     --log_every_n_steps (the shared training loop's); ``defaults`` as for
@@ -166,6 +188,7 @@ def define_fine_tuning_flags(examples: str, defaults) -> None:
     the export. ``examples`` and ``defaults`` as for `define_base_flags`. The
     task's own flags (its files, sequence length, ``--do_*``,
     ``--output_dir``) are the front end's.
+    define_reference_tpu_flags(defaults)
     """
     define_base_flags(examples, defaults)
     flags.DEFINE_integer("predict_batch_size", defaults.predict_batch_size,

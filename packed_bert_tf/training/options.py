@@ -57,6 +57,9 @@ class TrainingOptions:
       distribution_strategy: the ``tf.distribute`` strategy's name
         (`packed_bert_tf.training.distribution.STRATEGIES`).
       tpu: the TPU's name or address (``distribution_strategy="tpu"``).
+      use_tpu, tpu_zone, gcp_project, master, num_tpu_cores: the reference
+        scripts' TPU flags, with their meaning there
+        (`packed_bert_tf.training.distribution.choose_strategy`).
       cluster_timeout_seconds: how long the workers of ``TF_CONFIG`` have to
         connect (``distribution_strategy="multi_worker_mirrored"``).
       jit_compile: XLA-compile the per-replica step.
@@ -90,6 +93,11 @@ class TrainingOptions:
     cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
     jit_compile: bool = True
     mixed_precision: str = "none"
+    use_tpu: bool = False
+    tpu_zone: str | None = None
+    gcp_project: str | None = None
+    master: str | None = None
+    num_tpu_cores: int | None = None
     progress_bar: bool | None = None
 
 

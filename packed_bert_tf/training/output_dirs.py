@@ -19,7 +19,7 @@ from absl import logging
 
 from packed_bert_tf import output_files
 from packed_bert_tf.training import cluster
-from packed_bert_tf.training.distribution import create_strategy
+from packed_bert_tf.training.distribution import choose_strategy, create_chosen_strategy
 
 
 def make_output_dir(output_dir: str | None) -> str:
@@ -83,7 +83,8 @@ def run_on_this_worker(options, run_in, *, strategy=None, batch_flags: dict):
 
     Args:
       options: the front end's `packed_bert_tf.training.options.TrainingOptions`
-        (``distribution_strategy``, ``tpu``, ``cluster_timeout_seconds``,
+        (the strategy's flags, `distribution.choose_strategy`,
+        ``cluster_timeout_seconds``,
         ``output_dir`` and the batch sizes are read).
       run_in: ``(dirs, strategy, worker) -> summary``.
       strategy: a strategy already made (tests), else the options'.
@@ -92,13 +93,14 @@ def run_on_this_worker(options, run_in, *, strategy=None, batch_flags: dict):
     Returns:
       What ``run_in`` returns.
     """
-    worker = cluster.current_task(options.distribution_strategy)
+    choice = choose_strategy(options)
+    worker = cluster.current_task(choice.name)
     for flag, needed in batch_flags.items():
         if needed:
             cluster.check_worker_count(getattr(options, flag), worker, f"--{flag}")
     if strategy is None:  # connects to the other workers, if any
-        strategy = create_strategy(options.distribution_strategy, tpu=options.tpu,
-                                   cluster_timeout_seconds=options.cluster_timeout_seconds)
+        strategy = create_chosen_strategy(
+            choice, cluster_timeout_seconds=options.cluster_timeout_seconds)
     with worker_output_dirs(options.output_dir, worker) as dirs, \
             cluster.cluster_errors(worker, dirs.shared):
         return run_in(dirs, strategy, worker)
