@@ -100,6 +100,29 @@ def test_evaluations_during_training_agree_and_the_chief_alone_logs(pretraining)
     assert keys.count("run_start") == 1 and keys.count("eval_accuracy") == len(two)
 
 
+def test_the_two_workers_log_holds_the_values_used_and_passes_mlperfs_checker(
+        pretraining, tmp_path):
+    from tests.pretraining.mlperf_logs import compliance_check, mllog_lines
+
+    root = pretraining["root"]
+    summary = json.loads((root / "two_workers" / "train_summary.json").read_text())
+    values = {line["key"]: line["value"] for line in mllog_lines(
+        root / "two_workers.mlperf.log")}
+    one = {line["key"]: line["value"] for line in mllog_lines(
+        root / "one_process.mlperf.log")}
+    assert values["seed"] == 3
+    assert values["gradient_accumulation_steps"] == 2  # --steps_per_update
+    assert values["global_batch_size"] == 4 * 2 * round(summary["packing_factor"])
+    assert values["opt_learning_rate_training_steps"] == STEPS
+    assert values["train_samples"] == int(summary["train"]["sequences"])
+    # The same run: the same values (accuracies agree to 1e-6, above).
+    different = {key for key in values if values[key] != one.get(key)}
+    assert different <= {"submission_platform", "eval_accuracy"}, different
+    for name in ("two_workers", "one_process"):
+        result = compliance_check(root / f"{name}.mlperf.log", tmp_path)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_every_evaluation_record_is_read_once_across_the_workers(pretraining, packed_files):
     stats = json.loads((pathlib.Path(packed_files[0]).parent / "packing_stats.json")
                        .read_text())

@@ -4,8 +4,6 @@ compliance checker accepts, and the options' refusals."""
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,6 +19,7 @@ from packed_bert_tf.pretraining.run import run_pretraining
 from packed_bert_tf.training.step_counting import crossed
 from packed_bert_tf.training.trainer import Trainer
 from tests.conftest import write_unpacked_dataset
+from tests.pretraining.mlperf_logs import compliance_check, mllog_lines
 from tests.pretraining.tiny_runs import options
 
 pytest.importorskip("mlperf_logging")
@@ -44,11 +43,6 @@ def eval_file(tmp_path_factory):
     several times, and no claim here is about the evaluation set's size."""
     return write_unpacked_dataset(tmp_path_factory.mktemp("eval"), num_files=1,
                                   per_file=64, seed=7)[0]
-
-
-def mllog_lines(path) -> list:
-    return [json.loads(line.split(":::MLLOG ", 1)[1])
-            for line in open(path) if line.startswith(":::MLLOG ")]
 
 
 @pytest.fixture(scope="module")
@@ -145,15 +139,6 @@ def test_the_mlperf_log_holds_the_run(runs):
         [int(e["samples_count"]) for e in evaluations]
     assert all(line["metadata"]["file"].endswith(".py") for line in lines)
     assert keys.count("eval_samples") == 1 and keys.count("run_start") == 1
-
-
-def compliance_check(log, folder):
-    """MLPerf's compliance checker (ruleset 5.0.0) on one log, in its own process
-    as MLPerf runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-         "--ruleset", "5.0.0", "--log_output", str(folder / "checker.log"), str(log)],
-        capture_output=True, text=True, timeout=300, cwd=folder)
 
 
 def test_mlperf_compliance_checker_accepts_the_log(runs, tmp_path):
@@ -422,3 +407,13 @@ def test_a_closed_division_copy_passes_and_fails_without_a_key(runs, tmp_path):
                                                    drop_key="opt_lamb_beta_1"), tmp_path)
     assert result.returncode != 0
     assert "opt_lamb_beta_1" in result.stdout + result.stderr
+
+
+def test_run_stop_holds_the_model_flops_utilisation(runs):
+    stop = mllog_lines(runs["log"])[-1]
+    assert stop["key"] == "run_stop"
+    metadata = stop["metadata"]
+    assert metadata["peak_flops_source"] == "measured"
+    assert metadata["mfu"] > 0
+    assert metadata["mfu"] == pytest.approx(metadata["model_flops_per_second"]
+                                            / metadata["peak_flops_per_second"])
