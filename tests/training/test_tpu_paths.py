@@ -81,9 +81,11 @@ def no_tpu_runs(tmp_path_factory):
     config = os.path.join(REPOSITORY, "configs", "demo_bert_config.json")
     output_dir = tmp_path_factory.mktemp("no_tpu")
     runs = [run_main("tests.training.tpu_connect_check", tpu) for tpu, _ in _NO_TPU]
-    runs.append(run_main("run_pretraining.py", f"--bert_config_file={config}",
-                         f"--output_dir={output_dir}", "--do_train", "--input_file=x",
-                         "--distribution_strategy=tpu", "--tpu=local"))
+    for flags in (["--distribution_strategy=tpu", "--tpu=local"],
+                  ["--use_tpu", "--tpu_name=local"]):  # ours, the reference's
+        runs.append(run_main("run_pretraining.py", f"--bert_config_file={config}",
+                             f"--output_dir={output_dir}", "--do_train", "--input_file=x",
+                             *flags))
     return runs
 
 
@@ -107,9 +109,10 @@ def test_a_tpu_address_nobody_answers_at_is_one_error():
     assert error.startswith("--tpu=grpc://127.0.0.1:9: no answer from the TPU within 3 s")
 
 
-def test_the_front_end_says_there_is_no_tpu_in_one_line(no_tpu_runs):
-    result = no_tpu_runs[-1]
+@pytest.mark.parametrize("index, flags", [(-2, "--distribution_strategy=tpu --tpu=local"),
+                                          (-1, "--use_tpu --tpu=local")])
+def test_the_front_end_says_there_is_no_tpu_in_one_line(no_tpu_runs, index, flags):
+    result = no_tpu_runs[index]
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith(
-        "run_pretraining: --distribution_strategy=tpu --tpu=local: no TPU (NotFoundError: "
-        "TPUs not found in the cluster.")
+        f"run_pretraining: {flags}: no TPU (NotFoundError: TPUs not found in the cluster.")
