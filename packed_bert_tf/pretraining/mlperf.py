@@ -20,7 +20,9 @@ Every logged value is the one the run uses:
   counted in the same micro-batches, so that training steps over
   accumulation steps is the number of updates the run makes;
 * ``block_start``'s ``epoch_count`` is always in samples;
-* ``cache_clear`` is true when ``--drop_page_cache`` dropped the page cache.
+* ``cache_clear`` is true when ``--drop_page_cache`` dropped the page cache;
+* ``run_stop``'s metadata holds the run's model FLOPs utilisation up to its
+  last evaluation (`UTILISATION_KEYS`, `packed_bert_tf.training.flops`).
 
 With a log, the run stops at MLPerf's target (`TARGET_ACCURACY`) unless
 ``--stop_threshold`` says otherwise, and evaluates on the schedule alone: an
@@ -54,6 +56,9 @@ from packed_bert_tf.training.step_counting import crossed
 TARGET_METRIC = "masked_lm_accuracy"
 #: MLPerf's BERT target accuracy (closed division).
 TARGET_ACCURACY = 0.720
+#: The model FLOPs utilisation in ``run_stop``'s metadata (keys of our own).
+UTILISATION_KEYS = ("mfu", "model_flops_per_second", "peak_flops_per_second",
+                    "peak_flops_source")
 
 
 def nominal_packing_factor(packing_factor: float | None) -> int:
@@ -150,6 +155,7 @@ class MlperfRun:
         self.eval_samples_logged = False
         self.stopped = False
         self.stop_threshold = default_stop_threshold(options)
+        self.utilisation = {}  # as the loop last told it, before an evaluation
 
     @property
     def enabled(self) -> bool:
@@ -267,7 +273,8 @@ class MlperfRun:
 
         return PeriodicEvaluation(logged_evaluation, interval_samples, TARGET_METRIC,
                                   stop_threshold=threshold,
-                                  samples_per_update=samples_per_update, at_end=at_end)
+                                  samples_per_update=samples_per_update, at_end=at_end,
+                                  progress=self.utilisation.update)
 
     def run_stop(self, *, success: bool, samples: float | None = None) -> None:
         """``train_samples`` (the sequences trained) and ``run_stop``:
@@ -284,6 +291,8 @@ class MlperfRun:
         metadata = {mllog_keys.STATUS: mllog_keys.SUCCESS if success else mllog_keys.ABORTED,
                     mllog_keys.EPOCH_NUM: int(samples),
                     mllog_keys.SAMPLES_COUNT: int(samples)}
+        metadata.update({key: self.utilisation[key] for key in UTILISATION_KEYS
+                         if key in self.utilisation})
         self.log.end(mllog_keys.RUN_STOP, metadata=metadata)
 
     def close(self) -> None:

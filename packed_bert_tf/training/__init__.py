@@ -17,6 +17,8 @@ The modules, by concern:
 - ``loop``, ``checkpoints``, ``progress``, ``interrupts``, ``trajectory``:
   the host loop, its checkpoints, logs and stop on a signal, and what a
   resumed run must keep.
+- ``flops``: the model FLOPs count and the devices' peak, for the model
+  FLOPs utilisation (MFU) the loop reports.
 - ``optimizers``, ``lamb``, ``clipping``, ``schedules``: MLPerf's LAMB and
   AdamW, where the gradient is clipped, and the learning-rate schedule.
 - ``fine_tuning``: what the fine-tuning front ends share.

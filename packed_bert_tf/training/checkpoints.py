@@ -31,7 +31,8 @@ class RunTotals(tf.Module):
     """
 
     NAMES = ("sequences", "tokens", "padded_tokens", "seconds", "steady_seconds",
-             "steady_cpu_seconds", "steady_sequences", "steady_tokens")
+             "steady_cpu_seconds", "steady_sequences", "steady_tokens", "attention_pairs",
+             "steady_attention_pairs", "measured_peak_flops_per_second")
 
     def __init__(self):
         super().__init__(name="run_totals")
@@ -84,9 +85,13 @@ class TrainingCheckpoints:
         # the uninterrupted run would have drawn.
         seed_states = [v for v in model.variables if "seed_generator" in v.path]
         self.totals = RunTotals()
-        self.checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer,
-                                              global_step=step, seed_states=seed_states,
-                                              run_totals=self.totals)
+        training = dict(model=model, optimizer=optimizer, global_step=step,
+                        seed_states=seed_states)
+        self.checkpoint = tf.train.Checkpoint(**training, run_totals=self.totals)
+        # Restored apart: the training state strictly, the totals as far as a
+        # checkpoint holds them (one written before a count was added lacks it).
+        self._training_state = tf.train.Checkpoint(**training)
+        self._totals_only = tf.train.Checkpoint(run_totals=self.totals)
         self.manager = tf.train.CheckpointManager(self.checkpoint, self.directory,
                                                   max_to_keep=max_to_keep,
                                                   step_counter=step)
@@ -161,7 +166,8 @@ class TrainingCheckpoints:
         try:
             # Every saved object must find its variable: a checkpoint of another
             # model or optimizer fails here rather than training from half of it.
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            self._training_state.restore(path).assert_existing_objects_matched()
+            self._restore_totals(path)
         except (AssertionError, ValueError) as error:  # ValueError: another shape
             raise ValueError(f"checkpoint {path} is not of this model and optimizer "
                              f"({str(error).splitlines()[0][:200]}): use another "
@@ -171,6 +177,19 @@ class TrainingCheckpoints:
         step = self.saved_step = int(self.step.numpy())
         logging.info("resumed from %s at step %d", path, step)
         return step
+
+    def _restore_totals(self, path: str) -> None:
+        """The run's totals from ``path``; counts it lacks start at 0 (a warning
+        names them: the summary's figures that use them cover the steps after
+        the resume)."""
+        self.totals.write({name: 0.0 for name in RunTotals.NAMES}, [], [])
+        self._totals_only.restore(path).expect_partial()
+        saved = {name for name, _ in tf.train.list_variables(path)}
+        missing = [name for name in RunTotals.NAMES
+                   if f"run_totals/counts/{name}/.ATTRIBUTES/VARIABLE_VALUE" not in saved]
+        if missing:
+            logging.warning("%s has no %s: counted from the resume on", path,
+                            ", ".join(missing))
 
     def _damaged(self, path: str, error: Exception) -> str:
         """One line: which checkpoint is damaged and how to fall back."""

@@ -9,10 +9,12 @@ import sys
 
 from absl import flags
 
+from packed_bert_tf.training.flops import check_peak_flag
+
 
 def define_hardware_flags(defaults) -> None:
     """--distribution_strategy, --tpu, --cluster_timeout_seconds, --jit_compile,
-    --mixed_precision.
+    --mixed_precision, --peak_flops_per_second.
 
     ``defaults``: the front end's options dataclass, whose field defaults are
     the flags' (one place for each default).
@@ -30,6 +32,12 @@ def define_hardware_flags(defaults) -> None:
                       "XLA-compile the per-replica step.")
     flags.DEFINE_enum("mixed_precision", defaults.mixed_precision,
                       list(MIXED_PRECISION), "bf16 or fp16 compute with float32 variables.")
+    flags.DEFINE_float(
+        "peak_flops_per_second", defaults.peak_flops_per_second,
+        "The peak FLOPs per second of one device (GPU, TPU core, a machine's CPU) in the "
+        "run's compute dtype, which the model FLOPs utilisation (mfu) divides by "
+        "(times the devices); default: measured at the start by a large matrix "
+        "multiply on the run's first device.")
 
 
 def define_reference_tpu_flags(defaults) -> None:
@@ -180,6 +188,7 @@ def define_base_flags(examples: str, defaults) -> None:
     define_loop_flags(defaults)
     define_step_flags(defaults)
     define_hardware_flags(defaults)
+    define_reference_tpu_flags(defaults)
 
 
 def define_fine_tuning_flags(examples: str, defaults) -> None:
@@ -188,7 +197,6 @@ def define_fine_tuning_flags(examples: str, defaults) -> None:
     the export. ``examples`` and ``defaults`` as for `define_base_flags`. The
     task's own flags (its files, sequence length, ``--do_*``,
     ``--output_dir``) are the front end's.
-    define_reference_tpu_flags(defaults)
     """
     define_base_flags(examples, defaults)
     flags.DEFINE_integer("predict_batch_size", defaults.predict_batch_size,
@@ -209,7 +217,8 @@ def options_from_flags(options_class, values=None):
     tuple of ints.
 
     Raises:
-      ValueError: a bucket boundary that is not an integer.
+      ValueError: a bucket boundary that is not an integer; a
+        ``--peak_flops_per_second`` that is not > 0.
     """
     values = values or flags.FLAGS
     options = options_class(**{field.name: values[field.name].value
@@ -222,6 +231,7 @@ def options_from_flags(options_class, values=None):
         except ValueError:
             raise ValueError(f"--bucket_boundaries={','.join(boundaries)} are not "
                              f"integers") from None
+    check_peak_flag(getattr(options, "peak_flops_per_second", None))
     return options
 
 

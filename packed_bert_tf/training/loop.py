@@ -20,6 +20,7 @@ from packed_bert_tf.training.checkpoints import (
     TrainingCheckpoints,
     google_checkpoint_path,
 )
+from packed_bert_tf.training.flops import EncoderShape, Utilisation, peak_devices, run_peak
 from packed_bert_tf.training.options import TrainingOptions
 from packed_bert_tf.training.progress import TrainingLogger, format_values
 from packed_bert_tf.training.step_counting import crossed, updates_to_boundary
@@ -62,6 +63,15 @@ class TrainingSummary:
         its ``step``, ``samples_count`` and results.
       stopped_at_target: the run stopped at an evaluation that reached
         `PeriodicEvaluation.stop_threshold`.
+      attention_pairs, steady_attention_pairs: the sequences' squared
+        lengths summed, over the run and its steady steps (the attention
+        part of the FLOP count, `packed_bert_tf.training.flops`).
+      utilisation: with the run's `Utilisation`, the model FLOPs utilisation
+        over the steady steps (`utilisation_so_far`): ``mfu``,
+        ``model_flops_per_second``, ``peak_flops_per_second`` (all the run's
+        devices), ``peak_flops_source`` (``measured`` or ``flag``),
+        ``peak_flops_dtype``, ``peak_devices``, ``flops_parameters`` (N of
+        the count); empty without.
     """
 
     start_step: int
@@ -78,6 +88,9 @@ class TrainingSummary:
     history: list
     evaluations: list = dataclasses.field(default_factory=list)
     stopped_at_target: bool = False
+    attention_pairs: float = 0.0
+    steady_attention_pairs: float = 0.0
+    utilisation: dict = dataclasses.field(default_factory=dict)
 
     @property
     def sequences_per_second(self) -> float:
@@ -98,10 +111,22 @@ class TrainingSummary:
         return self.tokens / self.padded_tokens if self.padded_tokens else 0.0
 
     def to_dict(self) -> dict:
+        """The fields, the rates and `utilisation`'s values, all at the top level."""
         values = dataclasses.asdict(self)
         values.update(sequences_per_second=self.sequences_per_second,
-                      tokens_per_second=self.tokens_per_second, occupancy=self.occupancy)
+                      tokens_per_second=self.tokens_per_second, occupancy=self.occupancy,
+                      **values.pop("utilisation"))
         return values
+
+
+def utilisation_so_far(utilisation: Utilisation, totals: dict) -> dict:
+    """`Utilisation.values` and `Utilisation.describe` of a run's totals
+    (`RunTotals.NAMES`): over the steady steps, over all steps when every
+    segment was one chunk (as `TrainingSummary.tokens_per_second`)."""
+    part = "steady_" if totals["steady_seconds"] else ""
+    return {**utilisation.values(totals[f"{part}tokens"], totals[f"{part}attention_pairs"],
+                                 totals[f"{part}seconds"]),
+            **utilisation.describe()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +172,9 @@ class PeriodicEvaluation:
         chunk can run without passing the next evaluation's boundary.
       at_end: evaluate at the end of the run too when the end falls between
         two multiples (off the interval's schedule).
+      progress: called before each evaluation with the run's model FLOPs
+        utilisation so far (`utilisation_so_far`), when the loop counts it;
+        None: not told.
     """
 
     evaluate: Callable[[int, float], dict]
@@ -155,6 +183,7 @@ class PeriodicEvaluation:
     stop_threshold: float | None = None
     samples_per_update: float = 1.0
     at_end: bool = True
+    progress: Callable[[dict], None] | None = None
 
     def due(self, samples_before: float, samples: float, last: bool) -> bool:
         """Whether an evaluation falls after the update that took the run from
@@ -210,8 +239,10 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     point at the first update boundary at or after each multiple of
     ``intervals.log_every_n_steps`` (and at the end) carries
     the task's metrics averaged over the updates since the last point, the
-    learning rate of the last update, sequences and real tokens per second
-    and the occupancy (real / padded tokens). A checkpoint likewise every
+    learning rate of the last update, sequences and real tokens per second,
+    the occupancy (real / padded tokens) and, when the ``logger`` has a
+    `Utilisation`, the model FLOPs per second and MFU (``mfu``, over its
+    peak). A checkpoint likewise every
     ``intervals.save_checkpoints_steps`` (0: none) and at the end.
 
     With an ``evaluation``, the model is evaluated at the first update
@@ -247,6 +278,9 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
     stopped_at_target = bool(evaluations) and evaluation is not None and \
         evaluation.reached(evaluations[-1])
     interval = _Interval(trainer.metric_names)
+    utilisation = logger.utilisation if logger is not None else None
+    if utilisation is not None and utilisation.peak.source == "measured":
+        totals["measured_peak_flops_per_second"] = utilisation.peak.flops_per_second
     first_chunk = True
     updates_per_loop = max(1, -(-intervals.iterations_per_loop // per_update))
     # A stop signal while the loop runs is noted, not raised: the loop stops
@@ -272,11 +306,14 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                 totals["steady_cpu_seconds"] += cpu_elapsed
                 totals["steady_sequences"] += result.statistics["sequences"]
                 totals["steady_tokens"] += result.statistics["tokens"]
+                totals["steady_attention_pairs"] += result.statistics["attention_pairs"]
             first_chunk = False
             interval.add(result, elapsed)
             evaluated = False
             if evaluation is not None and evaluation.due(
                     samples_before, totals["sequences"], step == num_train_steps):
+                if evaluation.progress is not None and utilisation is not None:
+                    evaluation.progress(utilisation_so_far(utilisation, totals))
                 results = evaluation.evaluate(step, totals["sequences"])
                 evaluations.append({"step": step, "samples_count": totals["sequences"],
                                     **results})
@@ -284,7 +321,7 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
                 stopped_at_target = evaluation.reached(results)
             if (crossed(previous_step, step, intervals.log_every_n_steps)
                     or step == num_train_steps or stopped_at_target):
-                values = interval.values()
+                values = interval.values(utilisation)
                 if learning_rate_at is not None:
                     values["learning_rate"] = learning_rate_at(step - 1)
                 values["sequences_seen"] = totals["sequences"]
@@ -318,7 +355,10 @@ def run_training(trainer: Trainer, iterator, *, num_train_steps: int,
         steady_seconds=totals["steady_seconds"], steady_sequences=totals["steady_sequences"],
         steady_tokens=totals["steady_tokens"],
         steady_cpu_seconds=totals["steady_cpu_seconds"], history=history,
-        evaluations=evaluations, stopped_at_target=stopped_at_target)
+        evaluations=evaluations, stopped_at_target=stopped_at_target,
+        attention_pairs=totals["attention_pairs"],
+        steady_attention_pairs=totals["steady_attention_pairs"],
+        utilisation=utilisation_so_far(utilisation, totals) if utilisation else {})
 
 
 def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
@@ -330,7 +370,8 @@ def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
     ``dataset_fn`` is given to ``strategy.distribute_datasets_from_function``;
     the loop is `run_training`'s (in global steps), with ``options``'
     `LoopIntervals`, and its `TrainingLogger` writes to ``output_dir`` (with
-    ``options.progress_bar``);
+    ``options.progress_bar``), counting the model FLOPs utilisation of the
+    model's encoder (`run_utilisation`);
     ``schedule`` gives the logged learning rate of a global step; ``evaluation``:
     evaluation during training and the stop at a target (`PeriodicEvaluation`).
 
@@ -339,8 +380,11 @@ def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
       written, `google_checkpoint_path`) and ``train_steps_function_traces``
       (1 when no step retraced).
     """
+    utilisation = run_utilisation(
+        trainer, options, checkpoints.totals.read()[0]["measured_peak_flops_per_second"])
     iterator = iter(trainer.strategy.distribute_datasets_from_function(dataset_fn))
-    logger = TrainingLogger(output_dir, num_train_steps, progress_bar=options.progress_bar)
+    logger = TrainingLogger(output_dir, num_train_steps, progress_bar=options.progress_bar,
+                            utilisation=utilisation)
     try:
         result = run_training(
             trainer, iterator, num_train_steps=num_train_steps,
@@ -356,11 +400,36 @@ def train_and_export(trainer: Trainer, dataset_fn, options: TrainingOptions, *,
                  format_values({**result.final_metrics,
                                 "sequences_per_second": result.sequences_per_second,
                                 "tokens_per_second": result.tokens_per_second,
-                                "occupancy": result.occupancy}))
+                                "occupancy": result.occupancy,
+                                **{name: result.utilisation[name] for name in
+                                   ("model_flops_per_second", "mfu")
+                                   if name in result.utilisation}}))
     train = result.to_dict()
     train.update(google_checkpoint=path, train_steps_function_traces=(
         trainer.train_steps_function.experimental_get_tracing_count()))
     return train
+
+
+def run_utilisation(trainer: Trainer, options: TrainingOptions,
+                    measured: float = 0.0) -> Utilisation | None:
+    """The `Utilisation` of a run: the encoder of the trainer's model (its
+    ``bert_config``; None for a model without one) and the peak of
+    ``--peak_flops_per_second``, else the one an earlier segment ``measured``
+    (0: none), else measured now in the run's compute dtype on its first
+    device (`packed_bert_tf.training.flops.run_peak`)."""
+    config = getattr(trainer.model, "bert_config", None)
+    if config is None:
+        return None
+    peak = run_peak(options.peak_flops_per_second, options.mixed_precision,
+                    strategy=trainer.strategy, measured=measured)
+    utilisation = Utilisation(EncoderShape.of_config(config), peak,
+                              peak_devices(trainer.strategy))
+    logging.info("model FLOPs utilisation over a peak of %.3e FLOPs per second (%s%s, "
+                 "%d device(s)); %d weights of the encoder's matrix multiplies",
+                 utilisation.peak_flops_per_second, peak.source,
+                 f" in {peak.dtype}" if peak.dtype else "", utilisation.devices,
+                 utilisation.encoder.parameters)
+    return utilisation
 
 
 class _Interval:
@@ -381,11 +450,16 @@ class _Interval:
         for name in STATISTICS:
             self.statistics[name] += result.statistics[name]
 
-    def values(self) -> dict:
+    def values(self, utilisation: Utilisation | None = None) -> dict:
+        """The metrics' means, the rates and occupancy; with a ``utilisation``,
+        the model FLOPs per second and ``mfu`` too."""
         values = {name: total / self.steps for name, total in self.metrics.items()}
         seconds = max(self.seconds, 1e-9)
         values["sequences_per_second"] = self.statistics["sequences"] / seconds
         values["tokens_per_second"] = self.statistics["tokens"] / seconds
         values["occupancy"] = self.statistics["tokens"] / max(
             self.statistics["padded_tokens"], 1.0)
+        if utilisation is not None:
+            values.update(utilisation.values(self.statistics["tokens"],
+                                             self.statistics["attention_pairs"], seconds))
         return values

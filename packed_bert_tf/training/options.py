@@ -67,6 +67,9 @@ class TrainingOptions:
         variables).
       progress_bar: a Keras progress bar while training; None: when stderr
         is a terminal (it has no flag).
+      peak_flops_per_second: one device's peak in the compute dtype, for the
+        model FLOPs utilisation (`packed_bert_tf.training.flops`); None:
+        measured.
     """
 
     bert_config_file: str | None = None
@@ -90,15 +93,16 @@ class TrainingOptions:
     pool_size: int = 8192
     distribution_strategy: str = "default"
     tpu: str | None = None
-    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
-    jit_compile: bool = True
-    mixed_precision: str = "none"
     use_tpu: bool = False
     tpu_zone: str | None = None
     gcp_project: str | None = None
     master: str | None = None
     num_tpu_cores: int | None = None
+    cluster_timeout_seconds: float = CLUSTER_TIMEOUT_SECONDS
+    jit_compile: bool = True
+    mixed_precision: str = "none"
     progress_bar: bool | None = None
+    peak_flops_per_second: float | None = None
 
 
 __all__ = ["BATCHING", "TrainingOptions"]

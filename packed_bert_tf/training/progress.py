@@ -22,6 +22,8 @@ _LINE_FORMATS = {
     "sequences_per_second": "{:.1f}",
     "tokens_per_second": "{:.0f}",
     "occupancy": "{:.4f}",
+    "model_flops_per_second": "{:.3e}",
+    "mfu": "{:.4f}",
 }
 
 
@@ -43,11 +45,15 @@ class TrainingLogger:
       subdir: ``train`` or ``eval``.
       progress_bar: show a Keras progress bar; default: when stderr is a
         terminal (`command_line.stderr_is_terminal`).
+      utilisation: the run's `packed_bert_tf.training.flops.Utilisation`:
+        the training loop adds each point's model FLOPs per second and MFU
+        to its values; None: not counted.
     """
 
     def __init__(self, output_dir: str | None, total_steps: int, *, subdir: str = "train",
-                 progress_bar: bool | None = None):
+                 progress_bar: bool | None = None, utilisation=None):
         self.subdir = subdir
+        self.utilisation = utilisation
         self.writer = (tf.summary.create_file_writer(os.path.join(output_dir, subdir))
                        if output_dir else None)
         if progress_bar is None:

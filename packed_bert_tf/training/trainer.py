@@ -55,7 +55,7 @@ import tensorflow as tf
 from packed_bert_tf.training.distribution import is_tpu_strategy
 
 #: Counts every task's `TrainingTask.statistics` returns, summed over replicas and steps.
-STATISTICS = ("sequences", "tokens", "padded_tokens")
+STATISTICS = ("sequences", "tokens", "padded_tokens", "attention_pairs")
 
 Features = Mapping[str, tf.Tensor]
 
@@ -95,16 +95,27 @@ class TrainingTask:
 
 @tf.autograph.experimental.do_not_convert
 def batch_statistics(input_mask: tf.Tensor, sequence_weights: tf.Tensor) -> dict:
-    """Sequences, real tokens and padded tokens (rows x S) of a batch, float32.
+    """Sequences, real tokens, padded tokens (rows x S) and attention pairs of a
+    batch, float32.
+
+    ``attention_pairs`` is the sum of the squared lengths of the sequences:
+    the (query, key) pairs attention relates within them, which the model's
+    FLOP count needs (`packed_bert_tf.training.flops`); padding adds none.
 
     Args:
-      input_mask: [..., S], 0 on padding.
+      input_mask: [..., S], each token's sequence index 1..D, 0 on padding.
       sequence_weights: [..., D], 1 for each real sequence.
     """
+    slots = sequence_weights.shape[-1]
+    if slots is None:  # D unknown when traced: the batch's largest index
+        slots = tf.reduce_max(input_mask)
+    lengths = tf.reduce_sum(tf.one_hot(input_mask, slots + 1, dtype=tf.float32),
+                            axis=-2)[..., 1:]  # [..., D]
     return {
         "sequences": tf.reduce_sum(tf.cast(sequence_weights, tf.float32)),
         "tokens": tf.reduce_sum(tf.cast(input_mask > 0, tf.float32)),
         "padded_tokens": tf.cast(tf.size(input_mask), tf.float32),
+        "attention_pairs": tf.reduce_sum(tf.square(lengths)),
     }
 
 

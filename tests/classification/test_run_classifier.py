@@ -109,6 +109,7 @@ def test_the_toy_task_is_learnt(trained, batching):
     summary = json.loads((root / batching / "classifier_summary.json").read_text())
     assert summary["train"]["final_step"] == summary["train"]["num_train_steps"]
     assert summary["train"]["train_steps_function_traces"] == 1
+    assert summary["train"]["mfu"] > 0 and summary["train"]["peak_flops_source"] == "measured"
 
 
 def test_packed_and_unpacked_prediction_write_the_same_files(files, trained, tmp_path):

@@ -54,6 +54,7 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch
         assert features["rows"] == 96 and features["packing_factor"] == 1
     assert summary["train"]["final_step"] == summary["train"]["num_train_steps"]
     assert summary["train"]["train_steps_function_traces"] == 1
+    assert summary["train"]["mfu"] > 0 and summary["train"]["peak_flops_source"] == "measured"
     assert summary["predict"]["exact_match"] >= 90.0, summary["predict"]
     written = json.loads((tmp_path / "predictions.json").read_text())
     assert len(written) == 24

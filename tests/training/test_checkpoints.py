@@ -89,3 +89,37 @@ def test_a_sound_state_file_is_left_alone(tmp_path, caplog):
     assert checkpoints.restore_latest() == 6
     assert (folder / "checkpoint").read_text() == state
     assert "rewrote" not in caplog.text
+
+
+def test_a_checkpoint_without_a_newer_count_resumes_with_it_at_zero(tmp_path, monkeypatch,
+                                                                    caplog):
+    """A checkpoint written when the run's totals had fewer counts resumes: the
+    counts it holds come back, the others start at 0, a warning names them."""
+    from packed_bert_tf.training.checkpoints import RunTotals
+
+    every = RunTotals.NAMES
+    older, newer = every[:-2], every[-2:]
+    with monkeypatch.context() as patch:
+        patch.setattr(RunTotals, "NAMES", older)
+        checkpoints, step = _checkpoints(tmp_path)
+        step.assign(5)
+        checkpoints.totals.write({name: 7.0 for name in older}, [{"step": 5}], [])
+        checkpoints.save()
+    resumed, _ = _checkpoints(tmp_path)
+    assert resumed.restore_latest() == 5
+    counts, history, _ = resumed.totals.read()
+    assert counts == {**{name: 7.0 for name in older}, **{name: 0.0 for name in newer}}
+    assert history == [{"step": 5}]
+    assert f"has no {', '.join(newer)}: counted from the resume on" in caplog.text
+
+
+def test_a_checkpoint_of_another_model_is_still_refused(tmp_path):
+    _saved_at(tmp_path, [3])
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(128)])
+    optimizer = keras.optimizers.Adam()
+    optimizer.build(model.trainable_variables)
+    other = TrainingCheckpoints(str(tmp_path), model=model, optimizer=optimizer,
+                                step=tf.Variable(0, dtype=tf.int64))
+    with pytest.raises(ValueError, match=r"checkpoint .*ckpt-3 is not of this model and "
+                                         r"optimizer .*: use another --output_dir"):
+        other.restore_latest()

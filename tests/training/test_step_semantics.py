@@ -52,7 +52,8 @@ def _normalisers(features):
 def _statistics(features):
     rows = tf.reduce_sum(features["w"])
     return {"sequences": rows, "tokens": rows,
-            "padded_tokens": tf.cast(tf.size(features["w"]), tf.float32)}
+            "padded_tokens": tf.cast(tf.size(features["w"]), tf.float32),
+            "attention_pairs": rows}
 
 
 LINEAR_TASK = TrainingTask(metric_names=("loss",), loss=_loss, normalisers=_normalisers,
