@@ -53,7 +53,7 @@ from typing import Iterable, Iterator
 from absl import app, flags, logging
 
 from data_prep import tool_output
-from packed_bert_tf import filesystem
+from packed_bert_tf import filesystem, output_files
 
 #: Top-level modules never imported: side effects on import, GUI toolkits,
 #: test suites, Windows-only, codecs (machine-generated, repetitive docs), and
@@ -305,14 +305,17 @@ def iter_documents() -> Iterator[list[str]]:
 
 def write_corpus(output_file: str, *, max_documents: int | None = None
                  ) -> tuple[int, int, int]:
-    """Writes the corpus (atomically); returns (documents, sentences, bytes)."""
+    """Writes the corpus (atomically, one run at a time: `output_files.output_lock`);
+    returns (documents, sentences, bytes)."""
     if max_documents is not None and max_documents < 1:
         raise ValueError(f"--max_documents must be >= 1, got {max_documents}")
     if os.path.isdir(output_file):
         raise ValueError(f"--output_file={output_file}: is a folder, expected a file name")
     documents: Iterable[list[str]] = iter_documents()
     num_documents = num_sentences = 0
-    with filesystem.open_atomically(output_file) as writer:
+    filesystem.make_parent_dirs(output_file)  # the lock goes beside the file
+    with output_files.output_lock(output_file, flag="--output_file"), \
+            filesystem.open_atomically(output_file) as writer:
         for sentences in documents:
             if num_documents:
                 writer.write("\n")

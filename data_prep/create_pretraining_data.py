@@ -155,8 +155,7 @@ def create_pretraining_data(input_patterns: str, output_files: list[str], *,
     # Everything written from here on gets its name at the end, together, under
     # the outputs' locks (two runs into one place would mix their files).
     with contextlib.ExitStack() as stack:
-        for label, paths in outputs.items():
-            stack.enter_context(output_files_module.output_lock(paths, flag=label))
+        stack.enter_context(output_files_module.lock_outputs(outputs))
         logging.info("*** Reading from %d input files ***", len(input_files))
         for input_file in input_files:
             logging.info("  %s", input_file)
@@ -309,7 +308,8 @@ def _make_instances(tasks: list["_FileTask"], num_workers: int) -> list["_FileIn
         # 'spawn': the workers start clean (this process has TensorFlow's
         # threads, which 'fork' would copy half-way); they import no TensorFlow.
         with multiprocessing.get_context("spawn").Pool(
-                num_workers, initializer=_start_worker) as pool:
+                num_workers, initializer=_start_worker,
+                initargs=(set(tokenization.REPORTED_REPEATS),)) as pool:
             results = []
             for result in pool.imap(_instances_of_file, tasks, chunksize=1):
                 results.append(result)
@@ -334,9 +334,12 @@ class _FileInstances(NamedTuple):
     num_sentences: int
 
 
-def _start_worker() -> None:
-    """A worker tokenizes on its own core (`tokenizers` would use all of them)."""
+def _start_worker(reported_repeats: set[str]) -> None:
+    """A worker tokenizes on its own core (`tokenizers` would use all of them),
+    and says nothing of a vocabulary's repeated tokens that the tool has
+    warned about."""
     os.environ["RAYON_NUM_THREADS"] = "1"
+    tokenization.REPORTED_REPEATS.update(reported_repeats)
 
 
 def _instances_of_file(task: _FileTask, progress=None) -> _FileInstances:

@@ -27,6 +27,7 @@ output is replaced only once the new one is complete.
 
 import contextlib
 import json
+import logging as python_logging
 import os
 import re
 import signal
@@ -282,7 +283,10 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list,
             os._exit(128 + signum)
 
     def say_and_clean(signum):
-        # Beam's threads report the workers' end as exceptions: not to the user.
+        # Beam's threads report the workers' end as exceptions, and the runner
+        # logs what its workers log as Ctrl-C reaches them (CRITICAL, with a
+        # KeyboardInterrupt traceback): none of it is for the user.
+        python_logging.disable(python_logging.CRITICAL)
         stderr, sys.stderr = sys.stderr, open(os.devnull, "w")
         threading.excepthook = lambda args: None
         cancelled = ""
@@ -319,6 +323,8 @@ def _stop_on_signals(output_dir: str, temporary_suffix: str, submitted: list,
         except Exception as error:  # noqa: BLE001 - still exit with one line
             outcome = f"could not remove its unfinished files ({error})"
         sys.stdout.flush()
+        if stderr.isatty():  # the line replaces the progress line (and ^C)
+            stderr.write("\r\x1b[K")
         stderr.write(f"{TOOL}: interrupted by {signal.Signals(signum).name}; "
                      f"{cancelled}{outcome}\n")
         stderr.flush()

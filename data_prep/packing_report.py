@@ -109,6 +109,9 @@ def main(argv):
         if FLAGS.plot:
             from packed_bert_tf.plots import check_figure_path
             check_figure_path(FLAGS.plot, flag="plot")
+        tool_output.held_until_the_end(output_files.lock_outputs(
+            {"--output_json": [FLAGS.output_json] if FLAGS.output_json else [],
+             "--plot": [FLAGS.plot] if FLAGS.plot else []}))
         histogram, plans, lp_bound = run_report(
             FLAGS.histogram, FLAGS.max_seq_length, FLAGS.max_sequences_per_pack,
             FLAGS.algorithms, seed=FLAGS.seed, lp_bound=FLAGS.lp_bound)

@@ -4,8 +4,10 @@ By default a tool prints what it read, a progress line on long work, a summary
 or one error line, and nothing else:
 
 - absl's ``--verbosity`` defaults to -1 (warnings) instead of ``app.run``'s 0
-  (info), and Python log records from other packages (Apache Beam, TensorFlow,
-  gRPC) are dropped below ERROR, their warnings ignored;
+  (info): the project's warnings show, one line each; Python log records
+  from other packages (Apache Beam, TensorFlow, gRPC) are dropped, their
+  warnings ignored (a failure they log is the tool's one error line, and
+  what Beam's workers log as Ctrl-C reaches them is not the user's to read);
 - file descriptor 2 goes to ``/dev/null`` for the rest of the process, while
   Python's ``sys.stderr`` (the tool's own error line and log) keeps the
   original stream (`packed_bert_tf.command_line.discard_native_output`). That
@@ -27,6 +29,7 @@ import logging as logging_module
 import os
 import signal
 import sys
+import threading
 import warnings
 
 from absl import flags, logging
@@ -39,12 +42,11 @@ _OWN_MODULES = r"(?!packed_bert_tf|data_prep|__main__)"
 
 
 class _OwnRecordsOnly(logging_module.Filter):
-    """Passes the project's records, and errors from anywhere else."""
+    """Passes the project's records only."""
 
     def filter(self, record: logging_module.LogRecord) -> bool:
-        own = os.path.abspath(record.pathname).startswith(_PROJECT_ROOT + os.sep) \
+        return os.path.abspath(record.pathname).startswith(_PROJECT_ROOT + os.sep) \
             and "site-packages" not in record.pathname
-        return own or record.levelno >= logging_module.ERROR
 
 
 def quiet_unless_verbose() -> bool:
@@ -61,8 +63,26 @@ def quiet_unless_verbose() -> bool:
         if not any(isinstance(f, _OwnRecordsOnly) for f in handler.filters):
             handler.addFilter(_OwnRecordsOnly())
     warnings.filterwarnings("ignore", module=_OWN_MODULES)
+    # The log handlers that write to stderr (absl's) hold the stream of
+    # descriptor 2, /dev/null from here on: they follow the tool's own lines,
+    # so that the project's warnings (a vocabulary's repeated token, a lock
+    # taken over) reach the user.
+    stderr = sys.stderr
+    handlers = [handler for handler in _stream_handlers() if handler.stream is stderr]
     command_line.discard_native_output()
+    for handler in handlers:
+        handler.setStream(sys.stderr)
     return True
+
+
+def _stream_handlers() -> list[logging_module.StreamHandler]:
+    """The stream handlers of the root logger, absl's among them."""
+    found = []
+    for handler in logging_module.getLogger().handlers:
+        handler = getattr(handler, "python_handler", handler)  # absl's wraps one
+        if isinstance(handler, logging_module.StreamHandler):
+            found.append(handler)
+    return found
 
 
 #: Outputs that got their names before an interrupt came (see `completing`).
@@ -96,12 +116,79 @@ def completing(paths: list[str]):
             raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def signals_reach_the_main_thread():
+    """Sends SIGINT and SIGTERM on to the main thread whichever thread the
+    kernel gave them to, for as long as the block runs.
+
+    Python runs its signal handlers in the main thread, but the kernel gives a
+    process's signal to any of its threads: one that lands in a worker's
+    thread (Beam's, a process pool's) leaves a main thread that waits on a
+    lock for those workers (which Ctrl-C killed too) waiting forever. A
+    thread of ours reads each signal's number from `signal.set_wakeup_fd`
+    and sends it on to the main thread (`signal.pthread_kill`), which then
+    wakes and runs its handler. Handlers must take a signal twice in a row
+    (the one sent on lands again); each signal is sent on once. Does nothing
+    outside the main thread (where no handler can be set either).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    reader, writer = os.pipe()
+    os.set_blocking(writer, False)
+    previous = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
+    main_thread = threading.main_thread().ident
+    forwarded = set()  # signals sent on whose copy has not come back yet
+
+    def forward():
+        while True:
+            data = os.read(reader, 64)
+            for signum in data:
+                if signum == 0:  # the block ended
+                    return
+                if signum not in (signal.SIGINT, signal.SIGTERM):
+                    continue
+                if signum in forwarded:
+                    forwarded.discard(signum)  # the copy we sent
+                    continue
+                forwarded.add(signum)
+                signal.pthread_kill(main_thread, signum)
+
+    forwarder = threading.Thread(target=forward, name="signals-to-main", daemon=True)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.write(writer, b"\0")
+        forwarder.join()
+        os.close(reader)
+        os.close(writer)
+
+
+class _Run:
+    """What the running tool holds until its ``main`` ends (`held_until_the_end`)."""
+    stack: contextlib.ExitStack | None = None
+
+
+def held_until_the_end(context):
+    """Enters ``context`` (an output lock, say) and holds it until the tool's
+    ``main`` ends, however it ends (`one_line_on_interrupt` exits it); returns
+    what entering it gave."""
+    if _Run.stack is None:
+        raise RuntimeError("held_until_the_end outside a tool's main")
+    return _Run.stack.enter_context(context)
+
+
 def one_line_on_interrupt(tool: str):
     """Decorates a tool's ``main``: SIGINT (Ctrl-C) and SIGTERM end it with
     ``TOOL: interrupted by SIG...`` and exit status 128 + the signal, no traceback.
 
     The exception unwinds the stack first, so context managers remove their
-    temporary files.
+    temporary files (and what `held_until_the_end` holds goes); a signal that
+    lands in another thread is sent on to the main thread
+    (`signals_reach_the_main_thread`), and a second one while the tool ends
+    changes nothing.
     """
     def decorate(main):
         @functools.wraps(main)
@@ -109,6 +196,8 @@ def one_line_on_interrupt(tool: str):
             received = []
 
             def interrupt(signum, frame):
+                if received:  # already ending (or the copy sent to the main thread)
+                    return
                 received.append(signum)
                 if _Holding.active:  # outputs being named: after them (`completing`)
                     _Holding.pending = signum
@@ -118,7 +207,12 @@ def one_line_on_interrupt(tool: str):
             signal.signal(signal.SIGINT, interrupt)
             signal.signal(signal.SIGTERM, interrupt)
             try:
-                return main(argv)
+                with signals_reach_the_main_thread(), contextlib.ExitStack() as held:
+                    _Run.stack = held
+                    try:
+                        return main(argv)
+                    finally:
+                        _Run.stack = None
             except KeyboardInterrupt:
                 signum = received[-1] if received else signal.SIGINT
                 sys.stdout.flush()

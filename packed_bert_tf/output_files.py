@@ -7,8 +7,10 @@ is where each is kept (plain Python: the data tools import no TensorFlow):
   the same run (``a``, ``./a``, a symbolic or hard link to it: one file);
   `check_folder_holds_no_input`: a folder a run replaces files in holds
   none of its inputs.
-- `output_lock`: one run at a time writes a folder, or a set of files that
-  belong together. A second run is refused with the first one's pid and host.
+- `output_lock` (`lock_outputs` for a run's outputs by flag): one run at a
+  time writes a folder, or a set of files that belong together. A second run
+  is refused with the first one's pid and host; a lock left by a killed run
+  is taken over with a warning.
 - `renamed_at_exit`: a file is written under a temporary name and gets its
   own only when the whole run succeeded, together with the run's other
   outputs; otherwise it is removed (`filesystem.PendingFile`).
@@ -135,6 +137,21 @@ def output_lock(targets: str | Sequence[str], *, flag: str
             path = lock_path(target)
             _take_lock(path, holder, f"{flag}={target}")
             stack.callback(_release_lock, path, holder)
+        yield stack.close
+
+
+@contextlib.contextmanager
+def lock_outputs(outputs: Mapping[str, Sequence[str]]) -> Iterator[Callable[[], None]]:
+    """`output_lock` on every output of a run, each named by its flag in the
+    refusal: what names each output (``"--output_json"``) -> the paths it writes.
+
+    Call it after `check_outputs_apart` (a file two flags name would be refused
+    as in use by this very run). Yields a function that releases them all.
+    """
+    with contextlib.ExitStack() as stack:
+        for flag, paths in outputs.items():
+            if paths:
+                stack.enter_context(output_lock(paths, flag=flag))
         yield stack.close
 
 

@@ -13,6 +13,7 @@ from packed_bert_tf.output_files import (
     LOCK_FILE,
     check_folder_holds_no_input,
     check_outputs_apart,
+    lock_outputs,
     output_lock,
     renamed_at_exit,
 )
@@ -98,6 +99,19 @@ def test_a_refused_lock_releases_those_already_taken(tmp_path):
         with output_lock([str(tmp_path / "a"), str(tmp_path / "b")], flag="--out"):
             pass
     assert sorted(p.name for p in tmp_path.iterdir()) == [".b.lock"]
+
+
+def test_a_runs_outputs_are_locked_each_named_by_its_flag(tmp_path):
+    report, plot = str(tmp_path / "r.json"), str(tmp_path / "r.png")
+    outputs = {"--output_json": [report], "--plot": [plot], "--unused": []}
+    with lock_outputs(outputs):
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".r.json.lock",
+                                                              ".r.png.lock"]
+        with pytest.raises(ValueError, match=rf"^--plot={plot} is in use by pid "
+                                             rf"{os.getpid()} "):
+            with lock_outputs({"--plot": [plot]}):
+                pass
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_release_function_frees_the_lock_at_once_and_only_once(tmp_path):

@@ -159,8 +159,9 @@ def _captured_streams(stdout: io.StringIO, stderr: io.StringIO):
     do to descriptor 2 is done to absl's handler instead (a test process
     keeps its descriptor 2): the front ends' filter of native log lines is
     left out, and where a data-prep tool sends descriptor 2 to ``/dev/null``
-    (`packed_bert_tf.command_line.discard_native_output`), absl's lines are
-    dropped while the tool's own ``sys.stderr`` lines are kept."""
+    (`packed_bert_tf.command_line.discard_native_output`), absl's handler
+    writes to nothing until the tool points it at its own ``sys.stderr``
+    (`data_prep.tool_output.quiet_unless_verbose`), as in a process."""
     from packed_bert_tf import command_line
 
     handler = logging.get_absl_handler().python_handler
@@ -334,6 +335,40 @@ def start_in_terminal(tool: str, *args, cwd=None, env=None, **process_options):
     finally:
         os.close(slave)
     return process, master
+
+
+def ctrl_c_in_terminal(process: subprocess.Popen, terminal: int, ready,
+                       timeout: float = 240) -> tuple[int, str]:
+    """Reads what a tool `start_in_terminal` started writes to its terminal
+    and types Ctrl-C there once ``ready(what it wrote so far)`` is true (SIGINT
+    to the terminal's foreground process group: the tool and every process it
+    started). Returns (its exit status, everything any process wrote to the
+    terminal); closes ``terminal``. Raises AssertionError when the tool ends
+    before Ctrl-C was typed."""
+    import select
+
+    output, typed, deadline = b"", False, time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not typed and ready(output.decode(errors="replace")):
+                os.write(terminal, b"\x03")
+                typed = True
+            waiting, _, _ = select.select([terminal], [], [], 0.005)
+            if waiting:
+                try:
+                    data = os.read(terminal, 65536)
+                except OSError:  # the terminal closed: every process on it ended
+                    break
+                if not data:
+                    break
+                output += data
+        status = process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+        os.close(terminal)
+    assert typed, f"the tool ended before Ctrl-C (status {status}):\n{output[-3000:]}"
+    return status, output.decode(errors="replace")
 
 
 def finish_tool(process: subprocess.Popen, timeout: float = 300) -> ToolResult:

@@ -72,13 +72,18 @@ def tokenizer_json_vocabulary(path: str) -> list[str]:
     return sorted(vocab, key=vocab.get)
 
 
+#: The vocabulary files whose repeated tokens this process has warned about
+#: (`load_vocab` warns once a file; a tool's worker processes start with its set).
+REPORTED_REPEATS: set[str] = set()
+
+
 def load_vocab(vocab_file: str) -> dict[str, int]:
     """Token -> id of a BERT ``vocab.txt`` (one token per line, id = line index),
     or of a Hugging Face ``tokenizer.json`` (`tokenizer_json_vocabulary`).
 
     Read as google-research/bert reads it: each line stripped; a token that
-    occurs twice keeps its last id (a warning names both lines: the first
-    line's id is never used).
+    occurs twice keeps its last id (a warning, once a file in a process,
+    names both lines: the first line's id is never used).
 
     Raises:
       ValueError: naming the file (and line) when a line is blank or not
@@ -101,9 +106,11 @@ def load_vocab(vocab_file: str) -> dict[str, int]:
             if token in vocab:
                 duplicates.append((token, vocab[token], index))
             vocab[token] = index
-    if duplicates:
+    if duplicates and vocab_file not in REPORTED_REPEATS:
         # The reference's reading, kept so that ids match a model trained with
-        # it; but a line whose id is never used is worth a word.
+        # it; but a line whose id is never used is worth a word (once: a tool
+        # reads its vocabulary more than once).
+        REPORTED_REPEATS.add(vocab_file)
         shown = "; ".join(f"{token!r} on lines {first + 1} and {last + 1}: id {last} is "
                           f"used, id {first} never"
                           for token, first, last in duplicates[:3])

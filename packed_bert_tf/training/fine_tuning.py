@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 import tensorflow as tf
 from absl import logging
 
-from packed_bert_tf import filesystem
+from packed_bert_tf import filesystem, output_files
 from packed_bert_tf.batching.dataset import bucketed_rows_dataset
 from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
 from packed_bert_tf.data.packed.packed_rows import PackedRows
@@ -296,12 +296,18 @@ def export(options, model) -> str:
     A model trained one example per row (``--batching=padded`` or
     ``bucketed``: ``packed=False``, which ignores ``positions`` and lets every
     token attend to every other) is exported as its packed twin, the same
-    weights, so that the SavedModel serves packed rows as documented."""
+    weights, so that the SavedModel serves packed rows as documented.
+
+    The folder is locked while it is written (`output_files.output_lock`):
+    a run exporting there meanwhile is refused with one line naming this one."""
     if not getattr(model, "packed", True):
         model = _packed_copy(model)
-    path = export_for_serving(model, options.export_dir,
-                              max_seq_length=options.max_seq_length,
-                              max_sequences_per_pack=options.max_sequences_per_pack)
+    # One run at a time writes the folder (two would mix their SavedModels).
+    tf.io.gfile.makedirs(options.export_dir)
+    with output_files.output_lock(options.export_dir, flag="--export_dir"):
+        path = export_for_serving(model, options.export_dir,
+                                  max_seq_length=options.max_seq_length,
+                                  max_sequences_per_pack=options.max_sequences_per_pack)
     logging.info("SavedModel for packed serving: %s", path)
     return path
 

@@ -74,6 +74,16 @@ def test_load_vocab_keeps_the_last_id_of_a_repeated_token(tmp_path, caplog):
         f"wins): 'a' on lines 6 and 8: id 7 is used, id 5 never"]
 
 
+def test_a_repeated_token_is_warned_about_once_a_file(tmp_path, caplog):
+    # A tool reads its vocabulary more than once (once per input file).
+    path = _write(tmp_path / "vocab.txt", [*tokenization.SPECIAL_TOKENS, "a", "a"])
+    other = _write(tmp_path / "other.txt", [*tokenization.SPECIAL_TOKENS, "b", "b"])
+    for name in (path, path, other, path):
+        assert tokenization.WordPieceTokenizer(name).vocab["[MASK]"] == 4
+    assert [record.getMessage().split(":")[0] for record in caplog.records] == [
+        path, other]
+
+
 def test_many_repeated_tokens_are_counted(tmp_path, caplog):
     path = _write(tmp_path / "vocab.txt", [*tokenization.SPECIAL_TOKENS, *"abcde",
                                            *"abcde"])

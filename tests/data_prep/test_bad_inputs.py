@@ -33,6 +33,11 @@ CORPUS = ("A first sentence here.\nAnd a second one.\n\n"
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "first", "sentence", "."]
 
 
+#: The locks of outputs in the folder "held" that another run holds.
+HELD_LOCKS = [".a.tfrecord.lock", ".c.txt.lock", ".lock", ".report.json.lock",
+              ".report.png.lock"]
+
+
 def _corpus(root):
     path = root / "corpus.txt"
     path.write_text(CORPUS, encoding="utf-8")
@@ -68,8 +73,8 @@ def _cases(root):
     held.mkdir()
     lock = json.dumps({"host": socket.gethostname(), "pid": os.getppid(),
                        "started": "today"})
-    (held / ".lock").write_text(lock)
-    (held / ".a.tfrecord.lock").write_text(lock)
+    for name in HELD_LOCKS:
+        (held / name).write_text(lock)
     out = "{out}"
     pack = [f"--input_file={','.join(unpacked)}", f"--output_dir={out}/packed",
             f"--max_seq_length={SMALL_SEQ_LENGTH}",
@@ -83,6 +88,10 @@ def _cases(root):
          None),
         ("builtin_corpus", [f"--output_file={out}/c.txt", "--max_documents=0"],
          "--max_documents must be >= 1, got 0", None),
+        ("builtin_corpus", [f"--output_file={held}/c.txt"],
+         f"--output_file={held}/c.txt is in use by pid {os.getppid()} on host "
+         f"{socket.gethostname()} (started today); wait for it or remove "
+         f"{held}/.c.txt.lock", held / "c.txt"),
         ("create_pretraining_data", [*create, f"--input_file={root}/none/*.txt"],
          f"--input_file: '{root}/none/*.txt' matches no files", None),
         ("create_pretraining_data", [*create, f"--input_file={root}/binary.txt"],
@@ -149,6 +158,14 @@ def _cases(root):
          f"--plot and --output_json name one file, {out}/r.json", None),
         ("packing_report", [*report, f"--output_json={histogram}"],
          f"--output_json would write over --histogram's file {histogram}", None),
+        ("packing_report", [*report, f"--output_json={held}/report.json"],
+         f"--output_json={held}/report.json is in use by pid {os.getppid()} on host "
+         f"{socket.gethostname()} (started today); wait for it or remove "
+         f"{held}/.report.json.lock", held / "report.json"),
+        ("packing_report", [*report, f"--plot={held}/report.png"],
+         f"--plot={held}/report.png is in use by pid {os.getppid()} on host "
+         f"{socket.gethostname()} (started today); wait for it or remove "
+         f"{held}/.report.png.lock", held / "report.png"),
     ]
 
 
@@ -200,8 +217,7 @@ def test_no_tool_changed_an_input_or_another_runs_files(bad_runs):
     assert (root / "vocab.txt").read_text(encoding="utf-8") == "\n".join(VOCAB) + "\n"
     assert sorted(path.name for path in (root / "unpacked").iterdir()) == [
         "unpacked-000.tfrecord", "unpacked-001.tfrecord"]
-    assert sorted(path.name for path in (root / "held").iterdir()) == [
-        ".a.tfrecord.lock", ".lock"]
+    assert sorted(path.name for path in (root / "held").iterdir()) == HELD_LOCKS
     assert json.loads((root / "histogram.json").read_text())["counts"] == [3] * 64
 
 

@@ -2,6 +2,10 @@
 
 import os
 import random
+import re
+import signal
+import socket
+import time
 
 import numpy as np
 import pytest
@@ -9,11 +13,18 @@ import tensorflow as tf
 
 from data_prep import create_pretraining_data as cpd
 from data_prep.create_pretraining_data import create_pretraining_data, merge_file_instances
+from data_prep.process_tree import descendants
 from packed_bert_tf.data import tokenization
 from packed_bert_tf.data.preparation import pretraining_instances
 from packed_bert_tf.data.preparation.pretraining_instances import InstanceOptions
 from packed_bert_tf.data.records import record_files, record_format
-from tests.tool_runs import run_main
+from tests.tool_runs import (
+    ctrl_c_in_terminal,
+    finish_tool,
+    run_main,
+    start_in_terminal,
+    start_tool,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -357,3 +368,110 @@ def test_a_full_disk_names_the_output_file(corpus, monkeypatch):
                                       rf"device$"):
         _create(inputs, str(output), vocab_file=vocab)
     assert list((directory / "out").iterdir()) == []
+
+
+def _started_on_a_pipe(pipe, *flags):
+    """Starts the tool (a process of its own, as a second user's run) reading
+    the named pipe ``pipe``; returns it with the pipe's write end once it reads
+    there: it holds its outputs' locks by then and waits for the text."""
+    process = start_tool("data_prep.create_pretraining_data", f"--input_file={pipe}",
+                         "--max_seq_length=64", "--max_predictions_per_seq=10",
+                         "--dupe_factor=1", *flags, tmp_path=pipe.parent)
+    while True:
+        try:
+            return process, os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no reader yet
+            if process.poll() is not None:
+                raise AssertionError(finish_tool(process).stderr) from None
+            time.sleep(0.01)
+
+
+def _give_text(writer, text):
+    os.set_blocking(writer, True)
+    with os.fdopen(writer, "w", encoding="utf-8") as pipe:
+        pipe.write(text)
+
+
+def test_a_second_run_into_a_running_runs_outputs_is_refused(tmp_path):
+    # The running run reads a vocabulary that holds "the" twice: it says so
+    # once, whatever its workers read, and its records use the later id.
+    (first, _), vocab = _write_corpus(tmp_path)
+    lines = vocab.read_text(encoding="utf-8").splitlines()
+    repeated = tmp_path / "repeated_vocab.txt"
+    repeated.write_text("\n".join([*lines, "the"]) + "\n", encoding="utf-8")
+    pipe = tmp_path / "text.txt"
+    os.mkfifo(pipe)
+    out = tmp_path / "out"
+    running, writer = _started_on_a_pipe(
+        pipe, f"--output_file={out}/train.tfrecord", f"--vocab_file={repeated}")
+    try:
+        second = run_main("data_prep.create_pretraining_data", f"--input_file={first}",
+                          f"--output_file={out}/train.tfrecord", "--vocab_size=100",
+                          cwd=tmp_path)
+    finally:
+        _give_text(writer, first.read_text(encoding="utf-8"))
+    result = finish_tool(running, timeout=120)
+    assert second.returncode == 1
+    assert re.fullmatch(
+        rf"create_pretraining_data: --output_file={out}/train\.tfrecord is in use by "
+        rf"pid {running.pid} on host {re.escape(socket.gethostname())} \(started "
+        rf"[^)]+\); wait for it or remove {out}/\.train\.tfrecord\.lock",
+        second.stderr.strip()), second.stderr
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"wrote {out}/train.tfrecord"
+    assert sorted(p.name for p in out.iterdir()) == ["train.tfrecord"]  # not the second's
+    (warning,) = result.stderr.splitlines()
+    assert warning.endswith(
+        f"] {repeated}: 1 token twice, read as google-research/bert reads them (the "
+        f"last line wins): 'the' on lines 6 and {len(lines) + 1}: id {len(lines)} is "
+        f"used, id 5 never")
+    ids = record_files.read_arrays(str(out / "train.tfrecord"), FORMAT)["input_ids"]
+    assert (ids == len(lines)).any() and not (ids == 5).any()
+
+
+def test_the_lock_of_a_killed_run_is_taken_over(tmp_path):
+    (first, _), _ = _write_corpus(tmp_path)
+    pipe = tmp_path / "text.txt"
+    os.mkfifo(pipe)
+    out = tmp_path / "out"
+    killed, writer = _started_on_a_pipe(pipe, f"--output_file={out}/train.tfrecord",
+                                        "--vocab_size=100")
+    killed.kill()
+    finish_tool(killed)
+    os.close(writer)
+    assert sorted(p.name for p in out.iterdir()) == [".train.tfrecord.lock",
+                                                     ".vocab.txt.lock"]
+    result = run_main("data_prep.create_pretraining_data", f"--input_file={first}",
+                      f"--output_file={out}/train.tfrecord", "--vocab_size=100",
+                      "--max_seq_length=64", "--max_predictions_per_seq=10",
+                      "--dupe_factor=1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    host = socket.gethostname()
+    assert [line.split("] ", 1)[1] for line in result.stderr.splitlines()] == [
+        f"taking over {out}/.{name}.lock: its run (pid {killed.pid} on {host}) is gone"
+        for name in ("train.tfrecord", "vocab.txt")]
+    assert sorted(p.name for p in out.iterdir()) == ["train.tfrecord", "vocab.txt"]
+
+
+def test_ctrl_c_in_a_terminal_stops_the_tool_and_its_workers_with_one_line(tmp_path):
+    # Two workers, one of them waiting to read a named pipe, the tool waiting
+    # for them: Ctrl-C reaches all of them, and the tool ends with one line.
+    (first, _), vocab = _write_corpus(tmp_path)
+    pipe = tmp_path / "text.txt"
+    os.mkfifo(pipe)
+    out = tmp_path / "out"
+    process, terminal = start_in_terminal(
+        "data_prep.create_pretraining_data", f"--input_file={first},{pipe}",
+        f"--output_file={out}/train.tfrecord", f"--vocab_file={vocab}",
+        "--num_workers=2", "--max_seq_length=64", "--max_predictions_per_seq=10",
+        env={"TMPDIR": tmp_path})
+
+    def waiting(output):
+        return "reading 2 input files" in output and len(descendants(process.pid)) >= 2
+
+    status, output = ctrl_c_in_terminal(process, terminal, waiting)
+    assert status == 128 + signal.SIGINT, output
+    assert [line.strip() for line in output.replace("^C", "").splitlines()] == [
+        "reading 2 input files (0.0 MB) ...",
+        "create_pretraining_data: interrupted by SIGINT; nothing written"]
+    assert os.listdir(out) == []

@@ -23,7 +23,15 @@ from packed_bert_tf.data.records import record_files, tensorflow_records
 from packed_bert_tf.data.records.packing_verification import infer_record_format, verify_packing
 from packed_bert_tf.packing import PackAssignment
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
-from tests.tool_runs import ToolResult, run_main, start_tool, tool_command, tool_environment
+from tests.tool_runs import (
+    ToolResult,
+    ctrl_c_in_terminal,
+    run_main,
+    start_in_terminal,
+    start_tool,
+    tool_command,
+    tool_environment,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -714,3 +722,42 @@ def test_a_second_run_into_the_folder_of_a_running_one_is_refused(packed_runs,
                                              for name in sorted(os.listdir(output_dir))
                                              if name.startswith("part-")])
     assert report.packed_sequences == report.unpacked_sequences == 900
+
+
+def terminal_lines(output: str) -> list[str]:
+    r"""The lines a terminal shows of ``output``: the echoed ``^C``, colours and
+    line clearing dropped, a line redrawn after ``\r`` shown as its last state."""
+    lines = []
+    for line in re.sub(r"\x1b\[[0-9;]*[A-Za-z]|\^C", "", output).replace(
+            "\r\n", "\n").split("\n"):
+        shown = line.split("\r")[-1].strip()
+        if shown:
+            lines.append(shown)
+    return lines
+
+
+def test_ctrl_c_in_a_terminal_is_one_line_from_every_process(unpacked_files, tmp_path):
+    # Ctrl-C reaches the tool and Beam's workers (one foreground process
+    # group), typed once they run: the workers' KeyboardInterrupt is no
+    # traceback or CRITICAL log line on the terminal, and the tool ends.
+    output_dir = tmp_path / "out"
+    process, terminal = start_in_terminal(
+        "data_prep.pack_pretraining_data", *_pack_arguments(unpacked_files, output_dir),
+        env={"TMPDIR": tmp_path})
+    workers = set()
+
+    def running(output):
+        if "packing 3 files" in output:
+            workers.update(descendants(process.pid))
+        return bool(workers)
+
+    status, output = ctrl_c_in_terminal(process, terminal, running)
+    assert status == 128 + signal.SIGINT, output
+    lines = [line for line in terminal_lines(output) if not PROGRESS_LINE.fullmatch(line)]
+    assert len(lines) == 2, output
+    assert lines[0] == f"packing 3 files (0.4 MB) into 2 shards in {output_dir} ..."
+    assert re.fullmatch(f"pack_pretraining_data: interrupted by SIGINT; (removed its "
+                        f"[0-9]+ unfinished files from|nothing written to) "
+                        f"{re.escape(str(output_dir))}", lines[1]), output
+    assert not [p for p in output_dir.rglob("*") if p.is_file()]
+    assert not _alive(workers)

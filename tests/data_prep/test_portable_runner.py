@@ -9,7 +9,9 @@ byte for byte.
 
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 
 import pytest
@@ -17,7 +19,14 @@ import pytest
 from data_prep.local_portable_runner import local_portable_runner
 from packed_bert_tf.data.records.packing_verification import verify_packing
 from tests.conftest import SMALL_PREDICTIONS, SMALL_SEQ_LENGTH, write_unpacked_dataset
-from tests.tool_runs import one_line_error_problems, run_main, run_tool, tool_environment
+from tests.tool_runs import (
+    ctrl_c_in_terminal,
+    one_line_error_problems,
+    run_main,
+    run_tool,
+    start_in_terminal,
+    tool_environment,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -214,3 +223,34 @@ def test_finalize_is_safe_to_run_again(unpacked_files, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["packing_stats.json",
                                             "part-00000-of-00002.tfrecord",
                                             "part-00001-of-00002.tfrecord"]
+
+
+def test_ctrl_c_in_a_terminal_is_one_line(services, dataset, tmp_path):
+    # The services run in sessions of their own (as on a cluster): Ctrl-C
+    # reaches the launching process alone, which asks the job service to
+    # cancel the job and ends with one line.
+    from tests.data_prep.test_pack_pretraining_data import PROGRESS_LINE, terminal_lines
+
+    output_dir = tmp_path / "out"
+    pool_log_size = os.path.getsize(services.worker_pool_log)
+    process, terminal = start_in_terminal(
+        TOOL, *_arguments(output_dir, *services.pipeline_args), cwd=dataset,
+        env={"TMPDIR": tmp_path})
+
+    def job_running(output):  # the pool started an SDK worker for the job
+        with open(services.worker_pool_log, errors="replace") as log:
+            log.seek(pool_log_size)
+            return "Starting worker with command" in log.read()
+
+    status, output = ctrl_c_in_terminal(process, terminal, job_running)
+    assert status == 128 + signal.SIGINT, output
+    lines = [line for line in terminal_lines(output) if not PROGRESS_LINE.fullmatch(line)]
+    assert len(lines) == 2, output
+    assert lines[0] == f"packing 4 files (1.2 MB) into 4 shards in {output_dir} ..."
+    # (The cancel is asked for once Beam's submission returns, a moment after
+    # the job starts; the job service acknowledges it without stopping the
+    # job: docs/pack_pretraining_data.md.)
+    assert re.fullmatch(
+        f"pack_pretraining_data: interrupted by SIGINT; (asked the job service to "
+        f"cancel the job; )?(removed its [0-9]+ unfinished files from|nothing written "
+        f"to) {re.escape(str(output_dir))}", lines[1]), output
