@@ -32,7 +32,8 @@ def test_the_benchmark_writes_its_section(tmp_path):
         assert row, text
         rows[arm] = [float(value.replace(",", "")) for value in row.groups()]
         sequences, occupancy, tokens, model_flops, mfu = rows[arm]
-        assert mfu == pytest.approx(model_flops / 1e9, abs=1e-4)
+        # Both as printed: FLOP/s to 4 significant digits, the MFU to 4 decimals.
+        assert mfu == pytest.approx(model_flops / 1e9, rel=1e-3)
         # Over 6 N per real token, attention adds a little.
         assert 6 * 8192 * tokens <= model_flops * 1.001
     assert rows["padded"][0] == 2.0  # a sequence a row
