@@ -48,6 +48,7 @@ import dataclasses
 import glob
 import os
 import random
+import signal
 import sys
 import time
 from typing import Callable, NamedTuple
@@ -305,11 +306,17 @@ def _make_instances(tasks: list["_FileTask"], num_workers: int) -> list["_FileIn
         # Imported here: a one-worker run has no use for it (start-up time).
         import multiprocessing
 
-        # 'spawn': the workers start clean (this process has TensorFlow's
-        # threads, which 'fork' would copy half-way); they import no TensorFlow.
-        with multiprocessing.get_context("spawn").Pool(
-                num_workers, initializer=_start_worker,
-                initargs=(set(tokenization.REPORTED_REPEATS),)) as pool:
+        with contextlib.ExitStack() as stack:
+            # An interrupt waits until the pool has started, so that the pool
+            # is always stopped: one that escaped its start would leave its
+            # thread restarting workers while the interpreter shuts down.
+            with tool_output.interrupts_held():
+                # 'spawn': the workers start clean (this process has
+                # TensorFlow's threads, which 'fork' would copy half-way); they
+                # import no TensorFlow.
+                pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(
+                    num_workers, initializer=_start_worker,
+                    initargs=(set(tokenization.REPORTED_REPEATS),)))
             results = []
             for result in pool.imap(_instances_of_file, tasks, chunksize=1):
                 results.append(result)
@@ -340,6 +347,9 @@ def _start_worker(reported_repeats: set[str]) -> None:
     warned about."""
     os.environ["RAYON_NUM_THREADS"] = "1"
     tokenization.REPORTED_REPEATS.update(reported_repeats)
+    # Ctrl-C reaches the workers too; the tool stops them (SIGTERM), so that
+    # none dies on its own and gets restarted by the pool meanwhile.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _instances_of_file(task: _FileTask, progress=None) -> _FileInstances:

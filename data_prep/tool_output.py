@@ -96,10 +96,9 @@ class _Holding:
 
 
 @contextlib.contextmanager
-def completing(paths: list[str]):
-    """Holds SIGINT and SIGTERM while a run's outputs get their names (renames
-    of complete files), so that an interrupt comes before all of them or after
-    all of them; one that comes after says they are complete.
+def interrupts_held():
+    """Holds SIGINT and SIGTERM over a step that must not be cut in two; one
+    that came meanwhile is raised (as KeyboardInterrupt) once the step is done.
 
     Held in Python (`one_line_on_interrupt`'s handler notes the signal), not
     by a signal mask: the kernel gives a process's signal to any of its
@@ -108,12 +107,22 @@ def completing(paths: list[str]):
     _Holding.active = True
     try:
         yield
-        _completed.extend(paths)
     finally:
         _Holding.active = False
         if _Holding.pending is not None:
             _Holding.pending = None
             raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def completing(paths: list[str]):
+    """Holds SIGINT and SIGTERM while a run's outputs get their names (renames
+    of complete files, `interrupts_held`), so that an interrupt comes before
+    all of them or after all of them; one that comes after says they are
+    complete."""
+    with interrupts_held():
+        yield
+        _completed.extend(paths)
 
 
 @contextlib.contextmanager
@@ -199,7 +208,7 @@ def one_line_on_interrupt(tool: str):
                 if received:  # already ending (or the copy sent to the main thread)
                     return
                 received.append(signum)
-                if _Holding.active:  # outputs being named: after them (`completing`)
+                if _Holding.active:  # a step that must not be cut: after it (`interrupts_held`)
                     _Holding.pending = signum
                     return
                 raise KeyboardInterrupt
