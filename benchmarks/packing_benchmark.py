@@ -15,6 +15,7 @@ across machines.
 """
 
 import json
+import os
 import re
 import resource
 import subprocess
@@ -25,7 +26,6 @@ import numpy as np
 from absl import app, flags
 
 from packed_bert_tf import packing
-from packed_bert_tf.packing import coarse
 
 # Modules of benchmarks/, beside this script:
 from common import (
@@ -45,12 +45,29 @@ flags.DEFINE_list("long_context_caps", ["3", "4"],
                   "max_sequences_per_pack of the long-context cases.")
 flags.DEFINE_integer("long_context_documents", 1_000_000,
                      "Documents drawn for each long-context histogram.")
-flags.DEFINE_list("sections", ["paper", "long_context", "unseen"],
+flags.DEFINE_list("sections", ["paper", "long_context", "unseen", "mixes"],
                   "Which parts to run, a subsection each: paper (the paper's "
                   "histograms), long_context (the optimal plan from 1536 to 8192 "
                   "tokens), unseen (every algorithm "
                   "at 8192 tokens on length distributions the shortcuts were not "
-                  "tuned on).")
+                  "tuned on), mixes (the optimal plan against best-fit decreasing on "
+                  "families of length mixes, S from 512 to 32,768, caps 2 to 16).")
+flags.DEFINE_list("mix_lengths", ["512", "2048", "8192", "32768"],
+                  "max_sequence_length of the mixes section's cases.")
+flags.DEFINE_list("mix_caps", ["2", "4", "8", "16"],
+                  "max_sequences_per_pack of the mixes section's cases.")
+flags.DEFINE_list("mix_names", None,
+                  "Only these of the mixes section's mixes (their names in MIXES, "
+                  "e.g. zipf); default all.")
+flags.DEFINE_integer("mix_sequences", 1_000_000,
+                     "Sequence lengths drawn for each histogram of the mixes section.")
+flags.DEFINE_string("mix_resume_file", None,
+                    "JSON lines of the mixes section's finished cases: each case is "
+                    "appended as it finishes, and cases already there are not run "
+                    "again (a long run that stopped picks up where it was).")
+flags.DEFINE_float("mix_time_floor", 1.0,
+                   "The mixes section's time target is max(20 x best-fit decreasing's "
+                   "time, this many seconds).")
 flags.DEFINE_string("long_context_case", None,
                     "Internal: LENGTH,CAP[,cg] of one long-context case to run and print "
                     "as JSON (the script runs each case so, in a process of its own); "
@@ -160,19 +177,12 @@ def long_context_case(max_sequence_length: int, cap: int, num_documents: int,
     peak = peak_memory_mib()
     token_bound = float(np.dot(counts, np.arange(1, max_sequence_length + 1))
                         ) / max_sequence_length
-    # The shortcuts report the bound they were certified against: the token
-    # bound (exact-fill rows) or the rounded-down relaxation's LP (classes).
+    # Exact-fill rows report the bound they were certified against, the token
+    # bound (column generation's own bound is at least that).
     shortcut = None
-    if not column_generation_only:
-        if plan.lp_lower_bound == token_bound:
-            shortcut = "exact fill"
-        elif coarse.eligible(counts, max_sequence_length):
-            width = coarse.class_width(max_sequence_length)
-            relaxed, capacity = coarse.relaxation(counts, width, cap)
-            relaxed_bound = packing.pack_histogram(relaxed, capacity, cap,
-                                                   certified_gap=None).lp_lower_bound
-            if plan.lp_lower_bound == relaxed_bound:
-                shortcut = "classes"
+    if not column_generation_only and plan.lp_lower_bound == token_bound and (
+            packing.exact_fill.eligible(counts, max_sequence_length, cap)):
+        shortcut = "exact fill"
     return dict(length=max_sequence_length, cap=cap, sequences=int(counts.sum()),
                 lengths=int((counts > 0).sum()), packs=plan.num_packs,
                 strategies=plan.num_strategies, bound=plan.lp_lower_bound, bound_packs=plan.lp_lower_bound_packs,
@@ -223,14 +233,14 @@ def long_context_markdown(results) -> str:
              "and [SEP]. Each case runs in a process of its own; peak memory is that "
              "process's peak resident set (Python, numpy and scipy included), the "
              "target being at most 2 GiB.", "",
-             "'Bound' is the LP optimum where column generation planned the whole "
-             "histogram; where a shortcut's plan was certified (`certified_gap`, "
-             "0.05 %), the bound it was certified against, never above the LP "
-             "optimum: the token bound (total tokens / S) for exact-fill rows (*, "
-             "`packing.exact_fill`), the LP of the rounded-down histogram for lengths "
-             "planned in 1,024 classes (+, `packing.coarse`). For those, the last "
-             "columns give column generation alone on the same histogram "
-             "(`certified_gap=None`), whose LP bound the gap is measured against.", "",
+             "'Bound' is the lower bound the plan proves: where column generation "
+             "planned the whole histogram, the LP optimum or a bound within 0.01 % of "
+             "it (a level of length classes is planned when its LP is within 0.02 % of "
+             "the bound its duals prove for the real lengths); where exact-fill rows "
+             "were certified (`certified_gap`, 0.05 %), the token bound (total tokens "
+             "/ S; *, `packing.exact_fill`). For those, the last columns give column "
+             "generation alone on the same histogram (`certified_gap=None`), whose "
+             "bound the gap is measured against.", "",
              "| S | cap | sequences | lengths present | packs | distinct packs | bound | "
              "above LP bound % | "
              "efficiency % | time s | CPU s | peak MiB | column generation alone: packs, "
@@ -241,7 +251,7 @@ def long_context_markdown(results) -> str:
         lines.append(
             f"| {r['length']} | {r['cap']} | {r['sequences']:,} | {r['lengths']:,} | "
             f"{r['packs']:,} | {r['strategies']:,} | {r['bound']:,.2f}"
-            f"{dict(zip(('exact fill', 'classes'), (' *', ' +'))).get(r['shortcut'], '')} | "
+            f"{' *' if r['shortcut'] == 'exact fill' else ''} | "
             f"{r['gap_to_lp']:.4f} | {100 * r['efficiency']:.3f} | "
             f"{r['wall']:.2f} | {r['cpu']:.2f} | {r['rss_peak_mib']:.0f} | "
             + (f"{alone['packs']:,}, {alone['bound']:,.2f}, {alone['wall']:.2f}, "
@@ -323,6 +333,118 @@ def unseen_markdown(results, num_sequences: int) -> str:
     return "\n".join(lines)
 
 
+#: Length mixes of the 'mixes' section: (name, description, draw(rng, S, n)),
+#: lengths then rounded and cut to 1..S.
+MIXES = (
+    ("lognormal-6", "log-normal, median S / 6, sigma 1 (the cap binds more than "
+     "the length)", lambda rng, s, n: rng.lognormal(np.log(s / 6), 1.0, n)),
+    ("lognormal-32", "log-normal, median S / 32, sigma 1.5 (many short, a long tail)",
+     lambda rng, s, n: rng.lognormal(np.log(s / 32), 1.5, n)),
+    ("lognormal-3", "log-normal, median S / 3, sigma 0.5",
+     lambda rng, s, n: rng.lognormal(np.log(s / 3), 0.5, n)),
+    ("short-long", "70 % short (log-normal, median S / 40, sigma 0.8) and 30 % long "
+     "(median S / 2, sigma 0.5)",
+     lambda rng, s, n: np.concatenate([rng.lognormal(np.log(s / 40), 0.8, n - 3 * n // 10),
+                                       rng.lognormal(np.log(s / 2), 0.5, 3 * n // 10)])),
+    ("uniform", "uniform on S / 8 .. S / 2",
+     lambda rng, s, n: rng.uniform(s / 8, s / 2, n)),
+    ("zipf", "Zipf-like: k x S / 512 tokens, k Zipf-distributed (exponent 1.5)",
+     lambda rng, s, n: rng.zipf(1.5, n) * max(1, s // 512)),
+    ("spikes", "20 % at exactly S, the rest log-normal (median S / 8, sigma 1)",
+     lambda rng, s, n: np.concatenate([np.full(n // 5, s),
+                                       rng.lognormal(np.log(s / 8), 1.0, n - n // 5)])),
+)
+#: The mixes section's target: within this fraction of the bound, in at most
+#: MIX_TIME_FACTOR times best-fit decreasing's time (or --mix_time_floor).
+MIX_GAP, MIX_TIME_FACTOR = 5e-4, 20
+
+
+def mix_histogram(draw, max_sequence_length: int, num_sequences: int) -> np.ndarray:
+    """A histogram of ``num_sequences`` lengths drawn (seed 0), rounded and cut
+    to 1..S tokens."""
+    lengths = np.clip(np.round(draw(np.random.default_rng(0), max_sequence_length,
+                                    num_sequences)), 1, max_sequence_length).astype(np.int64)
+    return packing.histogram_from_lengths(lengths, max_sequence_length)
+
+
+def run_mixes() -> list[dict]:
+    """The optimal plan and best-fit decreasing on each mix, S and cap: BFD
+    first, then `optimal` with a time limit of the target time."""
+    results, done = [], {}
+    if FLAGS.mix_resume_file and os.path.exists(FLAGS.mix_resume_file):
+        with open(FLAGS.mix_resume_file, encoding="utf-8") as rows:
+            for line in rows:
+                row = json.loads(line)
+                done[row["mix"], row["length"], row["cap"]] = row
+    for name, _, draw in MIXES:
+        if FLAGS.mix_names and name not in FLAGS.mix_names:
+            continue
+        for length in map(int, FLAGS.mix_lengths):
+            counts = None
+            for cap in map(int, FLAGS.mix_caps):
+                if (name, length, cap) in done:
+                    results.append(done[name, length, cap])
+                    continue
+                if counts is None:
+                    counts = mix_histogram(draw, length, FLAGS.mix_sequences)
+                bfd = packing.pack_histogram(counts, length, cap, "bfd")
+                target = max(MIX_TIME_FACTOR * bfd.solve_time_seconds, FLAGS.mix_time_floor)
+                plan = packing.pack_histogram(counts, length, cap, "optimal",
+                                              time_limit=target)
+                gap = plan.num_packs / plan.lp_lower_bound - 1
+                row = dict(mix=name, length=length, cap=cap,
+                           lengths=int((counts > 0).sum()), bfd_packs=bfd.num_packs,
+                           bfd_wall=bfd.solve_time_seconds, packs=plan.num_packs,
+                           bound=plan.lp_lower_bound, gap=gap,
+                           wall=plan.solve_time_seconds, target=target,
+                           optimal=plan.proven_optimal,
+                           stopped=plan.time_limit_reached)
+                row["met"] = "yes" if (gap <= MIX_GAP and not plan.time_limit_reached
+                                       and plan.solve_time_seconds <= target) else "NO"
+                print(f"{name}, S = {length}, cap {cap}: BFD {bfd.num_packs:,} in "
+                      f"{bfd.solve_time_seconds:.3f} s; optimal {plan.num_packs:,}, "
+                      f"{100 * gap:.4f} % above the bound, {plan.solve_time_seconds:.2f} s "
+                      f"(target {target:.2f} s) {row['met']}", flush=True)
+                results.append(row)
+                if FLAGS.mix_resume_file:
+                    with open(FLAGS.mix_resume_file, "a", encoding="utf-8") as rows:
+                        rows.write(json.dumps(row) + "\n")
+    return results
+
+
+def mixes_markdown(results) -> str:
+    lines = [*section_header("The optimal plan on families of length mixes, against "
+                             "best-fit decreasing"),
+             f"{FLAGS.mix_sequences:,} sequence lengths drawn (numpy, seed 0) from each "
+             "mix below, rounded and cut to 1..S tokens; the same histogram is packed "
+             "by best-fit decreasing (`bfd`), then by `optimal` with a time limit of "
+             "the target time, in the same process:", "",
+             *[f"- {name}: {description}" for name, description, _ in MIXES
+               if any(r["mix"] == name for r in results)], "",
+             f"The target: within {100 * MIX_GAP:.2f} % of the bound, in at most "
+             f"{MIX_TIME_FACTOR} times best-fit decreasing's time on the same histogram "
+             f"(at least {FLAGS.mix_time_floor:g} s: the floor, where best-fit "
+             "decreasing takes milliseconds). 'Bound' is the lower bound the plan "
+             "proves (the LP optimum, or a bound within 0.01 % of it); the gap is "
+             "to it. 'Stopped' marks a plan the time limit stopped (the best so far).",
+             "",
+             "| mix | S | cap | lengths present | BFD packs | BFD s | packs | bound | "
+             "above bound % | time s | time / BFD | target s | proven optimal | "
+             "stopped | met |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r['mix']} | {r['length']} | {r['cap']} | {r['lengths']:,} | "
+            f"{r['bfd_packs']:,} | {r['bfd_wall']:.3f} | {r['packs']:,} | "
+            f"{r['bound']:,.1f} | {100 * r['gap']:.4f} | {r['wall']:.2f} | "
+            f"{r['wall'] / max(r['bfd_wall'], 1e-9):.1f} | {r['target']:.2f} | "
+            f"{'yes' if r['optimal'] else 'no'} | {'yes' if r['stopped'] else ''} | "
+            f"{r['met']} |")
+    met = sum(r["met"] == "yes" for r in results)
+    lines += ["", f"Target met in {met} of {len(results)} cases."]
+    return "\n".join(lines)
+
+
 def main(argv):
     del argv
     if FLAGS.long_context_case:
@@ -330,7 +452,7 @@ def main(argv):
         print(json.dumps(long_context_case(int(length), int(cap),
                                            FLAGS.long_context_documents, mode == ["cg"])))
         return
-    rows, long_context, unseen = [], [], []
+    rows, long_context, unseen, mixes = [], [], [], []
     if "paper" in FLAGS.sections:
         histograms, rows = run_cases(FLAGS.repeats)
         wiki_plan = next(r["plan"] for r in rows
@@ -352,7 +474,10 @@ def main(argv):
         publish_section(SECTION, TITLE,
                         unseen_markdown(unseen, FLAGS.long_context_documents),
                         subsection="unseen")
-    if any(r["met"] == "NO" for r in rows + long_context + unseen):
+    if "mixes" in FLAGS.sections:
+        mixes = run_mixes()
+        publish_section(SECTION, TITLE, mixes_markdown(mixes), subsection="mixes")
+    if any(r["met"] == "NO" for r in rows + long_context + unseen + mixes):
         sys.exit("some targets were missed")
 
 

@@ -51,6 +51,13 @@ def define_flags():
         "Also compute the LP lower bound (the 'gap to LP bound' column) when no plan "
         "of --algorithms reports it (optimal does): column generation, seconds to "
         "minutes on histograms of thousands of lengths.")
+    flags.DEFINE_float(
+        "time_limit", packing.api.DEFAULT_TIME_LIMIT,
+        "Seconds the optimal plan (and the LP bound of --lp_bound) may search; then "
+        "the best plan found so far is reported with its gap to the bound proven so "
+        "far (finishing it is left part of the limit, 0.25 s per million sequences). 0: the "
+        "best-fit decreasing seed and the token or count bound, at once.",
+        lower_bound=0)
     flags.DEFINE_string("plot", None,
                         "Write the report figure to this image file (PNG, or any "
                         "format matplotlib writes: .pdf, .svg, ...).")
@@ -59,10 +66,39 @@ def define_flags():
     flags.mark_flag_as_required("histogram")
 
 
+class _PlanProgress(Progress):
+    """Progress of one optimal plan: its phase, its packs so far (or the LP's
+    estimate of them) and their gap to the best bound proven so far."""
+
+    def __init__(self, what, **kwargs):
+        super().__init__(what, **kwargs)
+        self.phase, self.packs, self.bound = "starting", None, None
+
+    def report(self, phase, packs, bound):
+        """`optimal`'s ``progress(phase, packs, bound)``."""
+        self.phase = phase
+        self.packs = packs if packs is not None else self.packs
+        self.bound = bound if bound is not None else self.bound
+        self.advance()
+
+    def line(self, now=None):
+        elapsed = (self.clock() if now is None else now) - self.started
+        text = f"{self.what}: {self.phase}"
+        if self.packs is not None and self.packs < float("inf"):
+            text += f", {self.packs:,.0f} packs"
+            if self.bound:
+                text += (f", {100 * (self.packs / self.bound - 1):.3f} % above the "
+                         f"bound {self.bound:,.1f}")
+        return text + f", {elapsed:.0f} s"
+
+
 def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pack,
-               algorithms, *, seed=0, lp_bound=False):
+               algorithms, *, seed=0, lp_bound=False,
+               time_limit=packing.api.DEFAULT_TIME_LIMIT):
     """Packs one histogram with each algorithm; returns (histogram, plans, the LP
-    lower bound in packs: None unless a plan reports it or ``lp_bound``)."""
+    lower bound in packs: None unless a plan reports it or ``lp_bound``).
+    `optimal` (and the bound) search at most `time_limit` seconds, showing
+    their progress."""
     histogram = packing.load_histogram(histogram_name_or_path)
     max_sequence_length = max_sequence_length or histogram.max_sequence_length
     if algorithms == ["all"]:
@@ -76,9 +112,15 @@ def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pa
         for algorithm in algorithms:
             options = {"seed": seed} if algorithm == "greedy" else {}
             logging.info("Packing %s with %s", histogram.name, algorithm)
-            plans.append(packing.pack_histogram(
-                histogram.counts, max_sequence_length, max_sequences_per_pack,
-                algorithm, **options))
+            if algorithm == "optimal":
+                with _PlanProgress("optimal plan", unit="rounds") as plan_progress:
+                    plans.append(packing.pack_histogram(
+                        histogram.counts, max_sequence_length, max_sequences_per_pack,
+                        algorithm, time_limit=time_limit, progress=plan_progress.report))
+            else:
+                plans.append(packing.pack_histogram(
+                    histogram.counts, max_sequence_length, max_sequences_per_pack,
+                    algorithm, **options))
             progress.advance()
     known = [p.lp_lower_bound_packs for p in plans if p.lp_lower_bound_packs is not None]
     if known:
@@ -87,8 +129,11 @@ def run_report(histogram_name_or_path, max_sequence_length, max_sequences_per_pa
         return histogram, plans, None
     # The gap column needs the bound: the optimal solver computes it.
     print("computing the LP lower bound (--lp_bound) ...", flush=True)
-    bound_plan = packing.pack_histogram(histogram.counts, max_sequence_length,
-                                        max_sequences_per_pack, "optimal")
+    with _PlanProgress("LP bound", unit="rounds") as plan_progress:
+        bound_plan = packing.pack_histogram(histogram.counts, max_sequence_length,
+                                            max_sequences_per_pack, "optimal",
+                                            time_limit=time_limit,
+                                            progress=plan_progress.report)
     return histogram, plans, bound_plan.lp_lower_bound_packs
 
 
@@ -114,7 +159,8 @@ def main(argv):
              "--plot": [FLAGS.plot] if FLAGS.plot else []}))
         histogram, plans, lp_bound = run_report(
             FLAGS.histogram, FLAGS.max_seq_length, FLAGS.max_sequences_per_pack,
-            FLAGS.algorithms, seed=FLAGS.seed, lp_bound=FLAGS.lp_bound)
+            FLAGS.algorithms, seed=FLAGS.seed, lp_bound=FLAGS.lp_bound,
+            time_limit=FLAGS.time_limit)
     except FileNotFoundError as error:
         sys.exit(f"packing_report: --histogram: {error}")
     except ValueError as error:
@@ -132,6 +178,9 @@ def main(argv):
     print(f"theoretical speed-up {first.theoretical_speedup:.4f}, token lower bound "
           f"{first.token_lower_bound:,} packs, LP lower bound {lp_text}\n")
     print(packing.format_plan_table(plans, lp_lower_bound_packs=lp_bound))
+    for plan in plans:
+        if plan.algorithm == "optimal":
+            print(f"\n{packing.describe_certificate(plan)}")
 
     if FLAGS.output_json:
         document = {"histogram": histogram.name, "source": histogram.source,

@@ -20,11 +20,11 @@ from packed_bert_tf.packing.assign import (
 )
 from packed_bert_tf.packing.histograms import LengthHistogram, load_histogram
 from packed_bert_tf.packing.plan import PackingPlan
-from packed_bert_tf.packing.report import format_plan_table
+from packed_bert_tf.packing.report import describe_certificate, format_plan_table
 
 __all__ = [
     "ALGORITHMS", "LengthHistogram", "PackAssignment", "PackingPlan",
-    "assign_sequences", "format_plan_table", "histogram_from_lengths",
+    "assign_sequences", "describe_certificate", "format_plan_table", "histogram_from_lengths",
     "load_histogram", "pack_assignment", "pack_histogram", "pack_lengths",
     "replan_overflowing_packs", "rows_of_packs",
 ]

@@ -7,16 +7,29 @@ import time
 
 import numpy as np
 
-from packed_bert_tf.packing import coarse, exact_fill, heuristics, nnlshp, optimal
+from packed_bert_tf.packing import exact_fill, heuristics, nnlshp, optimal
 from packed_bert_tf.packing.plan import PackingPlan
 
 ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
 
-# `optimal` returns a shortcut's plan (exact-fill rows, or length classes),
-# without column generation over the whole histogram, when a lower bound
-# proves it within this fraction of the optimum (0.05 %, the target for
-# long-context plans).
+# `optimal` returns exact-fill rows, without column generation over the
+# whole histogram, when the token bound proves them within this fraction of
+# the optimum (0.05 %, the target for long-context plans).
 DEFAULT_CERTIFIED_GAP = 5e-4
+
+# Share of the time left that exact-fill rows may take before column
+# generation (matching them is O(N log N) a round, O(S^2) for the longest
+# sequences' complements).
+EXACT_FILL_SHARE = 0.4
+
+# Seconds per sequence the time limit leaves for finishing a stopped plan.
+FINISH_SECONDS_PER_SEQUENCE = 2.5e-7
+
+# Seconds `optimal` searches by default before it returns the best plan
+# found so far (with the bound proven so far). Its plans take well under
+# this: a few seconds on a million sequences at S = 8192, a minute or two at
+# S = 32,768 (BENCHMARKS.md).
+DEFAULT_TIME_LIMIT = 300.0
 
 # Residuals of the best exact-fill candidates packed to choose between them.
 _EXACT_FILL_CANDIDATES = 2
@@ -99,7 +112,20 @@ def pack_histogram(histogram, max_sequence_length: int,
           Options: ``short_sequence_weight`` (0.09), ``short_sequence_cutoff``
           (8).
         - ``optimal`` (default): cutting-stock LP by column generation, then
-          rounding and repair; also reports the LP lower bound. Options:
+          rounding and repair; also reports a proven lower bound
+          (``lp_lower_bound``), so the plan's gap to the optimum is known
+          (`PackingPlan.certified_gap`, `PackingPlan.proven_optimal`).
+          Seeded by best-fit decreasing (never worse than it). Options:
+          ``time_limit`` (seconds, `DEFAULT_TIME_LIMIT`; None: none): the
+          search stops in time for the plan to come back by then (it leaves
+          `FINISH_SECONDS_PER_SEQUENCE` of the limit per sequence for
+          finishing: best-fit decreasing on the sequences not yet placed,
+          and checking the plan; a round under way at the limit may run a
+          little past it, less than the seed heuristic takes), with the
+          bound proven so far and ``time_limit_reached`` set.
+          ``progress`` (a callable ``progress(phase, packs, bound)``, called
+          as the search goes: the phase, the plan's packs so far or the LP's
+          estimate of them, and the best bound; None: silent).
           ``max_iterations`` (1000 column-generation rounds per LP),
           ``integer_node_limit`` (50 branch-and-bound nodes per integer
           master), ``certified_gap`` (`DEFAULT_CERTIFIED_GAP`, 0.05 %):
@@ -108,13 +134,7 @@ def pack_histogram(histogram, max_sequence_length: int,
           (the rest packed by column generation) are returned when their
           packs are at most ``(1 + certified_gap)`` times the token bound,
           which then is the reported bound (0: only when that proves them
-          optimal; None: never tried). Long-context histograms whose
-          optimum fills rows completely are planned this way in seconds
-          rather than a minute. At S >= 8192 (more lengths present than
-          1,024), lengths grouped into 1,024 classes are planned instead
-          (`packing.coarse`), returned when within ``certified_gap`` of
-          the LP bound of the rounded-down relaxation, which is then the
-          reported bound.
+          optimal; None: never tried).
       **options: the algorithm's options, as listed under ``algorithm``.
 
     Returns:
@@ -153,7 +173,8 @@ def pack_histogram(histogram, max_sequence_length: int,
     allowed_options = {
         "greedy": {"lengths", "seed"},
         "nnlshp": {"short_sequence_weight", "short_sequence_cutoff"},
-        "optimal": {"max_iterations", "integer_node_limit", "certified_gap"},
+        "optimal": {"max_iterations", "integer_node_limit", "certified_gap",
+                    "time_limit", "progress"},
     }.get(algorithm, set())
     unknown = set(options) - allowed_options
     if unknown:
@@ -164,7 +185,7 @@ def pack_histogram(histogram, max_sequence_length: int,
     histogram = _validated_histogram(histogram, max_sequence_length)
 
     start = time.perf_counter()
-    lp_lower_bound = None
+    lp_lower_bound, time_limit_reached = None, False
     args = (max_sequence_length, max_sequences_per_pack)
     if algorithm == "none":
         pairs = heuristics.pack_none(histogram)
@@ -189,71 +210,113 @@ def pack_histogram(histogram, max_sequence_length: int,
     elif algorithm == "nnlshp":
         pairs = nnlshp.pack_nnlshp(histogram, *args, **options)
     else:  # optimal
-        certified_gap = options.pop("certified_gap", DEFAULT_CERTIFIED_GAP)
-        if certified_gap is not None and not (
-                isinstance(certified_gap, (int, float, np.number)) and certified_gap >= 0):
-            raise ValueError(f"certified_gap must be a number >= 0 or None, got "
-                             f"{certified_gap!r}")
-        certified = None
-        if certified_gap is not None and exact_fill.eligible(histogram, *args):
-            certified = _certified_exact_fill(histogram, args, options, certified_gap)
-        if (certified is None and certified_gap is not None
-                and coarse.eligible(histogram, max_sequence_length)):
-            certified = _certified_coarse(histogram, args, options, certified_gap)
-        pairs, lp_lower_bound = certified or _pack_optimal(histogram, args, options)
+        pairs, lp_lower_bound, time_limit_reached = _plan_optimal(histogram, args, options)
     return PackingPlan.from_strategy_counts(
         pairs, algorithm=algorithm, histogram=histogram,
         max_sequence_length=max_sequence_length,
         max_sequences_per_pack=max_sequences_per_pack,
         lp_lower_bound=lp_lower_bound,
-        solve_time_seconds=time.perf_counter() - start)
+        solve_time_seconds=time.perf_counter() - start,
+        time_limit_reached=time_limit_reached)
 
 
-def _pack_optimal(histogram, args, options):
-    """Column generation, warm-started from best-fit decreasing and never
-    worse than it: (pairs, LP lower bound)."""
+def _plan_optimal(histogram, args, options):
+    """The ``optimal`` algorithm: (pairs, bound, whether the time limit
+    stopped it)."""
+    certified_gap = options.pop("certified_gap", DEFAULT_CERTIFIED_GAP)
+    if certified_gap is not None and not (
+            isinstance(certified_gap, (int, float, np.number)) and certified_gap >= 0):
+        raise ValueError(f"certified_gap must be a number >= 0 or None, got "
+                         f"{certified_gap!r}")
+    time_limit = options.pop("time_limit", DEFAULT_TIME_LIMIT)
+    if time_limit is not None and not (
+            isinstance(time_limit, (int, float, np.number)) and time_limit >= 0):
+        raise ValueError(f"time_limit must be a number of seconds >= 0 or None, got "
+                         f"{time_limit!r}")
+    progress = options.pop("progress", None)
+    if progress is not None and not callable(progress):
+        raise ValueError(f"progress must be callable or None, got {progress!r}")
+    start = optimal.clock()
+    # The seed: the plan returned if the search finds none better in time.
+    seed = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
+    seed_packs = sum(count for _, count in seed)
+    tokens = float(histogram @ np.arange(1, args[0] + 1)) / args[0]
+    trivial_bound = max(tokens, float(histogram.sum()) / args[1])
+    if progress is not None:
+        progress("best-fit decreasing", seed_packs, trivial_bound)
+    deadline = optimal.NO_DEADLINE
+    if time_limit is not None:
+        # Finishing a plan stopped by the deadline (what is left packed by
+        # best-fit decreasing, classes refined to lengths, the plan checked)
+        # is O(sequences): the search leaves it this much of the limit.
+        finishing = min(0.5 * time_limit, FINISH_SECONDS_PER_SEQUENCE * histogram.sum())
+        deadline = optimal.Deadline(start + time_limit - finishing)
+    search = dict(options, deadline=deadline, report=progress)
+    if (certified_gap is not None and exact_fill.eligible(histogram, *args)
+            and optimal.class_bound(histogram, *args, deadline)
+            <= max(math.ceil(tokens - 1e-9), tokens * (1 + certified_gap))):
+        # Exact-fill rows, where a bound does not already rule them out,
+        # with at most EXACT_FILL_SHARE of the time left.
+        rows_deadline = deadline if deadline.at is None else optimal.Deadline(
+            optimal.clock() + EXACT_FILL_SHARE * deadline.left())
+        certified = _certified_exact_fill(histogram, args,
+                                          dict(search, deadline=rows_deadline),
+                                          certified_gap)
+        if certified is not None:
+            return (*certified, deadline.passed())
+    solution = optimal.pack_optimal(histogram, *args, initial_strategies=[
+        strategy for strategy, _ in seed], **search)
+    pairs = solution.pairs
+    if pairs is None or seed_packs < sum(count for _, count in pairs):
+        pairs = seed
+    return pairs, max(solution.lp_lower_bound, trivial_bound), solution.stopped
+
+
+def _pack_optimal(histogram, args, search):
+    """Column generation, seeded by best-fit decreasing and never worse than
+    it: (pairs, lower bound, whether the deadline stopped it). `search`:
+    `optimal.pack_optimal`'s options (``deadline`` and ``report`` included)."""
     warm_start = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
-    pairs, lp_lower_bound = optimal.pack_optimal(
-        histogram, *args, initial_strategies=[s for s, _ in warm_start], **options)
-    if sum(c for _, c in warm_start) < sum(c for _, c in pairs):
+    report = search.get("report")
+    if report is not None:
+        report("best-fit decreasing", sum(c for _, c in warm_start), None)
+    solution = optimal.pack_optimal(
+        histogram, *args, initial_strategies=[s for s, _ in warm_start], **search)
+    pairs = solution.pairs
+    if pairs is None or sum(c for _, c in warm_start) < sum(c for _, c in pairs):
         pairs = warm_start
-    return pairs, lp_lower_bound
+    return pairs, solution.lp_lower_bound, solution.stopped
 
 
-def _certified_exact_fill(histogram, args, options, certified_gap):
+def _certified_exact_fill(histogram, args, search, certified_gap):
     """Exact rows plus the residual's column-generation plan, with the token
     bound, from the first of `exact_fill.MATCHINGS` that comes within
-    `certified_gap` of that bound; else None."""
+    `certified_gap` of that bound; else None (also once the deadline has
+    passed)."""
     max_len = args[0]
+    deadline = search["deadline"]
     token_bound = float(histogram @ np.arange(1, max_len + 1)) / max_len
     # The token bound rounds up; a plan at it is optimal whatever the gap.
     most_packs = max(math.ceil(token_bound - 1e-9), token_bound * (1 + certified_gap))
-    for candidates in exact_fill.match_exact_fills(histogram, max_len):
+    for candidates in exact_fill.match_exact_fills(histogram, max_len, deadline=deadline):
         best = None
         for candidate in candidates[:_EXACT_FILL_CANDIDATES]:
-            residual_pairs = (_pack_optimal(candidate.residual, args, options)[0]
+            if deadline.passed():
+                return None
+            report, rows = search.get("report"), len(candidate.rows)
+            residual_search = dict(search, report=None if report is None else (
+                lambda phase, packs, bound, rows=rows: report(
+                    f"exact-fill rows, the rest: {phase}",
+                    None if packs is None else rows + packs, token_bound)))
+            residual_pairs = (_pack_optimal(candidate.residual, args, residual_search)[0]
                               if candidate.residual.any() else [])
             packs = len(candidate.rows) + sum(c for _, c in residual_pairs)
             if best is None or packs < best[0]:
                 best = packs, candidate, residual_pairs
         if best is not None and best[0] <= most_packs:
             return best[1].strategy_counts() + best[2], token_bound
-    return None
-
-
-def _certified_coarse(histogram, args, options, certified_gap):
-    """The plan of length classes, refined, with the LP bound of the
-    rounded-down relaxation, when within `certified_gap` of it; else the same
-    with classes half as wide (`coarse.class_widths`); else None."""
-    max_len, cap = args
-    for width in coarse.class_widths(max_len):
-        class_pairs, _ = _pack_optimal(coarse.round_up(histogram, width),
-                                       (max_len // width, cap), options)
-        packs = sum(count for _, count in class_pairs)
-        relaxed, capacity = coarse.relaxation(histogram, width, cap)
-        _, bound = _pack_optimal(relaxed, (capacity, cap), options)
-        if packs <= max(math.ceil(bound - 1e-6), bound * (1 + certified_gap)):
-            return coarse.refine(class_pairs, histogram, width), bound
+        if deadline.passed():
+            return None
     return None
 
 

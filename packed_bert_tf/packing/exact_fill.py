@@ -144,7 +144,7 @@ def eligible(histogram: np.ndarray, max_sequence_length: int,
 
 def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
                       matchings: tuple[Matching, ...] = MATCHINGS,
-                      seed: int = 0) -> Iterator[list[ExactFill]]:
+                      seed: int = 0, deadline=None) -> Iterator[list[ExactFill]]:
     """Rows of at most 4 sequences filled to exactly S tokens, and the rest,
     for each matching in turn (step 1, the same for all, is done once).
 
@@ -157,6 +157,8 @@ def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
         certifies).
       seed: int, seed of the random matching (the result is deterministic
         given it).
+      deadline: optional, with ``passed()`` (`optimal.Deadline`): once it
+        has passed, matching stops and nothing more is yielded.
 
     Yields:
       list of `ExactFill`: for each matching, one per complement limit tried,
@@ -175,22 +177,29 @@ def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
     total_tokens = int(counts @ np.arange(max_len + 1)) + max_len * len(full)
 
     half = max_len // 2
+
+    def late() -> bool:
+        return deadline is not None and deadline.passed()
+
     # The search moves at most a step, half a step, ... from the centre.
     most = int(round(min(1.0, LIMIT_CENTRE + LIMIT_STEP * 2) * half))
-    complement_rows, rooms = _complements_for_longest(counts.copy(), max_len, most)
+    complement_rows, rooms = _complements_for_longest(counts.copy(), max_len, most, late)
 
     for matching in matchings:
         results = {}
 
         def attempt(fraction: float) -> tuple[int, int]:
             limit = int(round(fraction * half))
+            if late():
+                # Out of time: an attempt not made leaves every token.
+                return total_tokens + 1, 0
             if limit not in results:
                 taken = complement_rows[rooms <= limit]
                 pool_counts = counts - np.bincount(taken.ravel(), minlength=max_len + 1)
                 pool_counts[0] = 0
                 matched, left = _match_random_halves(
                     np.repeat(np.arange(max_len + 1, dtype=np.int32), pool_counts),
-                    max_len, matching, np.random.default_rng(seed))
+                    max_len, matching, np.random.default_rng(seed), late)
                 results[limit] = ExactFill(
                     rows=np.concatenate([full, taken, matched]),
                     residual=np.bincount(left, minlength=max_len + 1)[1:],
@@ -199,11 +208,15 @@ def match_exact_fills(histogram: np.ndarray, max_sequence_length: int, *,
 
         centre, step = LIMIT_CENTRE, LIMIT_STEP
         if attempt(centre)[0] > GIVE_UP_FRACTION * total_tokens:
+            if late():
+                return
             yield []
             continue
         for _ in range(LIMIT_REFINEMENTS):
             centre = min((centre - step, centre, centre + step), key=attempt)
             step /= 2
+        if late():
+            return
         yield sorted(results.values(), key=lambda r: _residual_size(r.residual))
 
 
@@ -212,29 +225,33 @@ def _residual_size(residual: np.ndarray) -> tuple[int, int]:
     return int(residual @ np.arange(1, residual.size + 1)), int(residual.sum())
 
 
-def _complements_for_longest(counts: np.ndarray, max_len: int,
-                             limit: int) -> tuple[np.ndarray, np.ndarray]:
+def _complements_for_longest(counts: np.ndarray, max_len: int, limit: int,
+                             late=lambda: False) -> tuple[np.ndarray, np.ndarray]:
     """Rows for the sequences longer than S / 2 whose room is at most `limit`.
 
     Longest first, each length's sequences take the most balanced triples of
     still-available lengths summing to their room (then pairs, then one
     sequence); `counts` (indexed by length) is consumed. Returns the rows
-    ([R, 4], longest first, 0-padded) and each row's room, non-decreasing.
+    ([R, 4], longest first, 0-padded) and each row's room, non-decreasing
+    (fewer once ``late()``).
     """
     half = max_len // 2
     rows, rooms = [], []
     for length in range(max_len - 1, half, -1):
         room = max_len - length
-        if room > limit:
+        if room > limit or late():
             break
         need = int(counts[length])
         for combinations in itertools.chain(_widening_triples(room), (
                 _balanced_pairs(room), np.array([[room]]))):
-            if not need:
+            if not need or late():
                 break
             # Availability only falls as sequences are taken: one vectorised
             # pass finds the candidates, each is then re-checked in order.
-            for candidate in np.flatnonzero(_available(counts, combinations)):
+            for number, candidate in enumerate(
+                    np.flatnonzero(_available(counts, combinations))):
+                if number % 64 == 63 and late():
+                    break
                 chosen = combinations[candidate]
                 take = min(int(_available(counts, chosen[None])[0]), need)
                 if not take:
@@ -299,12 +316,14 @@ def _available(counts: np.ndarray, combinations: np.ndarray) -> np.ndarray:
 
 
 def _match_random_halves(pool: np.ndarray, max_len: int, matching: Matching,
-                         rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                         rng: np.random.Generator,
+                         late=lambda: False) -> tuple[np.ndarray, np.ndarray]:
     """Rows of two halves (p, S - p) matched from random halves of `pool`
-    (sequence lengths), and the lengths left unmatched."""
+    (sequence lengths), and the lengths left unmatched (all that are left
+    once ``late()``)."""
     rows = []
     for _ in range(MAX_ROUNDS):
-        if not pool.size:
+        if not pool.size or late():
             break
         size = pool.size
         mean = pool.mean()

@@ -10,29 +10,61 @@ patterns together hold every sequence:
                x_p >= 0 integer
 
 where a_lp counts length l in pattern p and h is the histogram. There are far
-too many patterns to list (about S^3 / 36 for D = 3), so the LP relaxation is
-solved by column generation over a restricted master LP, kept as one HiGHS
-model that is re-solved warm after each change.
+too many patterns to list, so the LP relaxation is solved by column
+generation over a restricted master LP, kept as one HiGHS model that is
+re-solved warm after each change.
 
-Three things make it fast:
+**What makes it fast on any length mix.** Started from a heuristic's
+patterns, the master's duals are degenerate where the cap on sequences
+binds (long-tailed lengths, 4 per pack): most lengths share one dual
+(1/D), pricing cannot tell good patterns from bad, and plain column
+generation creeps down by a few hundred packs a round (about 200 rounds
+and 20 s for the first LP at S = 4096 on a million log-normal lengths,
+median S / 6, sigma 1). Four things address the cause:
 
+- **Length classes as levels** (`_solve_lp_levels`): the LP is solved first
+  on lengths grouped into about `FIRST_CLASSES` classes (each class at the
+  longest length it holds, so that its patterns are real ones), then on
+  classes `CLASS_FACTOR` times narrower, each level started from the
+  patterns the last one used, down to the real lengths. A level of 64
+  classes converges in a dozen cheap rounds and each finer one in a handful
+  (6 at the real lengths, not 195). Each level's duals also give a bound
+  for the real lengths, with no pricing (`_duals_below`: a length takes the
+  dual of the longest class no longer than itself, so any real pattern is
+  a class pattern no longer than it); with over `CLASS_PLAN_ITEMS` lengths,
+  a level whose LP is within `CLASS_PLAN_TOLERANCE` of that bound is
+  rounded into the plan (`_refine` gives each class slot a sequence of its
+  class): at S = 32,768, 4,090 classes instead of 32,390 lengths.
+- **Pricing over distinct dual values** (`_Pricer`, `_DualLayers`): with
+  non-decreasing duals only the shortest length of each run of equal duals
+  matters to the best pattern's value, so the dynamic program over
+  (sequences, room) runs over those m lengths, O(D S m), not O(D S n) (m is
+  a few hundred where the cap binds), for every cap. It gives, for every
+  length, the best pattern holding it; each is made *maximal* (`_maximal`:
+  the others lengthened to the longest of their run of equal duals that
+  fits, then sequences added while the cap and the room allow), so a round
+  adds hundreds of distinct patterns that pack real sequences. With at
+  most 3 per pack and at most `TABLE_ITEMS` lengths, the table of maximal
+  patterns (`maximal_patterns`) prices instead.
 - **Substitution columns** (dual-optimal inequalities, Ben Amor, Desrosiers
   and Valerio de Carvalho 2006): for each pair of neighbouring lengths, a
   free column lets a slot of the longer one hold a sequence of the shorter.
-  This changes no optimum (a longer slot can always hold a shorter sequence)
-  but makes the duals y_l non-decreasing in l, which the next point needs.
-- **Pricing by table lookup**: with non-decreasing duals, the best pattern of
-  at most 3 items is *maximal* (no item can be lengthened to the next length
-  present, none added). `maximal_patterns` lists those once (S^2 / 12 for a
-  dense histogram at D = 3); each round prices all of them with one gather,
-  y[a] + y[b] + y[c], and adds the most improving. For D > 3 a dynamic
-  program over (items, room) prices the longer patterns as well
-  (`knapsack_pricing`).
-- **A bound from any duals**: for y >= 0, h.y / max_p a_p.y is a lower bound
-  on the number of packs (y scaled to be dual feasible), and with
-  non-decreasing y the maximum is the table's (or the dynamic program's). It
-  certifies the LP optimum when column generation converges and stays valid
-  when it stops early.
+  This changes no optimum but makes the duals non-decreasing, which pricing
+  needs.
+- **A bound from any duals, and stopping on it**: for y >= 0, h.y / max_p
+  a_p.y is a lower bound on the packs (y scaled to be dual feasible); the
+  token bound (y = l / S) and the count bound (y = 1 / D) are two such,
+  free, and so is each level's (above). Column generation keeps the best
+  and stops once the master's objective is within `LP_TOLERANCE` of it, or
+  both round up to the same number of packs (`_close_enough`), or at the
+  deadline: the tail of rounds that would only prove the last ten-thousandth
+  is not run, and the bound stays valid whenever it stops.
+
+Where it stays slow: where rows are filled to the last token with many
+sequences each (the LP equals the token bound, D of 8 or more on a long
+tail of short sequences, or lengths uniform over a range), the master is
+primal degenerate and needs many rounds at every level; the time limit
+then decides (BENCHMARKS.md, the 'mixes' section, gives the figures).
 
 The fractional solution is then made integral. Whole packs are taken (the
 floor, less one pack of each pattern the first time, so that the residual is
@@ -50,19 +82,23 @@ it cannot). If diving ends above the bound, the first small residual (at most
 maximal pattern (HiGHS branch-and-bound), which with the substitution columns
 is the exact problem: so small histograms are packed optimally. Slots left
 without a sequence become padding. Cutting-stock LPs are famously tight (the
-integer optimum is almost always ceil(LP) or ceil(LP) + 1); on the paper's
-histograms the result is the LP bound rounded up.
+integer optimum is almost always ceil(LP) or ceil(LP) + 1).
 
-Cost: listing the table is O(n^2) for n distinct lengths (n <= S) and takes
-O(S^2 / 12) memory for D >= 3 (67 MB at S = 8192); a round of pricing is one
-pass over it; the dynamic program (D > 3 only) is O(D S n) per call, done in
-blocks of rows so that its memory stays O(S + 64 n).
+**Anytime.** Every stage checks a `Deadline`: column generation stops and
+keeps its bound (the LP of the whole histogram may take `LP_SHARE` of the
+time left, rounding the rest); rounding stops and the sequences still
+unplaced are packed by best-fit decreasing (`heuristics.pack_fit_decreasing`),
+so a plan always comes back, with the best bound proven so far.
+`report(phase, packs, bound)` is called after every round (for progress
+displays).
 
-Where the optimum fills rows to the last token, this LP is highly
-degenerate; `pack_histogram` then tries `exact_fill` first (rows built
-directly, certified by the token bound) and comes here for its residual.
-From S = 8192 it tries `coarse` (lengths in 1,024 classes, certified by a
-relaxation), coming here for the classes only.
+Cost: a round of pricing is O(D S m) for m distinct dual values (D <= 3 with
+the table: one pass over its O(n^2 / 12) rows); the dynamic program works
+in blocks of rows so that its memory stays O(D S + 2^21).
+
+Where the optimum fills rows to the last token with at most 4 sequences
+each, `pack_histogram` tries `exact_fill` first (rows built directly,
+certified by the token bound) and comes here for its residual.
 
 Sources: Gilmore and Gomory, "A linear programming approach to the
 cutting-stock problem", Operations Research 9 (1961); Ben Amor, Desrosiers
@@ -76,10 +112,16 @@ problems", Math. Programming 86 (1999).
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
+from typing import Callable, NamedTuple
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse
+
+from packed_bert_tf.packing import heuristics
+from packed_bert_tf.packing.plan import strategy_counts_of_rows
 
 # A reduced cost counts as improving below -_PRICING_TOLERANCE (HiGHS' duals
 # are accurate to about 1e-9 with the tolerances set below).
@@ -109,14 +151,79 @@ DIVE_THRESHOLD = 0.7
 # round (patterns in order of use, each one the residual fills).
 DIVE_FRACTION = 0.05
 # Most patterns added to the master per round of pricing (the most
-# improving ones): fewer make more rounds, more make each solve slower.
+# improving ones; the dynamic program offers one per length): fewer make
+# more rounds, more make each solve slower.
 COLUMNS_PER_ROUND = 150
+COLUMNS_PER_ROUND_PER_ITEM = 0.5
 # Past this many patterns per item the master drops the unused ones with the
 # highest reduced cost (a solve's cost grows with the columns it prices).
 MASTER_COLUMNS_PER_ITEM = 4
+# Column generation on the whole histogram stops when the master's
+# objective is within this fraction of the best bound (the plan's target
+# is 0.05 % above the bound; rounding takes most of that).
+LP_TOLERANCE = 1e-4
+# Levels of length classes: the first has about this many classes, each
+# next one classes this many times narrower, down to single lengths; a
+# level stops at this fraction above its bound (its patterns only start
+# the next level).
+FIRST_CLASSES = 64
+CLASS_FACTOR = 4
+LEVEL_TOLERANCE = 1e-4
+# A level is solved only when its classes are at most this share of the
+# lengths present (else the next level, or the real lengths, follow).
+LEVEL_SHARE = 0.6
+# With more lengths present than this, a level of classes whose LP is
+# within this fraction of the bound its duals prove for the real lengths
+# is rounded into the plan (the real lengths' LP would cost more than it
+# could save): the plan's target is 0.05 % above the bound.
+CLASS_PLAN_ITEMS = 2048
+CLASS_PLAN_TOLERANCE = 2e-4
+# Residual LPs (rounding) stop at this fraction above their bound: their
+# patterns are rounded anyway, and their bounds are not reported.
+RESIDUAL_LP_TOLERANCE = 1e-3
+# Levels of classes and residual LPs also stop within this many packs of
+# their bound (small histograms: a fraction of a pack is all rounding needs).
+LEVEL_SLACK = 0.5
+# Share of the time limit the LP of the whole histogram may take; rounding
+# has the rest.
+LP_SHARE = 0.7
+# With at most 3 sequences per pack and at most this many lengths, the table
+# of maximal patterns (at most n^2 / 12 rows) prices; above, the dynamic
+# program over distinct dual values.
+TABLE_ITEMS = 4096
 # Elements per vectorised block when listing the table or running the
 # dynamic program (bounds their temporary memory to a few tens of MB).
 _BLOCK_ELEMENTS = 1 << 21
+
+#: The clock deadlines are measured on (tests may replace it).
+clock = time.monotonic
+
+#: report(phase, packs or None, bound or None): progress of a long plan.
+Report = Callable[[str, "float | None", "float | None"], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    """When the search must stop: `at` on `clock` (None: never)."""
+
+    at: float | None = None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> "Deadline":
+        return cls(None if seconds is None else clock() + seconds)
+
+    def passed(self) -> bool:
+        return self.at is not None and clock() >= self.at
+
+    def left(self) -> float:
+        return math.inf if self.at is None else max(0.0, self.at - clock())
+
+
+NO_DEADLINE = Deadline()
+
+
+def _no_report(phase, packs, bound):
+    del phase, packs, bound
 
 
 def _highs_model():
@@ -213,66 +320,6 @@ def pattern_values(patterns: np.ndarray, values: np.ndarray) -> np.ndarray:
     return padded[patterns].sum(axis=1)
 
 
-def knapsack_pricing(values: np.ndarray, item_lengths: np.ndarray, capacity: int,
-                     max_items: int):
-    """For each item, the most valuable pattern that contains it.
-
-    Patterns are multisets of at most `max_items` items (repetition allowed)
-    of total length at most `capacity`.
-
-    Returns:
-      A tuple (best_values, pattern_of):
-        best_values: [n] float, largest value of a pattern holding item j.
-        pattern_of: callable, ``pattern_of(j)`` gives that pattern as a list
-          of item indices.
-
-    Note:
-      Dynamic programming over layers k = number of items: ``best[k][r]`` is
-      the largest value of at most k items of total length at most r. A layer
-      is a max-plus product of the previous one with the items, done in blocks
-      of rows: O(capacity x n) time per layer, O(capacity + block x n) memory.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    lengths = np.asarray(item_lengths, dtype=np.int64)
-    layers = int(min(max_items, capacity // lengths.min()))
-    room = np.arange(capacity + 1)
-    best = [np.zeros(capacity + 1)]
-    choice = [np.full(capacity + 1, -1, dtype=np.int64)]
-    block = max(1, _BLOCK_ELEMENTS // lengths.size)
-    for _ in range(layers - 1):  # the item itself takes the last layer
-        previous = best[-1]
-        # best[k - 1][r - length], -inf where r < length: a padded gather.
-        padded = np.concatenate([np.full(capacity, -np.inf), previous])
-        value = np.empty(capacity + 1)
-        item = np.empty(capacity + 1, dtype=np.int64)
-        for start in range(0, capacity + 1, block):
-            rows = room[start:start + block, None]
-            candidates = padded[rows + (capacity - lengths)[None, :]] + values
-            chosen = candidates.argmax(axis=1)
-            item[start:start + block] = chosen
-            value[start:start + block] = candidates[np.arange(len(chosen)), chosen]
-        take = value > previous + 1e-12
-        if not take.any():
-            break  # no further layer can improve either
-        best.append(np.where(take, value, previous))
-        choice.append(np.where(take, item, -1))
-    top = len(best) - 1
-    best_values = values + best[top][capacity - lengths]
-
-    def pattern_of(j: int) -> list[int]:
-        pattern = [j]
-        layer, left = top, capacity - int(lengths[j])
-        while layer > 0:
-            item = choice[layer][left]
-            if item >= 0:
-                pattern.append(int(item))
-                left -= int(lengths[item])
-            layer -= 1
-        return sorted(pattern)
-
-    return best_values, pattern_of
-
-
 class _Master:
     """The restricted master LP as one HiGHS model, re-solved warm.
 
@@ -300,14 +347,23 @@ class _Master:
                                np.tile([1.0, -1.0], n - 1))
         self.num_substitutions = max(n - 1, 0)
         self.patterns = np.zeros((0, width), dtype=np.int32)
+        self._keys: set[bytes] = set()
 
     def add(self, patterns: np.ndarray):
-        """Adds patterns ([m, <= width] item indices padded with n)."""
+        """Adds the patterns ([m, <= width] item indices padded with n) not
+        already in the master."""
+        patterns = np.pad(patterns, ((0, 0), (0, self.width - patterns.shape[1])),
+                          constant_values=self.num_items).astype(np.int32)
+        fresh = []
+        for row in range(len(patterns)):
+            key = patterns[row].tobytes()
+            if key not in self._keys:
+                self._keys.add(key)
+                fresh.append(row)
+        patterns = patterns[fresh]
         m = patterns.shape[0]
         if m == 0:
             return
-        patterns = np.pad(patterns, ((0, 0), (0, self.width - patterns.shape[1])),
-                          constant_values=self.num_items).astype(np.int32)
         rows = patterns.ravel()
         cols = np.repeat(np.arange(m), self.width)
         real = rows < self.num_items
@@ -336,16 +392,26 @@ class _Master:
         self.model.deleteCols(len(drop), (drop + self.num_substitutions).astype(np.int32))
         kept = np.ones(len(self.patterns), dtype=bool)
         kept[drop] = False
+        for row in drop:
+            self._keys.discard(self.patterns[row].tobytes())
         self.patterns = self.patterns[kept]
         return kept
 
-    def solve(self):
-        """Returns (x over patterns, duals y >= 0, objective value)."""
+    def solve(self, deadline: Deadline = NO_DEADLINE):
+        """Returns (x over patterns, duals y >= 0, objective value), or None
+        when the deadline came first."""
+        left = deadline.left()
+        if left <= 0:
+            return None
+        # HiGHS' time limit counts the model's run time over all its solves.
+        self.model.setOptionValue("time_limit",
+                                  float(min(self.model.getRunTime() + left, 1e30)))
         self.model.run()
-        status = self.model.getModelStatus()
-        if self.model.modelStatusToString(status) != "Optimal":
-            raise RuntimeError("HiGHS failed on the master LP: "
-                               + self.model.modelStatusToString(status))
+        status = self.model.modelStatusToString(self.model.getModelStatus())
+        if status == "Time limit reached":
+            return None
+        if status != "Optimal":
+            raise RuntimeError("HiGHS failed on the master LP: " + status)
         solution = self.model.getSolution()
         x = np.asarray(solution.col_value)[self.num_substitutions:]
         duals = np.maximum(np.asarray(solution.row_dual), 0.0)
@@ -353,103 +419,454 @@ class _Master:
 
 
 class _Pricer:
-    """Finds improving patterns for the master: the maximal-pattern table,
-    then (for more than 3 items per pack) the dynamic program."""
+    """The most valuable patterns for non-decreasing item values (duals).
 
-    def __init__(self, item_lengths, capacity, max_items, columns_per_round):
-        self.item_lengths = item_lengths
-        self.capacity = capacity
-        self.max_items = max_items
-        self.table = maximal_patterns(item_lengths, capacity, max_items)
-        self.in_master = np.zeros(len(self.table), dtype=bool)
-        self.known: set[tuple[int, ...]] = set()
-        self.columns_per_round = columns_per_round
-        self._priced = None  # (duals, best pattern value) of the last pricing
-
-    def forget(self):
-        """Patterns may have left the master: offer every one again."""
-        self.in_master[:] = False
-        self.known.clear()
-
-    def best_value(self, duals: np.ndarray) -> float:
-        """The largest value of any pattern (exact for non-decreasing duals);
-        from the last `improving` call when it priced these duals."""
-        if self._priced is not None and np.array_equal(self._priced[0], duals):
-            return self._priced[1]
-        best = pattern_values(self.table, duals).max()
-        if self.max_items > 3:
-            best = max(best, knapsack_pricing(duals, self.item_lengths, self.capacity,
-                                              self.max_items)[0].max())
-        return float(best)
-
-    def improving(self, duals: np.ndarray) -> np.ndarray:
-        """New patterns of value above 1, or an empty array: from the table,
-        the `columns_per_round` most valuable; from the dynamic program (only
-        when the table has none), the best pattern of each item."""
-        values = pattern_values(self.table, duals)
-        self._priced = None
-        best = values.max()
-        values[self.in_master] = -np.inf
-        candidates = np.flatnonzero(values > 1 + _PRICING_TOLERANCE)
-        if candidates.size:
-            if candidates.size > self.columns_per_round:
-                candidates = candidates[np.argpartition(
-                    -values[candidates], self.columns_per_round)[:self.columns_per_round]]
-            self.in_master[candidates] = True
-            return self.table[candidates]
-        if self.max_items <= 3:
-            self._priced = (duals, float(best))
-            return self.table[:0]
-        best_values, pattern_of = knapsack_pricing(
-            duals, self.item_lengths, self.capacity, self.max_items)
-        self._priced = (duals, float(max(best, best_values.max())))
-        found = []
-        for j in np.argsort(-best_values):
-            # Up to a pattern per item: each round of the dynamic program is
-            # dear, and its best patterns differ from item to item.
-            if best_values[j] <= 1 + _PRICING_TOLERANCE:
-                break
-            pattern = tuple(pattern_of(int(j)))
-            if len(pattern) > 3 and pattern not in self.known:
-                self.known.add(pattern)
-                found.append(pattern + (len(self.item_lengths),) * (self.max_items - len(pattern)))
-        return np.array(found, dtype=np.int32).reshape(-1, self.max_items)
-
-
-def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations,
-              want_bound=True):
-    """The cutting-stock LP of one histogram by column generation.
-
-    Returns the master's patterns ([m, width] item indices padded with n),
-    the solution x over them and a lower bound on the LP optimum (the
-    optimum itself when column generation converged): h.y / max_p a_p.y for
-    the last duals y, made non-decreasing.
+    `price` returns the best value of any pattern (exact: a dual bound needs
+    it) and improving patterns: from the table of maximal patterns (at most
+    3 items per pack and `TABLE_ITEMS` lengths), or from the dynamic program
+    over distinct values (`_DualLayers`), one maximal pattern per item.
     """
+
+    def __init__(self, item_lengths: np.ndarray, capacity: int, max_items: int):
+        self.item_lengths = np.asarray(item_lengths, dtype=np.int64)
+        self.capacity = int(capacity)
+        self.width = int(max_items)
+        # Index of the longest item no longer than r (-1: none).
+        self.longest_within = np.searchsorted(
+            self.item_lengths, np.arange(capacity + 1), side="right") - 1
+        self.table = (maximal_patterns(self.item_lengths, capacity, max_items)
+                      if max_items <= 3 and self.item_lengths.size <= TABLE_ITEMS
+                      else None)
+
+    def best_value(self, values: np.ndarray) -> float:
+        """The largest value of any pattern (`values` non-decreasing, >= 0)."""
+        return self.price(values, 0)[0]
+
+    def price(self, values: np.ndarray, limit: int):
+        """(best value, [k, width] patterns of value above 1, most valuable
+        first, k <= `limit`)."""
+        values = np.asarray(values, dtype=np.float64)
+        num_items = self.item_lengths.size
+        if self.table is not None:
+            table_values = pattern_values(self.table, values)
+            best = float(table_values.max())
+            chosen = np.flatnonzero(table_values > 1 + _PRICING_TOLERANCE)
+            if chosen.size > limit:
+                chosen = chosen[np.argpartition(-table_values[chosen], limit - 1)[:limit]] \
+                    if limit > 0 else chosen[:0]
+            chosen = chosen[np.argsort(-table_values[chosen], kind="stable")]
+            patterns = np.pad(self.table[chosen],
+                              ((0, 0), (0, self.width - self.table.shape[1])),
+                              constant_values=num_items)
+            return best, patterns.astype(np.int32)
+        layers = _DualLayers(values, self.item_lengths, self.capacity, self.width)
+        room = self.capacity - self.item_lengths
+        per_item = values + layers.best[layers.top][room]
+        best = float(per_item.max())
+        order = np.argsort(-per_item, kind="stable")
+        chosen = order[per_item[order] > 1 + _PRICING_TOLERANCE][:limit]
+        if not chosen.size:
+            return best, np.zeros((0, self.width), dtype=np.int32)
+        patterns = layers.patterns_holding(chosen, room[chosen])
+        patterns = _maximal(patterns, values, self.item_lengths, self.capacity,
+                            self.longest_within)
+        _, first = np.unique(patterns, axis=0, return_index=True)
+        return best, patterns[np.sort(first)].astype(np.int32)
+
+
+class _DualLayers:
+    """``best[k][r]``: the largest value of at most k items of total length
+    at most r, for non-decreasing values; ``choice[k][r]`` the item added at
+    layer k (-1: none).
+
+    Only the first (shortest) item of each run of equal values can be in a
+    best pattern's place (a longer one of the run takes more room for the
+    same value), and items of value 0 add nothing: the layers run over m
+    such items, O(capacity x m) each, in blocks of rows.
+    """
+
+    def __init__(self, values, item_lengths, capacity, max_items):
+        starts = np.flatnonzero(np.diff(values, prepend=-np.inf) > 0)
+        starts = starts[values[starts] > 0]
+        best = [np.zeros(capacity + 1)]
+        choice = [np.full(capacity + 1, -1, dtype=np.int64)]
+        if starts.size:
+            lengths = item_lengths[starts]
+            gains = values[starts]
+            layers = int(min(max_items, capacity // lengths[0]))
+            block = max(1, _BLOCK_ELEMENTS // starts.size)
+            room = np.arange(capacity + 1)
+            for _ in range(layers - 1):  # the item itself takes the last layer
+                previous = best[-1]
+                # best[k - 1][r - length], -inf where r < length: a padded gather.
+                padded = np.concatenate([np.full(capacity, -np.inf), previous])
+                value = np.empty(capacity + 1)
+                item = np.empty(capacity + 1, dtype=np.int64)
+                for start in range(0, capacity + 1, block):
+                    rows = room[start:start + block, None]
+                    candidates = padded[rows + (capacity - lengths)[None, :]] + gains
+                    chosen = candidates.argmax(axis=1)
+                    item[start:start + block] = chosen
+                    value[start:start + block] = candidates[np.arange(len(chosen)), chosen]
+                take = value > previous + 1e-12
+                if not take.any():
+                    break  # no further layer can improve either
+                best.append(np.where(take, value, previous))
+                choice.append(np.where(take, starts[item], -1))
+        self.best, self.choice = best, choice
+        self.top = len(best) - 1
+        self.item_lengths = item_lengths
+        self.width = max_items
+
+    def patterns_holding(self, items: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """[k, width] patterns: each of `items` and the best pattern within
+        its `room` (first column: the item; padded with n)."""
+        num_items = self.item_lengths.size
+        patterns = np.full((items.size, self.width), num_items, dtype=np.int64)
+        patterns[:, 0] = items
+        count = np.ones(items.size, dtype=np.int64)
+        left = room.copy()
+        for layer in range(self.top, 0, -1):
+            item = self.choice[layer][left]
+            rows = np.flatnonzero(item >= 0)
+            patterns[rows, count[rows]] = item[rows]
+            count[rows] += 1
+            left[rows] -= self.item_lengths[item[rows]]
+        return patterns
+
+
+def _maximal(patterns, values, item_lengths, capacity, longest_within):
+    """Patterns made maximal without losing value: the items after the first
+    (longest first), then the first, lengthened to the longest item of their
+    run of equal values that fits, then the longest item that fits added
+    while there is room and a slot. Sorted rows, padded with n."""
     num_items = item_lengths.size
-    pricer = _Pricer(item_lengths, capacity, width,
-                     columns_per_round=COLUMNS_PER_ROUND)
+    width = patterns.shape[1]
+    padded_lengths = np.append(item_lengths, 0)
+    rises = np.flatnonzero(np.diff(values) > 0)
+    run_ends = np.append(rises, num_items - 1)
+    run_end = np.append(run_ends[np.searchsorted(run_ends, np.arange(num_items))],
+                        num_items)
+    own = patterns[:, :1].copy()
+    others = -np.sort(-np.where(patterns[:, 1:] < num_items, patterns[:, 1:], -1), axis=1)
+    others[others < 0] = num_items  # longest first, padding last
+    columns = np.concatenate([others, own], axis=1)
+    total = padded_lengths[columns].sum(axis=1)
+    for position in range(width):
+        column = columns[:, position]
+        rows = np.flatnonzero(column < num_items)
+        item = column[rows]
+        longer = np.minimum(run_end[item],
+                            longest_within[capacity - total[rows] + item_lengths[item]])
+        total[rows] += item_lengths[longer] - item_lengths[item]
+        columns[rows, position] = longer
+    count = (columns < num_items).sum(axis=1)
+    columns = np.sort(columns, axis=1)  # padding last
+    for _ in range(width):
+        rows = np.flatnonzero((count < width) & (capacity - total >= item_lengths[0]))
+        if not rows.size:
+            break
+        added = longest_within[capacity - total[rows]]
+        columns[rows, width - 1] = added  # a padding slot (count < width)
+        columns[rows] = np.sort(columns[rows], axis=1)
+        total[rows] += item_lengths[added]
+        count[rows] += 1
+    return columns
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """Items to pack: lengths [n] (increasing), demand [n], rows of
+    `capacity` tokens holding at most `width` items."""
+
+    lengths: np.ndarray
+    demand: np.ndarray
+    capacity: int
+    width: int
+
+    def restricted(self, items: np.ndarray, demand: np.ndarray) -> "_Problem":
+        return _Problem(self.lengths[items], demand, self.capacity, self.width)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """How far a search may go: column-generation rounds per LP, the
+    deadline, and where to report its progress."""
+
+    max_iterations: int = 1000
+    deadline: Deadline = NO_DEADLINE
+    report: Report = _no_report
+
+
+@dataclasses.dataclass
+class _LP:
+    """An LP solved by column generation, as far as it went.
+
+    Attributes:
+      patterns: [m, width] the master's patterns (item indices padded with n).
+      x: [m] the master's solution over them (empty if none was solved).
+      objective: its value (sum of x).
+      bound: a lower bound on the LP optimum: h.y for `duals`.
+      duals: [n] non-decreasing, dual feasible (every pattern's value <= 1).
+      stopped: whether the deadline stopped it.
+    """
+
+    patterns: np.ndarray
+    x: np.ndarray
+    objective: float
+    bound: float
+    duals: np.ndarray
+    stopped: bool = False
+
+
+def _trivial_duals(problem: _Problem):
+    """The better of the token duals (y = l / S) and the count duals
+    (y = 1 / D): dual feasible without pricing (no pattern exceeds S tokens
+    or D items). Returns (duals, bound)."""
+    tokens = np.asarray(problem.lengths, dtype=np.float64) / problem.capacity
+    count = np.full(problem.lengths.size, 1.0 / problem.width)
+    token_bound, count_bound = float(problem.demand @ tokens), float(problem.demand @ count)
+    return (tokens, token_bound) if token_bound >= count_bound else (count, count_bound)
+
+
+def _close_enough(objective: float, bound: float, tolerance: float,
+                  slack: float = 0.0) -> bool:
+    """Whether column generation may stop: the objective is within
+    `tolerance` of the bound, or within `slack` packs, or both round up to
+    the same number of packs (no plan beats the bound rounded up, and more
+    rounds could not raise it past the objective)."""
+    return (objective <= bound * (1 + tolerance) + max(slack, 1e-9)
+            or math.ceil(bound - 1e-6) >= math.ceil(objective - 1e-6))
+
+
+def _column_generation(problem: _Problem, seeds, search: _Search, *, tolerance,
+                       phase, center=None, slack=0.0) -> _LP:
+    """The LP of one histogram by stabilised column generation.
+
+    Starts from a pattern per item and `seeds`; `center` (non-decreasing
+    dual-feasible duals, e.g. a coarser level's `_duals_below`) is a first
+    bound, kept when better than the token and count bounds. Stops when the
+    master's objective is within `tolerance` of the best bound, when no
+    improving pattern is left, after ``search.max_iterations`` rounds or at
+    the deadline (`_close_enough`).
+    """
+    num_items, width, demand = problem.lengths.size, problem.width, problem.demand
+    pricer = _Pricer(problem.lengths, problem.capacity, width)
     master = _Master(demand, width)
     master.add(np.concatenate([np.arange(num_items, dtype=np.int32)[:, None],
                                np.full((num_items, width - 1), num_items,
                                        dtype=np.int32)], axis=1))
-    master.add(seeds)
+    if len(seeds):
+        master.add(seeds)
+    best_duals, best_bound = _trivial_duals(problem)
+    if center is not None and demand @ center > best_bound:
+        best_duals, best_bound = center, float(demand @ center)
+    limit = max(COLUMNS_PER_ROUND, int(COLUMNS_PER_ROUND_PER_ITEM * num_items))
     most_columns = max(MASTER_COLUMNS_PER_ITEM * num_items, 4000)
-    for _ in range(max_iterations):
-        x, duals, _ = master.solve()
-        monotone = np.maximum.accumulate(duals)
-        new = pricer.improving(monotone)
-        if not len(new):
+    x, objective, stopped = None, math.inf, False
+    for _ in range(search.max_iterations):
+        solved = master.solve(search.deadline)
+        if solved is None:
+            stopped = True
+            break
+        x, duals, objective = solved
+        duals = np.maximum.accumulate(duals)
+        value, new = pricer.price(duals, limit)
+        if value > 0 and demand @ duals / value > best_bound:
+            best_duals, best_bound = duals / value, float(demand @ duals / value)
+        search.report(phase, objective, best_bound)
+        if _close_enough(objective, best_bound, tolerance, slack) or not len(new):
+            break
+        if search.deadline.passed():
+            stopped = True
             break
         if len(master.patterns) + len(new) > most_columns:
-            kept = master.drop_unused(x, monotone, most_columns // 2)
+            kept = master.drop_unused(x, duals, most_columns // 2)
             x = x[kept]
-            pricer.forget()
         master.add(new)
-    # The bound needs the best pattern's value: for more than 3 items per
-    # pack, one more round of the dynamic program, so only when asked for.
-    bound = (float(demand @ monotone) / max(pricer.best_value(monotone), 1e-300)
-             if want_bound else None)
-    return master.patterns[:len(x)], x, bound, monotone
+    if x is None:  # the deadline came before the first solve
+        return _LP(master.patterns[:0], np.zeros(0), math.inf, best_bound,
+                   best_duals, stopped=True)
+    return _LP(master.patterns[:len(x)], x, objective, best_bound, best_duals,
+               stopped=stopped)
+
+
+def _classes(problem: _Problem, class_width: int):
+    """The items grouped into classes of `class_width` tokens, ``ceil(l /
+    class_width)``, each at the longest length it holds (so that its
+    patterns are real ones): (the classes' `_Problem`, class of each item)."""
+    labels = -(-problem.lengths // class_width)
+    _, class_of = np.unique(labels, return_inverse=True)
+    class_lengths = np.zeros(class_of.max() + 1, dtype=np.int64)
+    np.maximum.at(class_lengths, class_of, problem.lengths)
+    class_demand = np.bincount(class_of, weights=problem.demand).astype(np.int64)
+    return _Problem(class_lengths, class_demand, problem.capacity, problem.width), class_of
+
+
+def _class_widths(item_lengths, capacity):
+    """Class widths of the levels before the real lengths: powers of two from
+    about capacity / `FIRST_CLASSES`, each `CLASS_FACTOR` times narrower,
+    kept while the classes are fewer than `LEVEL_SHARE` of the lengths."""
+    widths = []
+    width = 1 << max(0, int(math.ceil(math.log2(max(capacity / FIRST_CLASSES, 1)))))
+    while width > 1:
+        if np.unique(-(-item_lengths // width)).size <= LEVEL_SHARE * item_lengths.size:
+            widths.append(width)
+        width //= CLASS_FACTOR
+    return widths
+
+
+def _lift_patterns(patterns, from_lengths, to_lengths):
+    """Patterns over items `from_lengths` (padded with their count) as
+    patterns over `to_lengths`: each item becomes the longest of these no
+    longer than it (so every pattern still fits)."""
+    index = np.searchsorted(to_lengths, from_lengths, side="right") - 1
+    index = np.append(index, to_lengths.size)
+    lifted = np.sort(index[patterns], axis=1)
+    lifted[lifted < 0] = to_lengths.size
+    lifted = np.sort(lifted, axis=1)
+    lifted = lifted[lifted[:, 0] < to_lengths.size]
+    return np.unique(lifted, axis=0).astype(np.int32) if len(lifted) else lifted.astype(np.int32)
+
+
+@dataclasses.dataclass
+class _Level:
+    """The LP the plan is rounded from: of the real lengths, or of length
+    classes (`class_of` the class of each real item) when those were
+    certified; `bound` is a lower bound for the real histogram."""
+
+    problem: _Problem
+    lp: _LP
+    bound: float
+    class_of: np.ndarray | None = None
+
+
+def _duals_below(level: _Problem, lp: _LP, lengths: np.ndarray) -> np.ndarray:
+    """Dual-feasible duals for `lengths` from a level of classes: each length
+    takes the dual of the longest class (at its longest length) no longer
+    than itself, 0 below the first. Any pattern of these lengths becomes a
+    pattern of those classes no longer than it, worth at most 1: so ``h.y``
+    is a lower bound for `lengths`, with no pricing (the rounded-down
+    relaxation's bound, from the rounded-up LP's duals)."""
+    below = np.searchsorted(level.lengths, lengths, side="right") - 1
+    return np.where(below >= 0, lp.duals[below.clip(0)], 0.0)
+
+
+def _solve_lp_levels(problem: _Problem, seeds, search: _Search, *,
+                     tolerance) -> _Level:
+    """The LP of the whole histogram: column generation on levels of length
+    classes (`_class_widths`), then on the real lengths, each level started
+    from the patterns the last one used and its duals (`_duals_below`).
+
+    Each level's duals give a bound for the real lengths (`_duals_below`).
+    Where the real lengths are many (over `CLASS_PLAN_ITEMS`), a level of
+    classes is planned instead of going further when its LP is within
+    `CLASS_PLAN_TOLERANCE` of that bound: a plan of classes is a plan of
+    real sequences (a class is at its longest length).
+    """
+    real_duals, real_bound = _trivial_duals(problem)
+    proven = [real_bound]  # what a level reports: the bound for the real lengths
+    level_search = dataclasses.replace(
+        search, report=lambda phase, packs, _: search.report(phase, packs, proven[0]))
+    previous = None  # (the level's problem, its LP, class of each item)
+    for class_width in _class_widths(problem.lengths, problem.capacity):
+        if search.deadline.passed():
+            break
+        level, class_of = _classes(problem, class_width)
+        level_seeds, center = np.zeros((0, problem.width), dtype=np.int32), None
+        if previous is not None:
+            used = previous[1].patterns[previous[1].x > 0]
+            level_seeds = _lift_patterns(used, previous[0].lengths, level.lengths)
+            center = _duals_below(previous[0], previous[1], level.lengths)
+        lp = _column_generation(
+            level, level_seeds, level_search, tolerance=LEVEL_TOLERANCE, center=center,
+            slack=LEVEL_SLACK, phase=f"LP of {level.lengths.size:,} length classes")
+        if not len(lp.x):
+            break
+        previous = level, lp, class_of
+        duals = _duals_below(level, lp, problem.lengths)
+        if problem.demand @ duals > real_bound:
+            real_duals, real_bound = duals, float(problem.demand @ duals)
+            proven[0] = real_bound
+        search.report(f"LP of {level.lengths.size:,} length classes", lp.objective,
+                      real_bound)
+        if lp.stopped or (problem.lengths.size > CLASS_PLAN_ITEMS and
+                          lp.objective <= real_bound * (1 + CLASS_PLAN_TOLERANCE)):
+            return _Level(level, lp, real_bound, class_of)
+    if search.deadline.passed() and previous is not None:
+        return _Level(previous[0], previous[1], real_bound, previous[2])
+    level_seeds = seeds
+    if previous is not None:
+        used = previous[1].patterns[previous[1].x > 0]
+        lifted = _lift_patterns(used, previous[0].lengths, problem.lengths)
+        level_seeds = np.concatenate([lifted, seeds]) if len(seeds) else lifted
+    lp = _column_generation(problem, level_seeds, search, tolerance=tolerance,
+                            center=real_duals, phase="LP")
+    return _Level(problem, lp, max(real_bound, lp.bound))
+
+
+def class_bound(histogram: np.ndarray, max_sequence_length: int,
+                max_sequences_per_pack: int, deadline: Deadline = NO_DEADLINE) -> float:
+    """A lower bound on the packs in a fraction of a second: the LP of the
+    first level of length classes (about `FIRST_CLASSES`; the lengths
+    themselves when they are few), its duals given to the real lengths
+    (`_duals_below`); at least the token and count bounds. `pack_histogram`
+    tries exact-fill rows only when this leaves the token bound in reach."""
+    histogram = np.asarray(histogram, dtype=np.int64)
+    item_lengths = np.flatnonzero(histogram) + 1
+    if item_lengths.size == 0:
+        return 0.0
+    demand = histogram[item_lengths - 1]
+    width = int(min(max_sequences_per_pack, max_sequence_length // item_lengths[0]))
+    if width == 1:
+        return float(demand.sum())
+    problem = _Problem(item_lengths, demand, max_sequence_length, width)
+    _, bound = _trivial_duals(problem)
+    widths = _class_widths(item_lengths, max_sequence_length)
+    level, _ = _classes(problem, widths[0]) if widths else (problem, None)
+    lp = _column_generation(level, np.zeros((0, width), dtype=np.int32),
+                            _Search(deadline=deadline), tolerance=LEVEL_TOLERANCE,
+                            slack=LEVEL_SLACK, phase="bound")
+    return max(bound, float(demand @ _duals_below(level, lp, item_lengths)))
+
+
+def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
+    """The cutting-stock LP of one histogram, solved to optimality (for
+    callers wanting the LP itself). Returns (patterns, x, bound, duals)."""
+    solved = _column_generation(_Problem(item_lengths, demand, capacity, width), seeds,
+                                _Search(max_iterations=max_iterations), tolerance=0.0,
+                                phase="LP")
+    return solved.patterns, solved.x, solved.bound, solved.duals
+
+
+def _refine(class_pairs, class_of: np.ndarray, item_lengths: np.ndarray,
+            demand: np.ndarray, class_lengths: np.ndarray):
+    """Real (strategy, count) pairs from a plan of classes (strategies of
+    class lengths, each a class's longest length): each slot of class c, in
+    plan order, takes the next sequence of class c, shortest first; it is
+    no longer than the slot. The plan must hold each class's sequences."""
+    if not class_pairs:
+        return []
+    depth = max(len(strategy) for strategy, _ in class_pairs)
+    strategies = np.zeros((len(class_pairs), depth), dtype=np.int64)
+    for row, (strategy, _) in enumerate(class_pairs):
+        strategies[row, :len(strategy)] = strategy
+    packs = np.repeat(strategies, [count for _, count in class_pairs], axis=0)
+    slots = packs.ravel()
+    filled = np.flatnonzero(slots)
+    slot_class = np.searchsorted(class_lengths, slots[filled])
+    if class_lengths.size < 1 << 15:
+        slot_class = slot_class.astype(np.int16)  # a stable sort is a radix sort
+    if not np.array_equal(np.bincount(slot_class, minlength=class_lengths.size),
+                          np.bincount(class_of, weights=demand,
+                                      minlength=class_lengths.size)):
+        raise AssertionError("the plan of classes does not hold the histogram's sequences")
+    # Slots sorted by class, sequences sorted by length (so by class): the
+    # i-th of each meet.
+    order = filled[np.argsort(slot_class, kind="stable")]
+    rows = np.zeros(slots.size, dtype=np.int64)
+    rows[order] = np.repeat(item_lengths, demand)
+    return strategy_counts_of_rows(rows.reshape(packs.shape))
 
 
 def _unplaced(demand: np.ndarray, slots: np.ndarray) -> np.ndarray:
@@ -503,14 +920,16 @@ def enumerate_patterns(weights: np.ndarray, capacity: int, max_items: int,
 
 
 def _solve_integer_master(patterns: np.ndarray, demand: np.ndarray, *,
-                          node_limit: int, target: float | None = None):
+                          node_limit: int, target: float | None = None,
+                          time_limit: float = _INTEGER_SAFETY_SECONDS):
     """Integer master: fewest packs of `patterns` (plus the substitution
     columns) that hold `demand`.
 
     HiGHS branch-and-cut; returns the integer number of packs per pattern,
     or None when HiGHS found no solution within `node_limit`
     branch-and-bound nodes. A node limit, unlike a time limit, gives the
-    same plan on a busy machine as on an idle one.
+    same plan on a busy machine as on an idle one; `time_limit` is a guard
+    (and the caller's deadline).
     """
     num_items = demand.size
     num_patterns = len(patterns)
@@ -529,7 +948,7 @@ def _solve_integer_master(patterns: np.ndarray, demand: np.ndarray, *,
         constraints=scipy.optimize.LinearConstraint(columns, lb=demand, ub=np.inf),
         integrality=np.ones(cost.size),
         bounds=scipy.optimize.Bounds(0, np.inf),
-        options={"node_limit": node_limit, "time_limit": _INTEGER_SAFETY_SECONDS,
+        options={"node_limit": node_limit, "time_limit": time_limit,
                  **({} if target is None else {"mip_rel_gap": 0.5 / (target + 1)})})
     if result.x is None:
         return None
@@ -610,9 +1029,30 @@ def _fill_packs(patterns: np.ndarray, counts: np.ndarray, item_lengths: np.ndarr
     return strategies
 
 
+class Solution(NamedTuple):
+    """What `pack_optimal` found.
+
+    Attributes:
+      pairs: list of (strategy, count), the plan; None when the deadline
+        came before any of it (the caller keeps its own).
+      lp_lower_bound: float, a lower bound on the number of packs: the LP
+        optimum's when column generation converged, else the best bound its
+        duals proved (within `LP_TOLERANCE` of the LP's objective, or less
+        close when the deadline stopped it).
+      stopped: whether the deadline stopped the search (the plan is then the
+        rounding so far, its rest packed by best-fit decreasing).
+    """
+
+    pairs: list | None
+    lp_lower_bound: float
+    stopped: bool = False
+
+
 def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
                  max_sequences_per_pack: int, *, initial_strategies=(),
-                 max_iterations: int = 1000, integer_node_limit: int = 50):
+                 max_iterations: int = 1000, integer_node_limit: int = 50,
+                 deadline: Deadline = NO_DEADLINE,
+                 report: Report | None = None) -> Solution:
     """Near-optimal packing by column generation plus rounding and repair.
 
     Args:
@@ -625,12 +1065,13 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
       max_iterations: int, cap on column-generation rounds per LP solve.
       integer_node_limit: int, branch-and-bound nodes HiGHS may explore in
         each integer master.
+      deadline: `Deadline`: when it passes, the search stops and the rest of
+        the sequences are packed by best-fit decreasing.
+      report: optional ``report(phase, packs, bound)``, called after each
+        round of column generation and of rounding.
 
     Returns:
-      A tuple (pairs, lp_lower_bound):
-        pairs: list of (strategy, count).
-        lp_lower_bound: float, a lower bound on the number of packs: the LP
-          optimum on the whole histogram when column generation converged.
+      `Solution`.
 
     Note:
       See the module docstring for the method. Time on the Wikipedia-512
@@ -641,14 +1082,16 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
     max_len = max_sequence_length
     item_lengths = np.flatnonzero(histogram) + 1  # [n], increasing
     if item_lengths.size == 0:
-        return [], 0.0
+        return Solution([], 0.0)
     demand = histogram[item_lengths - 1]
     num_items = item_lengths.size
     # More items than the shortest length allows cannot fit in any pack.
     width = int(min(max_sequences_per_pack, max_len // item_lengths[0]))
     if width == 1:
-        return ([((int(length),), int(count)) for length, count
-                 in zip(item_lengths, demand)], float(demand.sum()))
+        return Solution([((int(length),), int(count)) for length, count
+                         in zip(item_lengths, demand)], float(demand.sum()))
+    search = _Search(max_iterations, deadline, report or _no_report)
+    problem = _Problem(item_lengths, demand, max_len, width)
 
     # Item index of each length; max_len + 1 pads a strategy (no item).
     row_of_length = np.full(max_len + 2, num_items)
@@ -659,31 +1102,49 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         seeds[row, :len(strategy)] = strategy
     seeds = np.sort(row_of_length[seeds], axis=1).astype(np.int32)
 
+    # The LP may take LP_SHARE of the time left: rounding needs the rest
+    # (the residual's LPs are small; best-fit decreasing packs a residual
+    # much worse where the cap binds).
+    lp_deadline = deadline if deadline.at is None else Deadline(
+        clock() + LP_SHARE * deadline.left())
+    level = _solve_lp_levels(problem, seeds,
+                             dataclasses.replace(search, deadline=lp_deadline),
+                             tolerance=LP_TOLERANCE)
+    if not len(level.lp.x):
+        return Solution(None, level.bound, True)  # the caller's plan stands
+    pairs, stopped = _round(level.problem, level.lp, search, level.bound,
+                            integer_node_limit)
+    if level.class_of is not None:
+        pairs = _refine(pairs, level.class_of, item_lengths, demand,
+                        level.problem.lengths)
+    return Solution(pairs, level.bound, stopped or level.lp.stopped)
+
+
+def _round(problem: _Problem, lp: _LP, search: _Search, bound: float,
+           integer_node_limit: int):
+    """Whole packs from the LP of `problem`: (pairs of strategies of its
+    lengths, whether the deadline stopped it). See the module docstring."""
+    item_lengths, demand, num_items = problem.lengths, problem.demand, problem.lengths.size
+    max_len = problem.capacity
     remaining = demand.copy()
     chosen_patterns, chosen_counts = [], []
-    lp_lower_bound = None
     small = None  # the first residual small enough for the integer master
-    while remaining.any():
+    stopped = False
+    active = np.arange(num_items)
+    while remaining.any() and len(lp.x):
         # Each round solves the LP of the sequences still unplaced, over the
         # lengths they have: a small model, started from the patterns the
         # last round used (a warm re-solve of the whole model would pivot
         # through hundreds of rows whose demand is now zero).
-        active = np.flatnonzero(remaining)
-        could_be_small = (small is None and remaining.sum() <= SMALL_PROBLEM_SEQUENCES
-                          and active.size <= INTEGER_MASTER_ITEMS)
-        patterns, x, bound, duals = _solve_lp(
-            item_lengths[active], remaining[active], max_len, width,
-            _restrict(seeds, active, num_items), max_iterations,
-            want_bound=lp_lower_bound is None or could_be_small)
-        if lp_lower_bound is None:
-            lp_lower_bound = bound
-        if could_be_small:
+        patterns, x = lp.patterns, lp.x
+        if small is None and not stopped and remaining.sum() <= SMALL_PROBLEM_SEQUENCES \
+                and active.size <= INTEGER_MASTER_ITEMS:
             small = _SmallResidual(len(chosen_counts), active, remaining[active],
-                                   patterns, bound, duals)
+                                   patterns, lp.bound, lp.duals)
         whole = np.floor(x + 1e-9).astype(np.int64)
         if len(chosen_counts) == 0:
             whole = np.maximum(whole - RESIDUAL_MARGIN, 0)
-        if not whole.any():
+        if not whole.any() and not stopped:
             # Dive: one pack of each pattern used at least DIVE_THRESHOLD
             # (at least of the most used one), then solve again; one at a
             # time once few sequences are left.
@@ -702,8 +1163,28 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         slots = np.zeros(num_items + 1, dtype=np.int64)
         np.add.at(slots, taken, whole[used, None])
         remaining = _unplaced(remaining, slots[:num_items])
+        packs = sum(int(counts.sum()) for counts in chosen_counts)
+        if not remaining.any():
+            break
+        if stopped or search.deadline.passed():
+            stopped = True
+            break
+        search.report("rounding", packs + float(x.sum() - whole.sum()), bound)
+        active = np.flatnonzero(remaining)
+        residual_search = dataclasses.replace(
+            search, report=lambda phase, objective, _, packs=packs: search.report(
+                phase, packs + objective, bound))
+        # A small residual's LP is solved to the end: its patterns and bound
+        # decide the last packs (diving, the integer master), and it is cheap.
+        converge = remaining.sum() <= SMALL_PROBLEM_SEQUENCES
+        lp = _column_generation(problem.restricted(active, remaining[active]),
+                                _restrict(seeds, active, num_items), residual_search,
+                                tolerance=0.0 if converge else RESIDUAL_LP_TOLERANCE,
+                                slack=0.0 if converge else LEVEL_SLACK,
+                                phase="rounding")
+        stopped = stopped or lp.stopped
 
-    if small is not None:
+    if small is not None and not stopped:
         # Diving ended above the bound: the integer master over the small
         # residual may do better (for a small histogram, that residual is the
         # whole problem, and the result optimal).
@@ -711,16 +1192,25 @@ def pack_optimal(histogram: np.ndarray, max_sequence_length: int,
         kept_packs = sum(int(counts.sum()) for counts in chosen_counts[:kept])
         dived = sum(int(counts.sum()) for counts in chosen_counts) - kept_packs
         if dived > np.ceil(small.bound - 1e-6):
-            whole, patterns = _integer_residual(item_lengths, small, max_len, width,
-                                                dived - 1, integer_node_limit)
+            search.report("integer master", kept_packs + dived, bound)
+            whole, patterns = _integer_residual(item_lengths, small, max_len,
+                                                problem.width, dived - 1,
+                                                integer_node_limit, search.deadline)
             if whole is not None:
                 used = np.flatnonzero(whole)
                 chosen_patterns[kept:] = [_to_items(patterns[used], small.items,
                                                     num_items)]
                 chosen_counts[kept:] = [whole[used]]
-    pairs = _fill_packs(np.concatenate(chosen_patterns), np.concatenate(chosen_counts),
-                        item_lengths, demand)
-    return pairs, lp_lower_bound
+    pairs = []
+    if chosen_patterns:
+        pairs = _fill_packs(np.concatenate(chosen_patterns), np.concatenate(chosen_counts),
+                            item_lengths, demand - remaining)
+    if remaining.any():
+        # The deadline stopped rounding: the rest by best-fit decreasing.
+        rest = np.zeros(max_len, dtype=np.int64)
+        rest[item_lengths - 1] = remaining
+        pairs += heuristics.pack_fit_decreasing(rest, max_len, problem.width, fit="best")
+    return pairs, stopped
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -732,8 +1222,8 @@ class _SmallResidual:
       items: [k] the item indices it has sequences of.
       demand: [k] its sequences of each.
       patterns: [m, width] the LP's patterns (indices into `items`).
-      bound: the LP's lower bound on its packs.
-      duals: [k] the LP's duals.
+      bound: the LP's lower bound on its packs (h.duals).
+      duals: [k] the LP's dual-feasible duals (no pattern worth more than 1).
     """
 
     rounds_before: int
@@ -745,7 +1235,7 @@ class _SmallResidual:
 
 
 def _integer_residual(item_lengths, residual: _SmallResidual, capacity, width,
-                      most_packs, node_limit):
+                      most_packs, node_limit, deadline: Deadline = NO_DEADLINE):
     """At most `most_packs` packs for a small residual by the integer master,
     or (None, None); the patterns are indices into ``residual.items``.
 
@@ -763,8 +1253,12 @@ def _integer_residual(item_lengths, residual: _SmallResidual, capacity, width,
              <= most_packs - residual.bound + 1e-6)
     if cheap.sum() > INTEGER_MASTER_PATTERNS:
         return None, None
+    time_limit = min(_INTEGER_SAFETY_SECONDS, deadline.left())
+    if time_limit <= 0:
+        return None, None
     whole = _solve_integer_master(candidates[cheap], residual.demand, node_limit=node_limit,
-                                  target=np.ceil(residual.bound - 1e-6))
+                                  target=np.ceil(residual.bound - 1e-6),
+                                  time_limit=time_limit)
     if whole is None or whole.sum() > most_packs:
         return None, None
     return whole, candidates[cheap]

@@ -45,6 +45,20 @@ def strategy_counts_of_rows(rows: np.ndarray,
         shifts = np.uint64(16) * np.arange(rows.shape[1] - 1, -1, -1, dtype=np.uint64)
         keys = (rows.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
         _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    elif rows.max() < 1 << 16:
+        # A 64-bit key per 4 lengths, sorted as tuples of keys (np.unique
+        # over rows sorts byte strings, several times slower).
+        padded = np.pad(rows, ((0, 0), (0, -rows.shape[1] % 4))).astype(np.uint64)
+        shifts = np.uint64(16) * np.arange(3, -1, -1, dtype=np.uint64)
+        keys = np.stack([(padded[:, j:j + 4] << shifts).sum(axis=1, dtype=np.uint64)
+                         for j in range(0, padded.shape[1], 4)], axis=1)
+        order = np.lexsort(keys.T[::-1])
+        ordered = keys[order]
+        starts = np.ones(len(rows), dtype=bool)
+        starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+        first = order[starts]
+        inverse = np.empty(len(rows), dtype=np.int64)
+        inverse[order] = np.cumsum(starts) - 1
     else:
         _, first, inverse = np.unique(rows, axis=0, return_index=True,
                                       return_inverse=True)
@@ -92,13 +106,17 @@ class PackingPlan:
         longest first.
       counts: tuple of int, ``counts[j]`` = number of packs built with
         ``strategies[j]``.
-      lp_lower_bound: float or None, optimum of the linear-programming
-        relaxation (fractional packs) where the algorithm computed one; where
-        ``optimal`` returned a certified shortcut's plan, the bound it was
-        certified against (the token bound, or the LP of a rounded-down
-        relaxation), never above that optimum; else None. No plan can use
-        fewer than ``ceil(lp_lower_bound)`` packs.
+      lp_lower_bound: float or None, a proven lower bound on the packs of
+        any plan, where the algorithm computed one (``optimal``): the
+        optimum of the linear-programming relaxation (fractional packs) when
+        column generation converged, else the bound its duals proved (at
+        most the LP optimum, within 0.01 % of it unless the time limit came
+        first); for exact-fill rows, the token bound; else None. No plan can
+        use fewer than ``ceil(lp_lower_bound)`` packs.
       solve_time_seconds: float, wall time the algorithm took.
+      time_limit_reached: bool, whether ``optimal``'s time limit stopped the
+        search (the plan is then the best found so far; `certified_gap` says
+        how good it is).
     """
 
     algorithm: str
@@ -109,6 +127,7 @@ class PackingPlan:
     counts: tuple[int, ...]
     lp_lower_bound: float | None = None
     solve_time_seconds: float = 0.0
+    time_limit_reached: bool = False
 
     def __post_init__(self):
         max_len = self.max_sequence_length
@@ -153,7 +172,8 @@ class PackingPlan:
     @classmethod
     def from_strategy_counts(cls, strategy_counts, *, algorithm, histogram,
                              max_sequence_length, max_sequences_per_pack,
-                             lp_lower_bound=None, solve_time_seconds=0.0):
+                             lp_lower_bound=None, solve_time_seconds=0.0,
+                             time_limit_reached=False):
         """Builds a canonical plan from (strategy, count) pairs.
 
         Strategies are sorted longest first, equal strategies merged, zero
@@ -171,6 +191,7 @@ class PackingPlan:
             counts=tuple(count for _, count in ordered),
             lp_lower_bound=None if lp_lower_bound is None else float(lp_lower_bound),
             solve_time_seconds=float(solve_time_seconds),
+            time_limit_reached=bool(time_limit_reached),
         )
 
     # ------------------------------------------------------------------ arrays
@@ -254,6 +275,24 @@ class PackingPlan:
         return max(self.token_lower_bound, math.ceil(self.lp_lower_bound - 1e-6))
 
     @property
+    def certified_gap(self) -> float | None:
+        """How far above the optimum the plan can be, as a fraction: packs
+        over ``lp_lower_bound_packs``, less 1 (0.0: proven optimal); None
+        without a bound."""
+        bound = self.lp_lower_bound_packs
+        if bound is None:
+            return None
+        return self.num_packs / bound - 1 if bound else 0.0
+
+    @property
+    def proven_optimal(self) -> bool | None:
+        """Whether the plan is proven optimal: its packs equal the bound
+        rounded up (None without a bound; False means not proven, not that
+        a better plan exists)."""
+        bound = self.lp_lower_bound_packs
+        return None if bound is None else self.num_packs <= bound
+
+    @property
     def max_depth_used(self) -> int:
         """The most sequences any pack of the plan holds."""
         return max((len(s) for s in self.strategies), default=0)
@@ -276,7 +315,10 @@ class PackingPlan:
             "token_lower_bound": self.token_lower_bound,
             "lp_lower_bound": self.lp_lower_bound,
             "lp_lower_bound_packs": self.lp_lower_bound_packs,
+            "certified_gap": self.certified_gap,
+            "proven_optimal": self.proven_optimal,
             "solve_time_seconds": self.solve_time_seconds,
+            "time_limit_reached": self.time_limit_reached,
         }
 
     # -------------------------------------------------------------------- JSON
@@ -293,6 +335,7 @@ class PackingPlan:
             "max_sequences_per_pack": self.max_sequences_per_pack,
             "lp_lower_bound": self.lp_lower_bound,
             "solve_time_seconds": self.solve_time_seconds,
+            "time_limit_reached": self.time_limit_reached,
             "histogram": list(self.histogram),
             "strategies": [list(s) for s in self.strategies],
             "counts": list(self.counts),
@@ -331,4 +374,6 @@ class PackingPlan:
             counts=tuple(int(c) for c in document["counts"]),
             lp_lower_bound=document["lp_lower_bound"],
             solve_time_seconds=float(document["solve_time_seconds"]),
+            # A plan file without the key was not stopped by a time limit.
+            time_limit_reached=bool(document.get("time_limit_reached", False)),
         )

@@ -42,3 +42,26 @@ def format_plan_table(plans: Sequence[PackingPlan],
         if index == 0:
             lines.append("  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def describe_certificate(plan: PackingPlan) -> str:
+    """One line on how good a plan is proven to be: its packs, the bound,
+    the gap, and whether the time limit stopped the search.
+
+    >>> from packed_bert_tf.packing import pack_histogram
+    >>> describe_certificate(pack_histogram([0, 2, 1, 1], 4, 2))
+    'optimal: 3 packs, proven optimal (lower bound 3 packs)'
+    """
+    bound = plan.lp_lower_bound_packs
+    if bound is None:
+        text = f"{plan.algorithm}: {plan.num_packs:,} packs, no lower bound"
+    elif plan.proven_optimal:
+        text = (f"{plan.algorithm}: {plan.num_packs:,} packs, proven optimal "
+                f"(lower bound {bound:,} packs)")
+    else:
+        text = (f"{plan.algorithm}: {plan.num_packs:,} packs, at most "
+                f"{100 * plan.certified_gap:.4f} % above the optimum (lower bound "
+                f"{bound:,} packs)")
+    if plan.time_limit_reached:
+        text += f"; the time limit stopped the search after {plan.solve_time_seconds:.1f} s"
+    return text

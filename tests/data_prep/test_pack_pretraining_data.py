@@ -432,12 +432,12 @@ def test_transform_in_a_test_pipeline(tmp_path, unpacked_files):
 #: sha256 of the two shards that --packing_scope=global writes of `unpacked_files`
 #: (900 generated sequences): the packer's bytes, pinned. (Scope "groups"
 #: groups the files by the machine's cores, so its bytes are not fixed.)
-GLOBAL_SHARD_DIGESTS = ["11ffd8f4489db56e3a1c9f96cd14b66254d184eaf7b9c7f9b70551555a6b954f",
-                        "ac4320ced1d448035c1e60055cab8af864de989ab4f9f6a9a9eafdac9b882597"]
+GLOBAL_SHARD_DIGESTS = ["403248631c8fde587393c6d71f765e9473793b747ddbd5dcce513cef1b3554d7",
+                        "2214faff589be812ec5e2c2968b3b9533fdec7a3282de228219b67a48225e1c5"]
 #: The same for the masked-LM overflow of `test_sequences_replanned_...`
 #: (either scope: one input file).
-OVERFLOW_SHARD_DIGESTS = ["6e78e53845cd8614a9f98ed951eeda21180bcde88bb4767484cae2fc98e050ce",
-                          "e0f1ff519287000b7c407a2de7d20eb8c29f8d1a2971be12035c29bcc261d473"]
+OVERFLOW_SHARD_DIGESTS = ["d110956311a0ec344fb59f0a4a9281f47f015e4f2d28bf05dc145d071263e9a4",
+                          "7618783ec554efbfd2a15474812aa34db2ca31a281d12bf538086c9a8ca6ae19"]
 
 
 def _shard_digests(folder):

@@ -16,6 +16,7 @@ BAD_FLAGS = [
     (["--max_sequences_per_pack=0"], "max_sequences_per_pack must be an integer >= 1"),
     (["--max_seq_length=10"], "sequences longer than max_sequence_length=10"),
     (["--max_sequence_length=10"], "sequences longer than max_sequence_length=10"),
+    (["--time_limit=-1"], "flag --time_limit=-1: -1.0 is not a non-negative number"),
 ]
 
 
@@ -54,6 +55,8 @@ def runs(tmp_path_factory):
             case(f"bad_{index}", "--histogram={histogram}", "--plot={folder}/out.png", *flags)
     case("no_histogram")
     case("by_name", "--histogram=squad_1_1_384", "--algorithms=optimal")
+    case("no_time", "--histogram=squad_1_1_384", "--algorithms=optimal",
+         "--max_sequences_per_pack=3", "--time_limit=0")
     return {name: (folder, run_main("data_prep.packing_report", *flags, cwd=folder))
             for name, (folder, flags) in cases.items()}
 
@@ -126,3 +129,33 @@ def test_the_papers_histograms_are_found_by_name(runs):
         "squad_1_1_384 (the paper's, installed with packed_bert_tf): 88,641 sequences, "
         "15,249,479 tokens; max 384 tokens and 3 sequences per pack")
     assert "optimal    40,195" in result.stdout
+    assert "optimal: 40,195 packs, proven optimal (lower bound 40,195 packs)" in result.stdout
+
+
+def test_the_time_limit_returns_the_best_plan_so_far_with_its_gap(runs):
+    # No time at all: the best-fit decreasing seed, with the count and token
+    # bounds, and the gap they prove.
+    _, result = runs["no_time"]
+    assert result.returncode == 0, result.stderr
+    assert "optimal    40,631" in result.stdout
+    assert ("optimal: 40,631 packs, at most 2.3116 % above the optimum (lower bound "
+            "39,713 packs); the time limit stopped the search after") in result.stdout
+
+
+def test_the_optimal_plans_progress_shows_the_phase_and_the_gap():
+    import io
+
+    from data_prep.packing_report import _PlanProgress
+
+    stream, now = io.StringIO(), [0.0]
+    progress = _PlanProgress("optimal plan", stream=stream, terminal=False, interval=5,
+                             clock=lambda: now[0])
+    progress.report("best-fit decreasing", 334_358, None)
+    now[0] = 6.0
+    progress.report("LP of 1,023 length classes", 278_549.6, 278_385.1)
+    now[0] = 12.0
+    progress.report("rounding", 278_466.0, 278_451.3)
+    assert stream.getvalue().splitlines() == [
+        "optimal plan: LP of 1,023 length classes, 278,550 packs, 0.059 % above the "
+        "bound 278,385.1, 6 s",
+        "optimal plan: rounding, 278,466 packs, 0.005 % above the bound 278,451.3, 12 s"]

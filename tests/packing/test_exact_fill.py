@@ -149,9 +149,10 @@ def test_optimal_returns_a_certified_exact_fill_plan(few_lengths_suffice):
     assert plan.lp_lower_bound == pytest.approx(token_bound, abs=1e-9)
     assert plan.num_packs <= token_bound * (1 + 5e-4)
     # Column generation would have found fewer packs here: the shortcut is a
-    # different plan, within the gap.
+    # different plan, within the gap. (Column generation's bound is at least
+    # the token bound; it stops within 0.01 % of the LP, here at that bound.)
     slow = pack_histogram(histogram, 256, 4, certified_gap=None)
-    assert slow.lp_lower_bound > token_bound
+    assert slow.lp_lower_bound >= token_bound
     assert slow.num_packs < plan.num_packs
     assert plan.num_packs <= slow.lp_lower_bound * (1 + 5e-4)
 
