@@ -399,7 +399,9 @@ def run_mixes() -> list[dict]:
                            wall=plan.solve_time_seconds, target=target,
                            optimal=plan.proven_optimal,
                            stopped=plan.time_limit_reached)
-                row["met"] = "yes" if (gap <= MIX_GAP and not plan.time_limit_reached
+                # A plan the limit stopped meets the target too when its gap to
+                # the bound proven by then is within it.
+                row["met"] = "yes" if (gap <= MIX_GAP
                                        and plan.solve_time_seconds <= target) else "NO"
                 print(f"{name}, S = {length}, cap {cap}: BFD {bfd.num_packs:,} in "
                       f"{bfd.solve_time_seconds:.3f} s; optimal {plan.num_packs:,}, "
@@ -426,7 +428,8 @@ def mixes_markdown(results) -> str:
              f"(at least {FLAGS.mix_time_floor:g} s: the floor, where best-fit "
              "decreasing takes milliseconds). 'Bound' is the lower bound the plan "
              "proves (the LP optimum, or a bound within 0.01 % of it); the gap is "
-             "to it. 'Stopped' marks a plan the time limit stopped (the best so far).",
+             "to it. 'Stopped' marks a plan the time limit stopped (the best so far, "
+             "which meets the target when its gap is within it).",
              "",
              "| mix | S | cap | lengths present | BFD packs | BFD s | packs | bound | "
              "above bound % | time s | time / BFD | target s | proven optimal | "

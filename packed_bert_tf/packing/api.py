@@ -27,8 +27,9 @@ FINISH_SECONDS_PER_SEQUENCE = 2.5e-7
 
 # Seconds `optimal` searches by default before it returns the best plan
 # found so far (with the bound proven so far). Its plans take well under
-# this: a few seconds on a million sequences at S = 8192, a minute or two at
-# S = 32,768 (BENCHMARKS.md).
+# this: about 2 s on a million sequences at S = 8192 where the cap on
+# sequences binds, one to two minutes where rows fill to the last token with
+# 8 or more sequences each (BENCHMARKS.md, the 'mixes' section).
 DEFAULT_TIME_LIMIT = 300.0
 
 # Residuals of the best exact-fill candidates packed to choose between them.
