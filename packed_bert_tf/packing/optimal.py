@@ -646,9 +646,10 @@ def _column_generation(problem: _Problem, seeds, search: _Search, *, tolerance,
     Starts from a pattern per item and `seeds`; `center` (non-decreasing
     dual-feasible duals, e.g. a coarser level's `_duals_below`) is a first
     bound, kept when better than the token and count bounds. Stops when the
-    master's objective is within `tolerance` of the best bound, when no
+    master's objective is within `tolerance` of the best bound
+    (`_close_enough`; None: never, the LP is solved to the end), when no
     improving pattern is left, after ``search.max_iterations`` rounds or at
-    the deadline (`_close_enough`).
+    the deadline.
     """
     num_items, width, demand = problem.lengths.size, problem.width, problem.demand
     pricer = _Pricer(problem.lengths, problem.capacity, width)
@@ -675,7 +676,8 @@ def _column_generation(problem: _Problem, seeds, search: _Search, *, tolerance,
         if value > 0 and demand @ duals / value > best_bound:
             best_duals, best_bound = duals / value, float(demand @ duals / value)
         search.report(phase, objective, best_bound)
-        if _close_enough(objective, best_bound, tolerance, slack) or not len(new):
+        if not len(new) or (tolerance is not None
+                            and _close_enough(objective, best_bound, tolerance, slack)):
             break
         if search.deadline.passed():
             stopped = True
@@ -1179,9 +1181,8 @@ def _round(problem: _Problem, lp: _LP, search: _Search, bound: float,
         converge = remaining.sum() <= SMALL_PROBLEM_SEQUENCES
         lp = _column_generation(problem.restricted(active, remaining[active]),
                                 _restrict(seeds, active, num_items), residual_search,
-                                tolerance=0.0 if converge else RESIDUAL_LP_TOLERANCE,
-                                slack=0.0 if converge else LEVEL_SLACK,
-                                phase="rounding")
+                                tolerance=None if converge else RESIDUAL_LP_TOLERANCE,
+                                slack=LEVEL_SLACK, phase="rounding")
         stopped = stopped or lp.stopped
 
     if small is not None and not stopped:

@@ -436,8 +436,8 @@ GLOBAL_SHARD_DIGESTS = ["403248631c8fde587393c6d71f765e9473793b747ddbd5dcce513ce
                         "2214faff589be812ec5e2c2968b3b9533fdec7a3282de228219b67a48225e1c5"]
 #: The same for the masked-LM overflow of `test_sequences_replanned_...`
 #: (either scope: one input file).
-OVERFLOW_SHARD_DIGESTS = ["d110956311a0ec344fb59f0a4a9281f47f015e4f2d28bf05dc145d071263e9a4",
-                          "7618783ec554efbfd2a15474812aa34db2ca31a281d12bf538086c9a8ca6ae19"]
+OVERFLOW_SHARD_DIGESTS = ["c263f6b39c167f2e79cf3b80021db834e9bf1137b9ec81f89a9b2165230725bc",
+                          "0415120485dc9312f13261253e11ff5e66e4b06c54667bf919e3b24e97412c03"]
 
 
 def _shard_digests(folder):

@@ -139,3 +139,22 @@ def test_the_8192_token_case_is_planned_within_the_gap_of_its_bound():
     assert not plan.time_limit_reached
     assert plan.num_sequences == counts.sum()
     assert plan.lp_lower_bound <= plan.num_packs <= plan.lp_lower_bound * (1 + 5e-4)
+
+
+def test_a_small_histogram_with_a_loose_cap_is_packed_at_its_bound():
+    # 256 sentences of 4 to 15 tokens, rows of 32, up to 16 a row: the last
+    # residual's LP is solved to the end, so that its patterns let the
+    # integer master reach ceil(bound) = 79 (an LP stopped once its bound
+    # rounded up could not move gave 80).
+    counts = np.zeros(32, dtype=np.int64)
+    counts[3:15] = [6, 16, 23, 21, 32, 25, 26, 18, 24, 32, 25, 8]
+    plan = pack_histogram(counts, 32, 16)
+    assert plan.lp_lower_bound_packs == 79
+    assert plan.num_packs == 79 and plan.proven_optimal
+
+
+def test_the_paper_histograms_are_packed_at_their_bound():
+    wikipedia = histograms.load_histogram("wikipedia_512").counts
+    for cap, packs in ((3, 8_143_829), (4, 8_135_727)):
+        plan = pack_histogram(wikipedia, 512, cap)
+        assert (plan.num_packs, plan.proven_optimal) == (packs, True)
