@@ -189,6 +189,11 @@ def held_until_the_end(context):
     return _Run.stack.enter_context(context)
 
 
+#: Seconds a failing thread waits for an interrupt that may be on its way
+#: (see `one_line_on_interrupt`) before its traceback is printed.
+_INTERRUPT_GRACE_SECONDS = 2.0
+
+
 def one_line_on_interrupt(tool: str):
     """Decorates a tool's ``main``: SIGINT (Ctrl-C) and SIGTERM end it with
     ``TOOL: interrupted by SIG...`` and exit status 128 + the signal, no traceback.
@@ -203,11 +208,13 @@ def one_line_on_interrupt(tool: str):
         @functools.wraps(main)
         def wrapped(argv):
             received = []
+            interrupted = threading.Event()
 
             def interrupt(signum, frame):
                 if received:  # already ending (or the copy sent to the main thread)
                     return
                 received.append(signum)
+                interrupted.set()
                 if _Holding.active:  # a step that must not be cut: after it (`interrupts_held`)
                     _Holding.pending = signum
                     return
@@ -215,6 +222,17 @@ def one_line_on_interrupt(tool: str):
 
             signal.signal(signal.SIGINT, interrupt)
             signal.signal(signal.SIGTERM, interrupt)
+            previous_hook = threading.excepthook
+
+            def quiet_after_an_interrupt(args):
+                # Ctrl-C reaches the tool's subprocesses too (Beam's workers):
+                # a thread watching one fails as it dies, often before the
+                # main thread has taken the signal. Its traceback is the
+                # interrupt's, and the one line says it.
+                if not interrupted.wait(_INTERRUPT_GRACE_SECONDS):
+                    previous_hook(args)
+
+            threading.excepthook = quiet_after_an_interrupt
             try:
                 with signals_reach_the_main_thread(), contextlib.ExitStack() as held:
                     _Run.stack = held
@@ -230,5 +248,8 @@ def one_line_on_interrupt(tool: str):
                 sys.stderr.write(f"{tool}: interrupted by "
                                  f"{signal.Signals(signum).name}; {written}\n")
                 sys.exit(128 + signum)
+            finally:
+                if not interrupted.is_set():  # else threads may still fail as it ends
+                    threading.excepthook = previous_hook
         return wrapped
     return decorate

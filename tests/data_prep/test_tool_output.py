@@ -1,8 +1,10 @@
 """An interrupt while a tool's outputs get their names comes before or after all
-of them (`tool_output.completing`), and the tool's one line says which."""
+of them (`tool_output.completing`), and the tool's one line says which; a
+thread that fails as the interrupt comes prints nothing more."""
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -14,7 +16,9 @@ def handlers():
     saved = {number: signal.getsignal(number) for number in (signal.SIGINT,
                                                              signal.SIGTERM)}
     tool_output._completed.clear()  # what in-process runs of the tools named
+    excepthook = threading.excepthook  # an interrupted tool leaves its own
     yield
+    threading.excepthook = excepthook
     for number, handler in saved.items():
         signal.signal(number, handler)
     tool_output._completed.clear()
@@ -119,3 +123,36 @@ def test_the_tools_lock_goes_when_its_main_ends_however_it_ends(handlers, tmp_pa
     with pytest.raises(SystemExit):
         main(["tool", "fail"])
     assert os.listdir(tmp_path) == []
+
+
+def test_a_thread_that_fails_as_an_interrupt_comes_prints_no_traceback(handlers, capfd):
+    # A thread watching a subprocess that Ctrl-C killed (Beam's workers) fails
+    # before the main thread has taken the signal: its traceback is the
+    # interrupt's, and only the tool's one line is printed.
+    @tool_output.one_line_on_interrupt("tool")
+    def main(argv):
+        failing = threading.Thread(target=lambda: 1 / 0)
+        failing.start()
+        os.kill(os.getpid(), signal.SIGINT)
+        failing.join()
+
+    with pytest.raises(SystemExit):
+        main(["tool"])
+    assert capfd.readouterr().err == "tool: interrupted by SIGINT; nothing written\n"
+
+
+def test_a_thread_that_fails_without_an_interrupt_gets_the_usual_hook(handlers,
+                                                                     monkeypatch):
+    monkeypatch.setattr(tool_output, "_INTERRUPT_GRACE_SECONDS", 0.01)
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+
+    @tool_output.one_line_on_interrupt("tool")
+    def main(argv):
+        failing = threading.Thread(target=lambda: 1 / 0)
+        failing.start()
+        failing.join()
+
+    main(["tool"])
+    assert [failure.exc_type for failure in failures] == [ZeroDivisionError]
+    assert threading.excepthook == failures.append  # put back as the tool ends
