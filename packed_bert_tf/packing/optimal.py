@@ -836,7 +836,7 @@ def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
     """The cutting-stock LP of one histogram, solved to optimality (for
     callers wanting the LP itself). Returns (patterns, x, bound, duals)."""
     solved = _column_generation(_Problem(item_lengths, demand, capacity, width), seeds,
-                                _Search(max_iterations=max_iterations), tolerance=0.0,
+                                _Search(max_iterations=max_iterations), tolerance=None,
                                 phase="LP")
     return solved.patterns, solved.x, solved.bound, solved.duals
 
