@@ -265,27 +265,24 @@ def _plan_optimal(histogram, args, options):
                                           certified_gap)
         if certified is not None:
             return (*certified, deadline.passed())
-    solution = optimal.pack_optimal(histogram, *args, initial_strategies=[
-        strategy for strategy, _ in seed], **search)
-    pairs = solution.pairs
-    if pairs is None or seed_packs < sum(count for _, count in pairs):
-        pairs = seed
-    return pairs, max(solution.lp_lower_bound, trivial_bound), solution.stopped
+    pairs, bound, stopped = _pack_optimal(histogram, args, search, seed)
+    return pairs, max(bound, trivial_bound), stopped
 
 
-def _pack_optimal(histogram, args, search):
-    """Column generation, seeded by best-fit decreasing and never worse than
-    it: (pairs, lower bound, whether the deadline stopped it). `search`:
-    `optimal.pack_optimal`'s options (``deadline`` and ``report`` included)."""
-    warm_start = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
-    report = search.get("report")
-    if report is not None:
-        report("best-fit decreasing", sum(c for _, c in warm_start), None)
+def _pack_optimal(histogram, args, search, seed=None):
+    """Column generation, seeded by best-fit decreasing (``seed``, its pairs,
+    when the caller has them) and never worse than it: (pairs, lower bound,
+    whether the deadline stopped it). `search`: `optimal.pack_optimal`'s
+    options (``deadline`` and ``report`` included)."""
+    if seed is None:
+        seed = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
+        if search.get("report") is not None:
+            search["report"]("best-fit decreasing", sum(c for _, c in seed), None)
     solution = optimal.pack_optimal(
-        histogram, *args, initial_strategies=[s for s, _ in warm_start], **search)
+        histogram, *args, initial_strategies=[s for s, _ in seed], **search)
     pairs = solution.pairs
-    if pairs is None or sum(c for _, c in warm_start) < sum(c for _, c in pairs):
-        pairs = warm_start
+    if pairs is None or sum(c for _, c in seed) < sum(c for _, c in pairs):
+        pairs = seed
     return pairs, solution.lp_lower_bound, solution.stopped
 
 

@@ -832,15 +832,6 @@ def class_bound(histogram: np.ndarray, max_sequence_length: int,
     return max(bound, float(demand @ _duals_below(level, lp, item_lengths)))
 
 
-def _solve_lp(item_lengths, demand, capacity, width, seeds, max_iterations):
-    """The cutting-stock LP of one histogram, solved to optimality (for
-    callers wanting the LP itself). Returns (patterns, x, bound, duals)."""
-    solved = _column_generation(_Problem(item_lengths, demand, capacity, width), seeds,
-                                _Search(max_iterations=max_iterations), tolerance=None,
-                                phase="LP")
-    return solved.patterns, solved.x, solved.bound, solved.duals
-
-
 def _refine(class_pairs, class_of: np.ndarray, item_lengths: np.ndarray,
             demand: np.ndarray, class_lengths: np.ndarray):
     """Real (strategy, count) pairs from a plan of classes (strategies of

@@ -119,10 +119,11 @@ def test_the_bound_never_exceeds_the_lp_optimum(mix):
     if width == 1:
         lp_optimum = histogram.sum()
     else:
-        # Column generation to convergence: the LP optimum.
-        _, _, lp_optimum, _ = optimal._solve_lp(lengths, histogram[lengths - 1],
-                                                max_len, width,
-                                                np.zeros((0, width), np.int32), 1000)
+        # Column generation to convergence (no tolerance): the LP optimum.
+        problem = optimal._Problem(lengths, histogram[lengths - 1], max_len, width)
+        lp_optimum = optimal._column_generation(
+            problem, np.zeros((0, width), np.int32), optimal._Search(),
+            tolerance=None, phase="LP").bound
     assert plan.lp_lower_bound <= lp_optimum + 1e-6
 
 
