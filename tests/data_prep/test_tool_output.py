@@ -125,10 +125,15 @@ def test_the_tools_lock_goes_when_its_main_ends_however_it_ends(handlers, tmp_pa
     assert os.listdir(tmp_path) == []
 
 
-def test_a_thread_that_fails_as_an_interrupt_comes_prints_no_traceback(handlers, capfd):
+def test_a_thread_that_fails_as_an_interrupt_comes_prints_no_traceback(handlers, capfd,
+                                                                        monkeypatch):
     # A thread watching a subprocess that Ctrl-C killed (Beam's workers) fails
     # before the main thread has taken the signal: its traceback is the
-    # interrupt's, and only the tool's one line is printed.
+    # interrupt's, and only the tool's one line is printed (the usual hook,
+    # which would print it, is never called).
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+
     @tool_output.one_line_on_interrupt("tool")
     def main(argv):
         failing = threading.Thread(target=lambda: 1 / 0)
@@ -138,6 +143,7 @@ def test_a_thread_that_fails_as_an_interrupt_comes_prints_no_traceback(handlers,
 
     with pytest.raises(SystemExit):
         main(["tool"])
+    assert failures == []
     assert capfd.readouterr().err == "tool: interrupted by SIGINT; nothing written\n"
 
 
