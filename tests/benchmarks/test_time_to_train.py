@@ -82,9 +82,11 @@ def test_fieller_interval_without_spread_unbounded_and_single(script):
 
 def rows(pairs, *, reached=True):
     """`per_seed` rows: (packed samples, packed seconds) against 10,000 samples
-    and 100 s unpacked."""
+    and 100 s unpacked (MLPerf's samples: the same)."""
     return [dict(seed=seed, reached=reached, unpacked_samples=10000.0,
-                 unpacked_seconds=100.0, packed_samples=samples, packed_seconds=seconds)
+                 unpacked_mlperf_samples=10000.0, unpacked_seconds=100.0,
+                 packed_samples=samples, packed_mlperf_samples=samples,
+                 packed_seconds=seconds)
             for seed, (samples, seconds) in enumerate(pairs)]
 
 
@@ -120,6 +122,96 @@ def test_claims_hold_only_as_the_issue_states(script):
 
 def mllog(key, time_ms, value=None, **metadata):
     return dict(key=key, value=value, time_ms=time_ms, metadata=metadata)
+
+
+def curve(*points):
+    """`mlperf_result`'s evaluations at (samples, accuracy)."""
+    return [dict(samples=samples, accuracy=accuracy) for samples, accuracy in points]
+
+
+def test_samples_to_target_are_interpolated_between_the_evaluations_around_it(script):
+    # Between 2,000 (0.25) and 3,000 (0.5): 0.375 is half way.
+    rising = curve((1000, 0.125), (2000, 0.25), (3000, 0.5), (4000, 0.625))
+    assert script.interpolated_samples(rising, 0.375) == 2500.0
+    # An evaluation exactly at the target is the crossing.
+    assert script.interpolated_samples(rising, 0.5) == 3000.0
+    # A dip: from the last evaluation below the target (0.125 at 2,000), not the
+    # first (0.25 at 1,000, where the curve was still below it too).
+    dipping = curve((1000, 0.25), (2000, 0.125), (3000, 0.625))
+    assert script.interpolated_samples(dipping, 0.375) == 2500.0
+    # Uneven samples, as a packed run's updates end.
+    assert script.interpolated_samples(curve((13040, 0.1), (14043, 0.15)),
+                                       0.12) == pytest.approx(13441.2, rel=1e-12)
+    assert script.interpolated_samples(rising, 0.75) is None
+    assert script.interpolated_samples([], 0.1) is None
+
+
+def test_a_first_evaluation_at_the_target_is_interpolated_from_the_start(script):
+    assert script.START_ACCURACY == 0.0
+    first = curve((1000, 0.5), (2000, 0.625))
+    assert script.interpolated_samples(first, 0.375) == 750.0  # from (0, 0.0)
+    assert script.interpolated_samples(first, 0.375, start_accuracy=0.25) == 500.0
+    assert script.interpolated_samples(first, 0.25, start_accuracy=0.25) == 0.0
+
+
+def run_log(points, *, status="success", seconds=100.0):
+    """A run's MLPerf log lines: evaluations at (samples, accuracy), then run_stop."""
+    lines = [mllog("global_batch_size", 0, 48), mllog("gradient_accumulation_steps", 0, 6),
+             mllog("packing_factor", 0, 1.0), mllog("run_start", 0)]
+    lines += [mllog("eval_accuracy", 10 * samples, accuracy, epoch_num=samples)
+              for samples, accuracy in points]
+    return lines + [mllog("run_stop", 1000 * seconds, status=status)]
+
+
+def test_the_samples_claim_is_judged_on_the_interpolated_samples(script):
+    # Every run reaches the target 0.12 at its third evaluation; the packed
+    # runs' evaluations fall a few samples later (their updates overshoot), so
+    # MLPerf's samples are packed 14,043, 14,035, 14,043 against 14,016.
+    logs = {0: {"unpacked": [(12000, 0.1), (13008, 0.11), (14016, 0.13)],
+                "packed": [(12013, 0.1), (13040, 0.115), (14043, 0.125)]},
+            1: {"unpacked": [(12000, 0.1), (13008, 0.115), (14016, 0.125)],
+                "packed": [(12038, 0.1), (13036, 0.11), (14035, 0.13)]},
+            2: {"unpacked": [(12000, 0.1), (13008, 0.1125), (14016, 0.1225)],
+                "packed": [(12013, 0.1), (13003, 0.11), (14043, 0.13)]}}
+    expected = {0: {"unpacked": 13512.0, "packed": 13541.5},
+                1: {"unpacked": 13512.0, "packed": 13535.5},
+                2: {"unpacked": 13764.0, "packed": 13523.0}}
+    results = {}
+    for seed, arms in logs.items():
+        results[seed] = {}
+        for arm, points in arms.items():
+            result = script.mlperf_result(run_log(points, seconds=80.0 if arm == "packed"
+                                                  else 100.0), [dict(started=0.0,
+                                                                     log_lines=0)])
+            result["interpolated_samples"] = script.interpolated_samples(
+                result["evaluations"], 0.12)
+            assert result["interpolated_samples"] == pytest.approx(expected[seed][arm],
+                                                                   rel=1e-12)
+            results[seed][arm] = result
+    rows = script.per_seed(results)
+    assert [row["packed_mlperf_samples"] for row in rows] == [14043, 14035, 14043]
+    assert [row["unpacked_mlperf_samples"] for row in rows] == [14016] * 3
+    assert [row["packed_samples"] for row in rows] == pytest.approx([13541.5, 13535.5,
+                                                                     13523.0], rel=1e-12)
+    verdict = script.claims(rows, 1.2, 1000)
+    # MLPerf's samples: the interval excludes 1, from the overshoot alone.
+    assert verdict["mlperf_samples"]["ratio"] == pytest.approx(42121 / 42048, rel=1e-12)
+    assert 1 < verdict["mlperf_samples"]["low"] < verdict["mlperf_samples"]["high"] < 1.003
+    # Interpolated: (13541.5 + 13535.5 + 13523) / (13512 + 13512 + 13764).
+    assert verdict["samples"]["ratio"] == pytest.approx(40600 / 40788, rel=1e-12)
+    assert (verdict["samples"]["low"], verdict["samples"]["high"]) == pytest.approx(
+        (0.968017413, 1.024258976), rel=1e-8)
+    assert verdict["samples_met"] and verdict["time_met"]
+    assert verdict["eval_interval_fraction"] == pytest.approx(3000 / 40788, rel=1e-12)
+    # The same rows judged on MLPerf's samples would fail the claim.
+    mlperf_rows = [dict(row, packed_samples=row["packed_mlperf_samples"],
+                        unpacked_samples=row["unpacked_mlperf_samples"]) for row in rows]
+    assert not script.claims(mlperf_rows, 1.2, 1000)["samples_met"]
+    # A run without an evaluation at the target: its seed has not reached it.
+    results[2]["packed"] = dict(results[2]["packed"], status="aborted",
+                                interpolated_samples=None)
+    missed = script.claims(script.per_seed(results), 1.2, 1000)
+    assert (missed["seeds_reached"], missed["samples_met"]) == (2, False)
 
 
 def test_a_resumed_runs_time_leaves_out_the_pause(script):
@@ -235,12 +327,19 @@ def test_per_seed_figures_are_those_of_the_runs_logs(benchmark):
                 (times["run_stop"] - times["run_start"]) / 1000)
             assert lines[-1]["key"] == "run_stop" and run["restarts"] == 0
             assert 0 < run["evaluation_seconds"] < run["seconds"]
+            crossing = run["interpolated_samples"]
+            if run["status"] == "success":  # after the evaluation before the last
+                before = run["evaluations"][-2]["samples"] if len(run["evaluations"]) > 1 else 0
+                assert before < crossing <= run["samples"]
+            else:
+                assert crossing is None
     rows = benchmark["report"]["per_seed"]
     assert [row["seed"] for row in rows] == list(SEEDS)
     for row in rows:
         arms = benchmark["report"]["runs"][str(row["seed"])]
         for arm in ARMS:
-            assert row[f"{arm}_samples"] == arms[arm]["samples"]
+            assert row[f"{arm}_samples"] == arms[arm]["interpolated_samples"]
+            assert row[f"{arm}_mlperf_samples"] == arms[arm]["samples"]
             assert row[f"{arm}_seconds"] == arms[arm]["seconds"]
 
 
@@ -253,9 +352,11 @@ def test_the_claims_are_computed_from_the_seeds(benchmark):
     assert claims["time_bound"] == pytest.approx(1 / (0.9 * packing_factor))
     if rows:
         mean = {f"{arm}_{figure}": sum(r[f"{arm}_{figure}"] for r in rows) / len(rows)
-                for arm in ARMS for figure in ("samples", "seconds")}
+                for arm in ARMS for figure in ("samples", "mlperf_samples", "seconds")}
         assert claims["samples"]["ratio"] == pytest.approx(
             mean["packed_samples"] / mean["unpacked_samples"])
+        assert claims["mlperf_samples"]["ratio"] == pytest.approx(
+            mean["packed_mlperf_samples"] / mean["unpacked_mlperf_samples"])
         assert claims["time"]["ratio"] == pytest.approx(
             mean["packed_seconds"] / mean["unpacked_seconds"])
         assert claims["eval_interval_fraction"] == pytest.approx(
@@ -269,13 +370,21 @@ def test_the_section_and_the_plot_are_written(benchmark):
     assert "Flags in effect: `--bert_config_file=" in text and "--seeds=0,1 " in text
     for seed, arms in benchmark["report"]["runs"].items():
         for arm, run in arms.items():
+            crossing = run["interpolated_samples"]
             assert (f"| {seed} | {arm} | {run['status']} | 0 | "
                     f"{run['micro_batches_per_update']} | {len(run['evaluations'])} | "
-                    f"{run['samples']:,} | {run['seconds']:.1f} | ") in text
+                    f"{run['samples']:,} | "
+                    f"{'-' if crossing is None else f'{crossing:,.0f}'} | "
+                    f"{run['seconds']:.1f} | ") in text
+    assert "| samples at the last evaluation (MLPerf) | samples to target (interpolated) |" \
+        in text
     claims = benchmark["report"]["claims"]
     if claims["samples"] is not None:
-        assert (f"Samples to target, packed / unpacked (ratio of the means, Fieller's "
-                f"interval for paired seeds): **{claims['samples']['ratio']:.4f}**") in text
+        assert (f"Samples to target (interpolated), packed / unpacked (ratio of the means, "
+                f"Fieller's interval for paired seeds): "
+                f"**{claims['samples']['ratio']:.4f}**") in text
+        assert (f"MLPerf's samples, packed / unpacked: "
+                f"**{claims['mlperf_samples']['ratio']:.4f}**") in text
         assert f"Time to target, packed / unpacked: **{claims['time']['ratio']:.4f}**" in text
     assert "![every seed's accuracy against samples and time](time_to_train.png)" in text
     assert (root / "time_to_train.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
