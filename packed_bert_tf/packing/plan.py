@@ -64,19 +64,53 @@ def strategy_counts_of_rows(rows: np.ndarray,
                                       return_inverse=True)
     totals = np.zeros(len(first), dtype=np.int64)
     np.add.at(totals, inverse.ravel(), 1 if counts is None else counts)
-    return [(tuple(length for length in row if length), total)
-            for row, total in zip(rows[first].tolist(), totals.tolist())]
+    # Rows are longest first, so each strategy is a prefix of its row.
+    distinct = rows[first]
+    depths = np.count_nonzero(distinct, axis=1)
+    return [(tuple(row[:depth]), total) for row, depth, total
+            in zip(distinct.tolist(), depths.tolist(), totals.tolist())]
 
 
-def _merged_strategy_counts(strategy_counts):
-    """(strategy, count) pairs with each strategy sorted longest first, equal
-    ones merged, in tuple order. Vectorised: a plan of exact-fill rows has
-    hundreds of thousands of strategies."""
+def rows_of_strategy_counts(strategy_counts, width: int | None = None) -> np.ndarray:
+    """[packs, width] int32 rows of sequence lengths (0 = none), one row per
+    pack of each (strategy, count) pair, in order; `width` defaults to the
+    longest strategy. The inverse of `strategy_counts_of_rows` up to order.
+
+    Raises:
+      ValueError: When a strategy is empty or holds a length below 1.
+    """
+    table = _strategy_table(strategy_counts, width)
+    if table is None:
+        raise ValueError("a strategy is empty or holds a length below 1")
+    rows, counts = table
+    return np.repeat(rows.astype(np.int32), counts, axis=0)
+
+
+def _strategy_table(strategy_counts, width: int | None = None):
+    """([pairs, width] int64 rows of the strategies, 0-padded; [pairs]
+    counts), or None when a strategy is empty or holds a length below 1 (0
+    could not pad it). Vectorised: a plan of exact-fill rows has hundreds of
+    thousands of strategies."""
     depths = np.fromiter((len(strategy) for strategy, _ in strategy_counts),
                          dtype=np.int64, count=len(strategy_counts))
     flat = np.fromiter(itertools.chain.from_iterable(s for s, _ in strategy_counts),
                        dtype=np.int64, count=int(depths.sum()))
-    if not depths.size or not depths.all() or (flat < 1).any():
+    if not depths.all() or (flat < 1).any():
+        return None
+    width = int(depths.max(initial=0)) if width is None else width
+    rows = np.zeros((depths.size, width), dtype=np.int64)
+    rows[np.repeat(np.arange(depths.size), depths),
+         np.arange(flat.size) - np.repeat(np.cumsum(depths) - depths, depths)] = flat
+    counts = np.fromiter((count for _, count in strategy_counts), dtype=np.int64,
+                         count=len(strategy_counts))
+    return rows, counts
+
+
+def _merged_strategy_counts(strategy_counts):
+    """(strategy, count) pairs with each strategy sorted longest first, equal
+    ones merged, in tuple order."""
+    table = _strategy_table(strategy_counts) if strategy_counts else None
+    if table is None:
         # Empty strategies and non-positive lengths (rejected later with the
         # strategy named) cannot use 0 as padding.
         merged: dict[tuple[int, ...], int] = {}
@@ -84,12 +118,7 @@ def _merged_strategy_counts(strategy_counts):
             key = tuple(sorted((int(length) for length in strategy), reverse=True))
             merged[key] = merged.get(key, 0) + count
         return sorted(merged.items())
-    rows = np.zeros((depths.size, int(depths.max())), dtype=np.int64)
-    rows[np.repeat(np.arange(depths.size), depths),
-         np.arange(flat.size) - np.repeat(np.cumsum(depths) - depths, depths)] = flat
-    return strategy_counts_of_rows(rows, np.fromiter(
-        (count for _, count in strategy_counts), dtype=np.int64,
-        count=len(strategy_counts)))
+    return strategy_counts_of_rows(*table)
 
 
 @dataclasses.dataclass(frozen=True)
