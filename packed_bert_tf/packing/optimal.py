@@ -63,8 +63,10 @@ median S / 6, sigma 1). Four things address the cause:
 Where it stays slow: where rows are filled to the last token with many
 sequences each (the LP equals the token bound, D of 8 or more on a long
 tail of short sequences, or lengths uniform over a range), the master is
-primal degenerate and needs many rounds at every level; the time limit
-then decides (BENCHMARKS.md, the 'mixes' section, gives the figures).
+primal degenerate and needs many rounds at every level. There
+`pack_histogram` tries `exchange_fill` first (best-fit decreasing repaired
+by exchanges, certified by the token bound); where that stalls, the time
+limit decides (BENCHMARKS.md, the 'mixes' section, gives the figures).
 
 The fractional solution is then made integral. Whole packs are taken (the
 floor, less one pack of each pattern the first time, so that the residual is
@@ -693,14 +695,20 @@ def _column_generation(problem: _Problem, seeds, search: _Search, *, tolerance,
                stopped=stopped)
 
 
-def _classes(problem: _Problem, class_width: int):
+def _classes(problem: _Problem, class_width: int, at_shortest: bool = False):
     """The items grouped into classes of `class_width` tokens, ``ceil(l /
     class_width)``, each at the longest length it holds (so that its
-    patterns are real ones): (the classes' `_Problem`, class of each item)."""
+    patterns are real ones), or with `at_shortest` at the shortest (so that
+    every real pattern is one of its patterns: its LP is a lower bound):
+    (the classes' `_Problem`, class of each item)."""
     labels = -(-problem.lengths // class_width)
     _, class_of = np.unique(labels, return_inverse=True)
-    class_lengths = np.zeros(class_of.max() + 1, dtype=np.int64)
-    np.maximum.at(class_lengths, class_of, problem.lengths)
+    if at_shortest:
+        class_lengths = np.full(class_of.max() + 1, problem.capacity, dtype=np.int64)
+        np.minimum.at(class_lengths, class_of, problem.lengths)
+    else:
+        class_lengths = np.zeros(class_of.max() + 1, dtype=np.int64)
+        np.maximum.at(class_lengths, class_of, problem.lengths)
     class_demand = np.bincount(class_of, weights=problem.demand).astype(np.int64)
     return _Problem(class_lengths, class_demand, problem.capacity, problem.width), class_of
 
@@ -825,11 +833,24 @@ def class_bound(histogram: np.ndarray, max_sequence_length: int,
     problem = _Problem(item_lengths, demand, max_sequence_length, width)
     _, bound = _trivial_duals(problem)
     widths = _class_widths(item_lengths, max_sequence_length)
-    level, _ = _classes(problem, widths[0]) if widths else (problem, None)
-    lp = _column_generation(level, np.zeros((0, width), dtype=np.int32),
-                            _Search(deadline=deadline), tolerance=LEVEL_TOLERANCE,
-                            slack=LEVEL_SLACK, phase="bound")
-    return max(bound, float(demand @ _duals_below(level, lp, item_lengths)))
+    if not widths:
+        lp = _column_generation(problem, np.zeros((0, width), dtype=np.int32),
+                                _Search(deadline=deadline), tolerance=LEVEL_TOLERANCE,
+                                slack=LEVEL_SLACK, phase="bound")
+        return max(bound, lp.bound)
+    bounds = [bound]
+    for at_shortest in (False, True):
+        level, _ = _classes(problem, widths[0], at_shortest)
+        lp = _column_generation(level, np.zeros((0, width), dtype=np.int32),
+                                _Search(deadline=deadline), tolerance=LEVEL_TOLERANCE,
+                                slack=LEVEL_SLACK, phase="bound")
+        # Classes at their longest: duals for the real lengths (a length
+        # shorter than its class's longest gets none); at their shortest:
+        # the LP's own bound, which keeps the short sequences' count (where
+        # most sequences are that short, the first falls to the token bound).
+        bounds.append(lp.bound if at_shortest
+                      else float(demand @ _duals_below(level, lp, item_lengths)))
+    return max(bounds)
 
 
 def _refine(class_pairs, class_of: np.ndarray, item_lengths: np.ndarray,

@@ -128,6 +128,35 @@ def test_the_bound_never_exceeds_the_lp_optimum(mix):
 
 
 @settings(max_examples=40, deadline=None)
+@given(mix=_small_mixes)
+def test_the_class_bound_never_exceeds_the_lp_optimum(mix):
+    family, max_len, cap, num_sequences, seed = mix
+    histogram = mix_histogram(family, max_len, num_sequences, seed)
+    lengths = np.flatnonzero(histogram) + 1
+    width = int(min(cap, max_len // lengths[0]))
+    bound = optimal.class_bound(histogram, max_len, cap)
+    assert bound >= trivial_bound(histogram, max_len, cap) - 1e-6
+    if width > 1:
+        problem = optimal._Problem(lengths, histogram[lengths - 1], max_len, width)
+        lp_optimum = optimal._column_generation(
+            problem, np.zeros((0, width), np.int32), optimal._Search(),
+            tolerance=None, phase="LP").bound
+        assert bound <= lp_optimum + 1e-6
+
+
+def test_the_class_bound_counts_the_shortest_sequences():
+    # Zipf-like lengths, 16 per pack: most sequences are shorter than the
+    # first class's longest length, so duals from classes at their longest
+    # give them nothing, and that bound falls to the token bound (66,739
+    # packs); classes at their shortest keep their count.
+    rng = np.random.default_rng(0)
+    lengths = np.clip(rng.zipf(1.5, 1_000_000), 1, 512)
+    histogram = np.bincount(lengths - 1, minlength=512)
+    tokens = histogram @ np.arange(1, 513) / 512
+    assert optimal.class_bound(histogram, 512, 16) > 1.15 * tokens
+
+
+@settings(max_examples=40, deadline=None)
 @given(lengths=st.lists(st.integers(1, 40), min_size=2, max_size=10, unique=True).map(sorted),
        class_width=st.sampled_from([2, 4, 8]), cap=st.integers(2, 4),
        seed=st.integers(0, 2**32 - 1))
