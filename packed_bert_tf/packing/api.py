@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from packed_bert_tf.packing import exact_fill, heuristics, nnlshp, optimal
+from packed_bert_tf.packing import exact_fill, exchange_fill, heuristics, nnlshp, optimal
 from packed_bert_tf.packing.plan import PackingPlan
 
 ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
@@ -16,6 +16,16 @@ ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
 # whole histogram, when the token bound proves them within this fraction of
 # the optimum (0.05 %, the target for long-context plans).
 DEFAULT_CERTIFIED_GAP = 5e-4
+
+# Share of the time left that exchange fill may take before exact-fill rows
+# and column generation: where it stalls it stops early, and where it does
+# not, it is the fastest way to the target.
+EXCHANGE_FILL_SHARE = 0.8
+# Exchange fill is tried where full rows would hold more sequences than this
+# on average (Wikipedia at S = 512 has 2.0, and column generation packs it
+# optimally in a second; the mixes of BENCHMARKS.md that it certifies have
+# 2.8 to 11.5).
+EXCHANGE_FILL_SEQUENCES_PER_ROW = 2.5
 
 # Share of the time left that exact-fill rows may take before column
 # generation (matching them is O(N log N) a round, O(S^2) for the longest
@@ -27,9 +37,9 @@ FINISH_SECONDS_PER_SEQUENCE = 2.5e-7
 
 # Seconds `optimal` searches by default before it returns the best plan
 # found so far (with the bound proven so far). Its plans take well under
-# this: about 2 s on a million sequences at S = 8192 where the cap on
-# sequences binds, one to two minutes where rows fill to the last token with
-# 8 or more sequences each (BENCHMARKS.md, the 'mixes' section).
+# this: about 2 s on a million sequences at S = 8192, and one to two minutes
+# where rows fill to the last token and exchange fill stalls (BENCHMARKS.md,
+# the 'mixes' section).
 DEFAULT_TIME_LIMIT = 300.0
 
 # Residuals of the best exact-fill candidates packed to choose between them.
@@ -130,12 +140,16 @@ def pack_histogram(histogram, max_sequence_length: int,
           ``max_iterations`` (1000 column-generation rounds per LP),
           ``integer_node_limit`` (50 branch-and-bound nodes per integer
           master), ``certified_gap`` (`DEFAULT_CERTIFIED_GAP`, 0.05 %):
-          with 4 or more sequences per pack and over 1,024 lengths
-          present, rows filled exactly by `exact_fill.match_exact_fills`
-          (the rest packed by column generation) are returned when their
-          packs are at most ``(1 + certified_gap)`` times the token bound,
-          which then is the reported bound (0: only when that proves them
-          optimal; None: never tried).
+          with 4 or more sequences per pack and at least 1,024 lengths
+          present, a plan whose packs are at most ``(1 + certified_gap)``
+          times the token bound is returned as soon as one is found, with
+          the token bound as its bound (0: only when that proves it
+          optimal; None: never): the best-fit decreasing seed; else, where
+          a quick bound (`optimal.class_bound`) leaves the token bound in
+          reach, `exchange_fill.exchange_fill` (rows holding more than
+          `EXCHANGE_FILL_SEQUENCES_PER_ROW` on average), then rows
+          filled exactly by `exact_fill.match_exact_fills` (the rest
+          packed by column generation).
       **options: the algorithm's options, as listed under ``algorithm``.
 
     Returns:
@@ -253,20 +267,49 @@ def _plan_optimal(histogram, args, options):
         finishing = min(0.5 * time_limit, FINISH_SECONDS_PER_SEQUENCE * histogram.sum())
         deadline = optimal.Deadline(start + time_limit - finishing)
     search = dict(options, deadline=deadline, report=progress)
-    if (certified_gap is not None and exact_fill.eligible(histogram, *args)
-            and optimal.class_bound(histogram, *args, deadline)
-            <= max(math.ceil(tokens - 1e-9), tokens * (1 + certified_gap))):
-        # Exact-fill rows, where a bound does not already rule them out,
-        # with at most EXACT_FILL_SHARE of the time left.
-        rows_deadline = deadline if deadline.at is None else optimal.Deadline(
-            optimal.clock() + EXACT_FILL_SHARE * deadline.left())
-        certified = _certified_exact_fill(histogram, args,
-                                          dict(search, deadline=rows_deadline),
-                                          certified_gap)
-        if certified is not None:
-            return (*certified, deadline.passed())
+    # Shortcuts certified by the token bound, with 4 or more sequences per
+    # pack and many lengths present (with few, column generation is fast:
+    # its pricing is O(D S m)): a plan within certified_gap of the token
+    # bound is returned as it is.
+    most_packs = max(math.ceil(tokens - 1e-9), tokens * (1 + (certified_gap or 0)))
+    certify = (certified_gap is not None and args[1] >= 4
+               and np.count_nonzero(histogram) >= exact_fill.MIN_LENGTHS)
+    if certify and seed_packs <= most_packs:
+        return seed, tokens, False
+    incumbent = seed
+    if certify and optimal.class_bound(histogram, *args, deadline) <= most_packs:
+        # Rows filled to the last token are within reach: exchange fill
+        # where rows hold many sequences (column generation needs many
+        # rounds there; with about two a row it converges in a few, and
+        # exchange fill's rounds cost O(sequences)), then exact-fill rows,
+        # each with a share of the time left.
+        if histogram.sum() > EXCHANGE_FILL_SEQUENCES_PER_ROW * tokens:
+            fill = exchange_fill.exchange_fill(
+                histogram, *args, target_packs=math.floor(most_packs),
+                deadline=_share_of(deadline, EXCHANGE_FILL_SHARE),
+                report=None if progress is None
+                else lambda packs: progress("exchange fill", packs, tokens))
+            if fill.num_packs <= most_packs:
+                return fill.strategy_counts(), tokens, deadline.passed()
+            if fill.num_packs < seed_packs:
+                incumbent = fill.strategy_counts()
+        if exact_fill.eligible(histogram, *args):
+            certified = _certified_exact_fill(
+                histogram, args, dict(search, deadline=_share_of(deadline, EXACT_FILL_SHARE)),
+                certified_gap)
+            if certified is not None:
+                return (*certified, deadline.passed())
     pairs, bound, stopped = _pack_optimal(histogram, args, search, seed)
+    if sum(c for _, c in incumbent) < sum(c for _, c in pairs):
+        pairs = incumbent
     return pairs, max(bound, trivial_bound), stopped
+
+
+def _share_of(deadline, share: float):
+    """A deadline `share` of the way from now to `deadline` (none if none)."""
+    if deadline.at is None:
+        return deadline
+    return optimal.Deadline(optimal.clock() + share * deadline.left())
 
 
 def _pack_optimal(histogram, args, search, seed=None):
