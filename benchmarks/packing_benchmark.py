@@ -427,7 +427,8 @@ def mixes_markdown(results) -> str:
              f"{MIX_TIME_FACTOR} times best-fit decreasing's time on the same histogram "
              f"(at least {FLAGS.mix_time_floor:g} s: the floor, where best-fit "
              "decreasing takes milliseconds). 'Bound' is the lower bound the plan "
-             "proves (the LP optimum, or a bound within 0.01 % of it); the gap is "
+             "proves (the LP optimum, a bound within 0.01 % of it, or the token bound "
+             "where that certifies the plan: exchange fill, exact-fill rows); the gap is "
              "to it. 'Stopped' marks a plan the time limit stopped (the best so far, "
              "which meets the target when its gap is within it).",
              "",
