@@ -285,7 +285,7 @@ def _plan_optimal(histogram, args, options):
         # each with a share of the time left.
         if histogram.sum() > EXCHANGE_FILL_SEQUENCES_PER_ROW * tokens:
             fill = exchange_fill.exchange_fill(
-                histogram, *args, target_packs=math.floor(most_packs),
+                histogram, *args, target_packs=math.floor(most_packs), first_plan=seed,
                 deadline=_share_of(deadline, EXCHANGE_FILL_SHARE),
                 report=None if progress is None
                 else lambda packs: progress("exchange fill", packs, tokens))

@@ -100,7 +100,7 @@ class ExchangeFill:
 
 def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
                   max_sequences_per_pack: int, *, target_packs: int, seed: int = 0,
-                  deadline=None, report=None) -> ExchangeFill:
+                  first_plan=None, deadline=None, report=None) -> ExchangeFill:
     """Packs by best-fit decreasing repaired by exchanges (module docstring).
 
     Args:
@@ -109,6 +109,9 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
       max_sequences_per_pack: int, sequences per pack at most, D.
       target_packs: int, stop as soon as a plan has at most this many packs.
       seed: int, seed of the random groups (the plan is deterministic given it).
+      first_plan: optional (strategy, count) pairs of best-fit decreasing on
+        `histogram` (``heuristics.pack_fit_decreasing(..., fit="best")``),
+        when the caller has them: the first round's, not made again.
       deadline: optional, with ``passed()`` (`optimal.Deadline`): no round
         starts once it has passed.
       report: optional ``report(packs)``, called after each round with the
@@ -126,7 +129,10 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
     best, stalled, rounds = None, 0, 0
     while rounds < MAX_ROUNDS:
         rounds += 1
-        rows = _best_fit_rows(pool, max_len, cap)
+        if rounds == 1 and first_plan is not None:
+            rows = rows_of_strategy_counts(first_plan, cap)
+        else:
+            rows = _best_fit_rows(pool, max_len, cap)
         full = rows.sum(axis=1) == max_len
         kept = np.concatenate([kept, rows[full]])
         held = np.concatenate([held, np.count_nonzero(rows[full], axis=1)])

@@ -106,6 +106,21 @@ def test_exchange_fill_repairs_best_fit_decreasing_to_the_token_bound():
     assert sum(c for _, c in fill.strategy_counts()) == fill.num_packs
 
 
+def test_the_callers_best_fit_plan_is_the_first_round():
+    histogram = _lognormal(256, 20_000)
+    first_plan = heuristics.pack_fit_decreasing(histogram, 256, 8, fit="best")
+    given = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0,
+                                        first_plan=first_plan)
+    made = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0)
+    np.testing.assert_array_equal(given.rows, made.rows)
+    # A different first plan (worst fit) is taken as it is: the first round differs.
+    worst = heuristics.pack_fit_decreasing(histogram, 256, 8, fit="worst")
+    reported = []
+    exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0, first_plan=worst,
+                                report=reported.append)
+    assert reported[0] == sum(c for _, c in worst)
+
+
 def test_exchange_fill_is_deterministic_for_a_seed():
     histogram = _lognormal(256, 5_000)
     runs = [exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0, seed=seed)
