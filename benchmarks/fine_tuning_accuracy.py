@@ -34,7 +34,7 @@ update: ``padded`` (``--batching=padded``, one sequence per row,
 ``--train_batch_size`` rows) and ``packed`` (``--batching=packed``, the
 rows of a batch ``--train_batch_size`` divided by the task's packing
 factor, rounded, so that an update holds about as many sequences, and the
-updates of ``--num_train_epochs`` are about as many). Each run has a folder
+updates of the task's epochs are about as many). Each run has a folder
 of its own (``--work_dir/TASK/seedN/ARM``); a run whose folder holds its
 ``eval_results.json`` is read, not run again.
 
@@ -52,6 +52,20 @@ questions of one context says whether one context can weigh on a batch.
 Both arms: AdamW, one micro-batch per update (``--steps_per_update=1``: the
 loss of an update is the mean over its sequences in either arm), linear
 warm-up over 10 % of the steps, the front ends' defaults otherwise.
+
+SQuAD trains for ``--squad_num_train_epochs`` (10), the classifier for
+``--classifier_num_train_epochs`` (3). The tiny model learns to find the
+named word (the ``find WORD`` questions, most of them) in one jump, at an
+update that differs from seed to seed: the start accuracy of the training
+batches goes from about 0.1 to 0.5 somewhere between updates 300 and 900 at
+the default learning rate. Three epochs (about 400 updates, the learning
+rate down to 0 at the end) stop in the middle of that, so some seeds have
+made the jump and others not: exact match 9 to 55 over 5 seeds in either
+arm, a standard deviation of 18 to 20 points, an interval of packed - padded
+55 points wide. In 10 epochs (about 1,330 updates) every seed makes the
+jump with updates to spare, and the latest jump costs about 8 points, not 40.
+The classifier's seeds spread by about 3 points of accuracy in 3 epochs,
+which are kept.
 """
 
 import collections
@@ -111,7 +125,9 @@ flags.DEFINE_integer("max_query_length", 16, "SQuAD: question tokens kept.")
 flags.DEFINE_integer("train_batch_size", 32, "Sequences per update (the padded arm's rows; "
                      "the packed arm's rows: this / the packing factor, rounded).")
 flags.DEFINE_integer("max_sequences_per_pack", 3, "The packed arm's --max_sequences_per_pack.")
-flags.DEFINE_float("num_train_epochs", 3.0, "Epochs, both arms.")
+flags.DEFINE_float("squad_num_train_epochs", 10.0, "Epochs of the SQuAD runs, both arms.")
+flags.DEFINE_float("classifier_num_train_epochs", 3.0,
+                   "Epochs of the classifier runs, both arms.")
 flags.DEFINE_float("learning_rate", 2e-3, "Peak learning rate (AdamW), both arms.")
 flags.DEFINE_bool("jit_compile", True, "XLA, both arms.")
 
@@ -125,7 +141,8 @@ DATA_FLAGS = ("max_documents", "heldout_every", "min_context_words", "max_contex
               "data_seed", "num_layers", "hidden_size", "num_heads", "intermediate_size",
               "max_seq_length")
 RUN_FLAGS = ("doc_stride", "max_query_length", "train_batch_size", "max_sequences_per_pack",
-             "num_train_epochs", "learning_rate", "jit_compile")
+             "squad_num_train_epochs", "classifier_num_train_epochs", "learning_rate",
+             "jit_compile")
 # A run's subsection of the section: these flags off their defaults (`configuration`).
 CONFIGURATION_FLAGS = ("tasks", "seeds", *DATA_FLAGS, *RUN_FLAGS)
 DATA_VERSION = 2  # bump when the data a flag set makes changes
@@ -429,7 +446,7 @@ def command(run: Run, data_dir: str, packing_factor: float) -> list[str]:
               f"--max_seq_length={FLAGS.max_seq_length}", f"--output_dir={run.folder}",
               f"--batching={run.arm}", f"--max_sequences_per_pack={FLAGS.max_sequences_per_pack}",
               f"--train_batch_size={rows_per_batch(run.arm, packing_factor)}",
-              f"--num_train_epochs={FLAGS.num_train_epochs}",
+              f"--num_train_epochs={FLAGS[f'{run.task}_num_train_epochs'].value}",
               f"--learning_rate={FLAGS.learning_rate}", "--optimizer=adamw",
               f"--seed={run.seed}", f"--jit_compile={str(FLAGS.jit_compile).lower()}",
               "--save_checkpoints_steps=1000000", "--do_train"]

@@ -81,7 +81,8 @@ def arguments(root):
     return [f"--work_dir={root / 'work'}", f"--write_markdown={root / 'BENCHMARKS.md'}",
             "--tasks=classifier", "--seeds=1,2", "--max_documents=40", "--heldout_every=4",
             "--max_train_sentences=160", "--max_dev_sentences=60", "--vocab_size=2000",
-            "--hidden_size=32", "--intermediate_size=64", "--num_train_epochs=1",
+            "--hidden_size=32", "--intermediate_size=64", "--classifier_num_train_epochs=1",
+            "--squad_num_train_epochs=7",
             "--train_batch_size=16", "--max_seq_length=128", "--jit_compile=false"]
 
 
@@ -123,6 +124,15 @@ def test_the_packed_arm_sees_as_many_sequences_per_update(benchmark):
                              / "classifier_summary.json").read_text())
             ["options"]["train_batch_size"] for arm in ("packed", "padded")}
     assert rows == {"padded": 16, "packed": round(16 / factor)}
+
+
+def test_the_classifier_runs_take_the_classifier_epochs(benchmark):
+    root = benchmark["root"]
+    for arm in ("packed", "padded"):
+        summary = json.loads((root / "work" / "classifier" / "seed1" / arm
+                              / "classifier_summary.json").read_text())
+        # --classifier_num_train_epochs=1, not --squad_num_train_epochs=7.
+        assert summary["options"]["num_train_epochs"] == 1.0
 
 
 def test_the_section_is_written(benchmark):
