@@ -66,8 +66,8 @@ from packed_bert_tf.packing.plan import rows_of_strategy_counts, strategy_counts
 SAMPLE = 4
 # A round makes progress when it leaves at most this share of the packs the
 # last round had above the target; exchange fill gives up after PATIENCE
-# rounds in a row without progress (where it stalls, column generation
-# does better with the time left), and after MAX_ROUNDS in all.
+# rounds in a row without progress (where it stalls, the time left goes to
+# column generation), and after MAX_ROUNDS in all.
 PROGRESS = 0.9
 PATIENCE = 2
 MAX_ROUNDS = 60
@@ -83,7 +83,8 @@ class ExchangeFill:
     Attributes:
       rows: [P, D] int32, the sequence lengths of each pack (0 = none); every
         sequence of the histogram is in exactly one.
-      rounds: int, rounds of best-fit decreasing run.
+      rounds: int, rounds made (each a best-fit decreasing on the pool, the
+        first one possibly the caller's).
     """
 
     rows: np.ndarray
