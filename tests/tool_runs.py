@@ -191,6 +191,13 @@ def _fresh_keras() -> None:
         keras.mixed_precision.set_global_policy("float32")
 
 
+# The modules `_run_as_main` took out of `sys.modules`, kept alive: absl
+# remembers a module that calls `flags.disclaim_key_flags()` by its id(), and
+# a freed module's id, reused by a later script's `__main__`, would have absl
+# file that script's flags under "runpy", which the clean-up keeps.
+_RETIRED_MODULES: list = []
+
+
 def _run_as_main(tool: str, argv: list) -> None:
     """Executes ``python TOOL ARGV...``'s ``__main__``: ``TOOL`` is ``NAME.py``
     (a script of the repository or its benchmarks/) or a module."""
@@ -206,7 +213,7 @@ def _run_as_main(tool: str, argv: list) -> None:
             for name, module in list(sys.modules.items()):
                 if name not in before and os.path.dirname(
                         getattr(module, "__file__", None) or "") == folder:
-                    del sys.modules[name]
+                    _RETIRED_MODULES.append(sys.modules.pop(name))
     else:
         sys.argv = [tool, *argv]  # run_module puts the module's path first
         runpy.run_module(tool, run_name="__main__", alter_sys=True)
