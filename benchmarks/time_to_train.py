@@ -77,14 +77,12 @@ step of one evaluation's noise moves samples to target by a whole interval.
 samples, where the curve still climbs about 0.0033 per 1,000 samples: 2,000
 evaluation sequences (an evaluation's standard error about 0.002) then move
 samples to target by about 600, and the evaluation interval, 1,000 samples,
-is about 7 % of it. ``s512``: 0.12 as well, a guess made without a measured
-curve (a run at S = 512 takes hours on a CPU): the same model sees four
-times the tokens per sequence, so it presumably gets there in fewer samples
-than at S = 128, well inside ``--num_train_steps``; check the unpacked seed-0
-curve in the plot and pass ``--stop_threshold`` where 0.12 is not on its rise.
-Expect hours per run on two CPU cores at S = 512: a check on two shared
-cores trained about 2 sequences per second and took about 4 minutes per
-evaluation of the 2,000 sequences (3 on their packed copy).
+is about 7 % of it. ``s512``: 0.12 as well, on the rise of the unpacked
+seed-0 curve: 0.079 at 6,000 samples, 0.097 at 8,000, 0.102 at 10,000, 0.116
+at 12,000 and 0.125 at 14,000 (crossed at about 12,900), so the evaluation
+interval, 2,000 samples, is about 16 % of the samples to target. That run
+took 49 minutes alone on two CPU cores: about 5.7 training sequences per
+second, and about 75 s per evaluation of the 2,000 sequences.
 
 Resuming: each (setting, seed, arm) run has a folder of its own,
 ``--work_dir/SETTING/seedN/ARM``, with the run's flags (``run.json``). A run
@@ -905,9 +903,11 @@ def main(argv):
                                                               FLAGS.stop_threshold)
         results[seed][kind] = dict(result, output_dir=run.output_dir,
                                    mlperf_log=run.mlperf_log)
+        crossed, accuracy = result["interpolated_samples"], result["accuracy"]
         logging.info("%s: %s after %s samples (the target crossed at %s), %.1f s "
                      "(accuracy %s)", run.name, result["status"], result["samples"],
-                     result["interpolated_samples"], result["seconds"], result["accuracy"])
+                     "none" if crossed is None else f"{crossed:,.0f}", result["seconds"],
+                     "none" if accuracy is None else f"{accuracy:.4f}")
     packing_factor = sum(arms["packed"]["packing_factor"] for arms in results.values()) / len(
         results)
     rows = per_seed(results)
