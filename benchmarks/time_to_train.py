@@ -81,8 +81,9 @@ is about 7 % of it. ``s512``: 0.12 as well, on the rise of the unpacked
 seed-0 curve: 0.079 at 6,000 samples, 0.097 at 8,000, 0.102 at 10,000, 0.116
 at 12,000 and 0.125 at 14,000 (crossed at about 12,900), so the evaluation
 interval, 2,000 samples, is about 16 % of the samples to target. That run
-took 49 minutes alone on two CPU cores: about 5.7 training sequences per
-second, and about 75 s per evaluation of the 2,000 sequences.
+took 49 minutes alone on two CPU cores: about 5.9 training sequences per
+second (its progress lines), and 60 to 80 s per evaluation of the 2,000
+sequences (a 2,000-sample interval took 400 to 420 s).
 
 Resuming: each (setting, seed, arm) run has a folder of its own,
 ``--work_dir/SETTING/seedN/ARM``, with the run's flags (``run.json``). A run
