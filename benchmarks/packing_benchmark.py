@@ -175,12 +175,11 @@ def long_context_case(max_sequence_length: int, cap: int, num_documents: int,
     plan = packing.pack_histogram(counts, max_sequence_length, cap, "optimal", **options)
     cpu = time.process_time() - cpu
     peak = peak_memory_mib()
-    token_bound = float(np.dot(counts, np.arange(1, max_sequence_length + 1))
-                        ) / max_sequence_length
-    # Exact-fill rows report the bound they were certified against, the token
+    quick_bound = packing.optimal.simple_bound(counts, max_sequence_length, cap)
+    # Exact-fill rows report the bound they were certified against, the quick
     # bound (column generation's own bound is at least that).
     shortcut = None
-    if not column_generation_only and plan.lp_lower_bound == token_bound and (
+    if not column_generation_only and plan.lp_lower_bound == quick_bound and (
             packing.exact_fill.eligible(counts, max_sequence_length, cap)):
         shortcut = "exact fill"
     return dict(length=max_sequence_length, cap=cap, sequences=int(counts.sum()),
@@ -237,8 +236,9 @@ def long_context_markdown(results) -> str:
              "planned the whole histogram, the LP optimum or a bound within 0.01 % of "
              "it (a level of length classes is planned when its LP is within 0.02 % of "
              "the bound its duals prove for the real lengths); where exact-fill rows "
-             "were certified (`certified_gap`, 0.05 %), the token bound (total tokens "
-             "/ S; *, `packing.exact_fill`). For those, the last columns give column "
+             "were certified (`certified_gap`, 0.05 %), the quick bound "
+             "(`packing.optimal.simple_bound`: the token, count and long-sequence "
+             "bounds; *, `packing.exact_fill`). For those, the last columns give column "
              "generation alone on the same histogram (`certified_gap=None`), whose "
              "bound the gap is measured against.", "",
              "| S | cap | sequences | lengths present | packs | distinct packs | bound | "
@@ -427,7 +427,8 @@ def mixes_markdown(results) -> str:
              f"{MIX_TIME_FACTOR} times best-fit decreasing's time on the same histogram "
              f"(at least {FLAGS.mix_time_floor:g} s: the floor, where best-fit "
              "decreasing takes milliseconds). 'Bound' is the lower bound the plan "
-             "proves (the LP optimum, a bound within 0.01 % of it, or the token bound "
+             "proves (the LP optimum, a bound within 0.01 % of it, or the quick bound "
+             "`packing.optimal.simple_bound` (the token, count and long-sequence bounds) "
              "where that certifies the plan: exchange fill, exact-fill rows); the gap is "
              "to it. 'Stopped' marks a plan the time limit stopped (the best so far, "
              "which meets the target when its gap is within it).",

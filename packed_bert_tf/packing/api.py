@@ -12,9 +12,10 @@ from packed_bert_tf.packing.plan import PackingPlan
 
 ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
 
-# `optimal` returns exact-fill rows, without column generation over the
-# whole histogram, when the token bound proves them within this fraction of
-# the optimum (0.05 %, the target for long-context plans).
+# `optimal` returns a shortcut's plan (exchange fill, exact-fill rows),
+# without column generation over the whole histogram, when
+# `optimal.simple_bound` proves it within this fraction of the optimum
+# (0.05 %, the target for long-context plans).
 DEFAULT_CERTIFIED_GAP = 5e-4
 
 # Share of the time left that exchange fill may take before exact-fill rows
@@ -142,10 +143,11 @@ def pack_histogram(histogram, max_sequence_length: int,
           master), ``certified_gap`` (`DEFAULT_CERTIFIED_GAP`, 0.05 %):
           with 4 or more sequences per pack and at least 1,024 lengths
           present, a plan whose packs are at most ``(1 + certified_gap)``
-          times the token bound is returned as soon as one is found, with
-          the token bound as its bound (0: only when that proves it
-          optimal; None: never): the best-fit decreasing seed; else, where
-          a quick bound (`optimal.class_bound`) leaves the token bound in
+          times `optimal.simple_bound` (the token, count and long-sequence
+          bounds, O(S log S)) is returned as soon as one is found, with
+          that bound as its bound (0: only when that proves it optimal;
+          None: never): the best-fit decreasing seed; else, where a bound
+          from an LP of length classes (`optimal.class_bound`) leaves it in
           reach, `exchange_fill.exchange_fill` (rows holding more than
           `EXCHANGE_FILL_SEQUENCES_PER_ROW` on average), then rows
           filled exactly by `exact_fill.match_exact_fills` (the rest
@@ -256,9 +258,10 @@ def _plan_optimal(histogram, args, options):
     seed = heuristics.pack_fit_decreasing(histogram, *args, fit="best")
     seed_packs = sum(count for _, count in seed)
     tokens = float(histogram @ np.arange(1, args[0] + 1)) / args[0]
-    trivial_bound = max(tokens, float(histogram.sum()) / args[1])
+    # The token, count and long-sequence bounds: what certifies the shortcuts.
+    quick_bound = optimal.simple_bound(histogram, *args)
     if progress is not None:
-        progress("best-fit decreasing", seed_packs, trivial_bound)
+        progress("best-fit decreasing", seed_packs, quick_bound)
     deadline = optimal.NO_DEADLINE
     if time_limit is not None:
         # Finishing a plan stopped by the deadline (what is left packed by
@@ -267,15 +270,16 @@ def _plan_optimal(histogram, args, options):
         finishing = min(0.5 * time_limit, FINISH_SECONDS_PER_SEQUENCE * histogram.sum())
         deadline = optimal.Deadline(start + time_limit - finishing)
     search = dict(options, deadline=deadline, report=progress)
-    # Shortcuts certified by the token bound, with 4 or more sequences per
+    # Shortcuts certified by the quick bound, with 4 or more sequences per
     # pack and many lengths present (with few, column generation is fast:
-    # its pricing is O(D S m)): a plan within certified_gap of the token
-    # bound is returned as it is.
-    most_packs = max(math.ceil(tokens - 1e-9), tokens * (1 + (certified_gap or 0)))
+    # its pricing is O(D S m)): a plan within certified_gap of that bound
+    # is returned as it is.
+    most_packs = max(math.ceil(quick_bound - 1e-9),
+                     quick_bound * (1 + (certified_gap or 0)))
     certify = (certified_gap is not None and args[1] >= 4
                and np.count_nonzero(histogram) >= exact_fill.MIN_LENGTHS)
     if certify and seed_packs <= most_packs:
-        return seed, tokens, False
+        return seed, quick_bound, False
     incumbent = seed
     if certify and optimal.class_bound(histogram, *args, deadline) <= most_packs:
         # Rows filled to the last token are within reach: exchange fill
@@ -288,21 +292,21 @@ def _plan_optimal(histogram, args, options):
                 histogram, *args, target_packs=math.floor(most_packs), first_plan=seed,
                 deadline=_share_of(deadline, EXCHANGE_FILL_SHARE),
                 report=None if progress is None
-                else lambda packs: progress("exchange fill", packs, tokens))
+                else lambda packs: progress("exchange fill", packs, quick_bound))
             if fill.num_packs <= most_packs:
-                return fill.strategy_counts(), tokens, deadline.passed()
+                return fill.strategy_counts(), quick_bound, deadline.passed()
             if fill.num_packs < seed_packs:
                 incumbent = fill.strategy_counts()
         if exact_fill.eligible(histogram, *args):
             certified = _certified_exact_fill(
                 histogram, args, dict(search, deadline=_share_of(deadline, EXACT_FILL_SHARE)),
-                certified_gap)
+                quick_bound, most_packs)
             if certified is not None:
                 return (*certified, deadline.passed())
     pairs, bound, stopped = _pack_optimal(histogram, args, search, seed)
     if sum(c for _, c in incumbent) < sum(c for _, c in pairs):
         pairs = incumbent
-    return pairs, max(bound, trivial_bound), stopped
+    return pairs, max(bound, quick_bound), stopped
 
 
 def _share_of(deadline, share: float):
@@ -329,16 +333,12 @@ def _pack_optimal(histogram, args, search, seed=None):
     return pairs, solution.lp_lower_bound, solution.stopped
 
 
-def _certified_exact_fill(histogram, args, search, certified_gap):
-    """Exact rows plus the residual's column-generation plan, with the token
-    bound, from the first of `exact_fill.MATCHINGS` that comes within
-    `certified_gap` of that bound; else None (also once the deadline has
-    passed)."""
+def _certified_exact_fill(histogram, args, search, bound, most_packs):
+    """Exact rows plus the residual's column-generation plan, with `bound`,
+    from the first of `exact_fill.MATCHINGS` that comes within `most_packs`
+    packs; else None (also once the deadline has passed)."""
     max_len = args[0]
     deadline = search["deadline"]
-    token_bound = float(histogram @ np.arange(1, max_len + 1)) / max_len
-    # The token bound rounds up; a plan at it is optimal whatever the gap.
-    most_packs = max(math.ceil(token_bound - 1e-9), token_bound * (1 + certified_gap))
     for candidates in exact_fill.match_exact_fills(histogram, max_len, deadline=deadline):
         best = None
         for candidate in candidates[:_EXACT_FILL_CANDIDATES]:
@@ -348,14 +348,14 @@ def _certified_exact_fill(histogram, args, search, certified_gap):
             residual_search = dict(search, report=None if report is None else (
                 lambda phase, packs, bound, rows=rows: report(
                     f"exact-fill rows, the rest: {phase}",
-                    None if packs is None else rows + packs, token_bound)))
+                    None if packs is None else rows + packs, bound)))
             residual_pairs = (_pack_optimal(candidate.residual, args, residual_search)[0]
                               if candidate.residual.any() else [])
             packs = len(candidate.rows) + sum(c for _, c in residual_pairs)
             if best is None or packs < best[0]:
                 best = packs, candidate, residual_pairs
         if best is not None and best[0] <= most_packs:
-            return best[1].strategy_counts() + best[2], token_bound
+            return best[1].strategy_counts() + best[2], bound
         if deadline.passed():
             return None
     return None

@@ -1,8 +1,8 @@
 """Exchange fill: rows filled to the last token by best-fit decreasing and
-exchanges of equal sums, certified by the token bound.
+exchanges of equal sums, certified by `optimal.simple_bound`.
 
-Where a histogram's LP bound equals its token bound (total tokens / S: rows
-can be filled to the last token) and rows hold many sequences, the LP is
+Where a histogram's LP bound is at or near its token bound (total tokens /
+S: rows can be filled to the last token) and rows hold many sequences, the LP is
 highly degenerate and column generation needs many rounds (one to two
 minutes on a million sequences). Best-fit decreasing already fills almost
 every row exactly; its waste is at the end. The shortest sequences come last,
@@ -25,7 +25,7 @@ the bound. Exchange fill keeps the full rows and repairs the rest:
 3. Repeat until the plan is within the target, or the rounds stall (for
    `PATIENCE` rounds none takes a tenth off the packs above the target), or
    the deadline passes. The best round's plan is returned; the caller
-   certifies it by the token bound.
+   certifies it by `optimal.simple_bound`.
 
 On a million sequences (the 'mixes' section of BENCHMARKS.md): at S = 2048,
 log-normal lengths of median S / 6 with 8 per pack reach 0.0075 % above the

@@ -54,18 +54,20 @@ median S / 6, sigma 1). Four things address the cause:
 - **A bound from any duals, and stopping on it**: for y >= 0, h.y / max_p
   a_p.y is a lower bound on the packs (y scaled to be dual feasible); the
   token bound (y = l / S) and the count bound (y = 1 / D) are two such,
-  free, and so is each level's (above). Column generation keeps the best
-  and stops once the master's objective is within `LP_TOLERANCE` of it, or
-  both round up to the same number of packs (`_close_enough`), or at the
-  deadline: the tail of rounds that would only prove the last ten-thousandth
-  is not run, and the bound stays valid whenever it stops.
+  free, and so is each level's (above); so is the long-sequence bound
+  (`_quick_duals`), which certifies `pack_histogram`'s shortcuts. Column
+  generation keeps the best and stops once the master's objective is
+  within `LP_TOLERANCE` of it, or both round up to the same number of packs
+  (`_close_enough`), or at the deadline: the tail of rounds that would
+  only prove the last ten-thousandth is not run, and the bound stays valid
+  whenever it stops.
 
 Where it stays slow: where rows are filled to the last token with many
 sequences each (the LP equals the token bound, D of 8 or more on a long
 tail of short sequences, or lengths uniform over a range), the master is
 primal degenerate and needs many rounds at every level. There
 `pack_histogram` tries `exchange_fill` first (best-fit decreasing repaired
-by exchanges, certified by the token bound); where that stalls, the time
+by exchanges, certified by `simple_bound`); where that stalls, the time
 limit decides (BENCHMARKS.md, the 'mixes' section, gives the figures).
 
 The fractional solution is then made integral. Whole packs are taken (the
@@ -100,7 +102,7 @@ in blocks of rows so that its memory stays O(D S + 2^21).
 
 Where the optimum fills rows to the last token with at most 4 sequences
 each, `pack_histogram` tries `exact_fill` first (rows built directly,
-certified by the token bound) and comes here for its residual.
+certified by `simple_bound`) and comes here for its residual.
 
 Sources: Gilmore and Gomory, "A linear programming approach to the
 cutting-stock problem", Operations Research 9 (1961); Ben Amor, Desrosiers
@@ -631,6 +633,41 @@ def _trivial_duals(problem: _Problem):
     return (tokens, token_bound) if token_bound >= count_bound else (count, count_bound)
 
 
+def _quick_duals(problem: _Problem):
+    """The better of `_trivial_duals` and the long-sequence duals: for a
+    threshold k <= S / 2, y = 1 above S - k, l / S from k to S - k and 0
+    below k (a row holding a sequence longer than S - k has room only for
+    sequences shorter than k: the bound of Martello and Toth, "Lower bounds
+    and reduction procedures for the bin packing problem", Discrete Applied
+    Mathematics 28 (1990), Fekete and Schepers' dual-feasible function
+    f_0^k). It counts the rows that sequences of almost S tokens waste
+    where shorter sequences are too few to fill them, which the token bound
+    misses. Every k is tried, O(S log n) by prefix sums (k = 1 is the token
+    bound). Returns (duals, bound), the duals non-decreasing.
+
+    Column generation starts from `_trivial_duals`, not these: started
+    from these on Wikipedia's histogram (S = 512, 4 per pack), it stopped
+    on them (`_close_enough`) with a master that rounded to 280 packs above
+    the optimum."""
+    duals, bound = _trivial_duals(problem)
+    lengths = np.asarray(problem.lengths, dtype=np.int64)
+    demand = np.asarray(problem.demand, dtype=np.float64)
+    capacity = problem.capacity
+    k = np.arange(1, capacity // 2 + 1)
+    demand_below = np.concatenate([[0.0], np.cumsum(demand)])
+    tokens_below = np.concatenate([[0.0], np.cumsum(demand * lengths)])
+    above = np.searchsorted(lengths, capacity - k, side="right")
+    from_k = np.searchsorted(lengths, k, side="left")
+    bounds = (demand_below[-1] - demand_below[above]
+              + (tokens_below[above] - tokens_below[from_k]) / capacity)
+    if not bounds.size or bounds.max() <= bound:
+        return duals, bound
+    threshold = int(k[np.argmax(bounds)])
+    duals = np.where(lengths > capacity - threshold, 1.0,
+                     np.where(lengths >= threshold, lengths / capacity, 0.0))
+    return duals, float(bounds.max())
+
+
 def _close_enough(objective: float, bound: float, tolerance: float,
                   slack: float = 0.0) -> bool:
     """Whether column generation may stop: the objective is within
@@ -815,13 +852,27 @@ def _solve_lp_levels(problem: _Problem, seeds, search: _Search, *,
     return _Level(problem, lp, max(real_bound, lp.bound))
 
 
+def simple_bound(histogram: np.ndarray, max_sequence_length: int,
+                 max_sequences_per_pack: int) -> float:
+    """A lower bound on the packs in O(S log S), with no LP: the best of the
+    token, count and long-sequence bounds (`_quick_duals`). It is the
+    bound that certifies the shortcuts of `pack_histogram`."""
+    histogram = np.asarray(histogram, dtype=np.int64)
+    item_lengths = np.flatnonzero(histogram) + 1
+    if item_lengths.size == 0:
+        return 0.0
+    return _quick_duals(_Problem(item_lengths, histogram[item_lengths - 1],
+                                 int(max_sequence_length),
+                                 int(max_sequences_per_pack)))[1]
+
+
 def class_bound(histogram: np.ndarray, max_sequence_length: int,
                 max_sequences_per_pack: int, deadline: Deadline = NO_DEADLINE) -> float:
     """A lower bound on the packs in a fraction of a second: the LP of the
     first level of length classes (about `FIRST_CLASSES`; the lengths
     themselves when they are few), its duals given to the real lengths
-    (`_duals_below`); at least the token and count bounds. `pack_histogram`
-    tries exact-fill rows only when this leaves the token bound in reach."""
+    (`_duals_below`); at least `simple_bound`. `pack_histogram` tries its
+    shortcuts only when this leaves `simple_bound` in reach."""
     histogram = np.asarray(histogram, dtype=np.int64)
     item_lengths = np.flatnonzero(histogram) + 1
     if item_lengths.size == 0:
@@ -831,7 +882,7 @@ def class_bound(histogram: np.ndarray, max_sequence_length: int,
     if width == 1:
         return float(demand.sum())
     problem = _Problem(item_lengths, demand, max_sequence_length, width)
-    _, bound = _trivial_duals(problem)
+    _, bound = _quick_duals(problem)
     widths = _class_widths(item_lengths, max_sequence_length)
     if not widths:
         lp = _column_generation(problem, np.zeros((0, width), dtype=np.int32),

@@ -140,8 +140,9 @@ class PackingPlan:
         optimum of the linear-programming relaxation (fractional packs) when
         column generation converged, else the bound its duals proved (at
         most the LP optimum, within 0.01 % of it unless the time limit came
-        first); for exact-fill rows, the token bound; else None. No plan can
-        use fewer than ``ceil(lp_lower_bound)`` packs.
+        first); for a shortcut's plan (exchange fill, exact-fill rows),
+        `optimal.simple_bound`; else None. No plan can use fewer than
+        ``ceil(lp_lower_bound)`` packs.
       solve_time_seconds: float, wall time the algorithm took.
       time_limit_reached: bool, whether ``optimal``'s time limit stopped the
         search (the plan is then the best found so far; `certified_gap` says

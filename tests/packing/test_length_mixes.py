@@ -176,6 +176,37 @@ def test_duals_of_classes_below_a_length_are_dual_feasible(lengths, class_width,
     assert problem.demand @ duals <= lp.objective + 1e-6
 
 
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=1, max_size=10, unique=True).map(sorted),
+       cap=st.integers(2, 5), seed=st.integers(0, 2**32 - 1))
+def test_the_quick_duals_are_dual_feasible(lengths, cap, seed):
+    # Every pattern of the lengths is worth at most 1, so demand @ duals is
+    # a bound; and it is at least the token and count bounds.
+    capacity = 40
+    rng = np.random.default_rng(seed)
+    problem = optimal._Problem(np.array(lengths), rng.integers(1, 20, len(lengths)),
+                               capacity, cap)
+    duals, bound = optimal._quick_duals(problem)
+    every = optimal.enumerate_patterns(problem.lengths, capacity, cap, 10**6)
+    assert optimal.pattern_values(every, duals).max() <= 1 + 1e-9
+    assert np.all(np.diff(duals) >= 0)
+    assert bound == pytest.approx(problem.demand @ duals)
+    histogram = np.bincount(problem.lengths - 1, weights=problem.demand, minlength=capacity)
+    assert bound >= trivial_bound(histogram, capacity, cap) - 1e-9
+
+
+def test_the_quick_bound_counts_the_rows_long_sequences_waste():
+    # Ten sequences of 95 tokens and only two of 5 to go with them: eight
+    # rows keep 5 tokens empty whatever the plan. The token bound (19.6)
+    # misses it; the quick bound, with k = 6, counts each 95 as a row.
+    histogram = np.zeros(100, np.int64)
+    histogram[[94, 4, 49]] = 10, 2, 20
+    assert trivial_bound(histogram, 100, 4) == pytest.approx(19.6)
+    assert optimal.simple_bound(histogram, 100, 4) == pytest.approx(20.0)
+    plan = pack_histogram(histogram, 100, 4)
+    assert plan.num_packs == 20 and plan.proven_optimal
+
+
 def test_a_plan_of_classes_is_refined_into_real_sequences():
     # Classes at their longest length: (5, 7) holds a 4 and a 6, say.
     item_lengths = np.array([3, 4, 5, 6, 7])
