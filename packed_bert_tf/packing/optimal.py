@@ -633,39 +633,59 @@ def _trivial_duals(problem: _Problem):
     return (tokens, token_bound) if token_bound >= count_bound else (count, count_bound)
 
 
+def long_sequence_bound(histogram: np.ndarray, max_sequence_length: int) -> tuple[float, int]:
+    """The long-sequence bound and its threshold k: for k <= S / 2, a row
+    holding a sequence longer than S - k has room only for sequences
+    shorter than k, so the packs are at least (the sequences longer than
+    S - k) + (the tokens of those from k to S - k) / S. It counts the rows
+    that sequences of almost S tokens waste where shorter sequences are too
+    few to fill them, which the token bound misses. This is the bound of
+    Martello and Toth ("Lower bounds and reduction procedures for the bin
+    packing problem", Discrete Applied Mathematics 28, 1990), Fekete and
+    Schepers' dual-feasible function f_0^k. Every k is tried, O(S) by
+    prefix sums; k = 1 is the token bound.
+
+    Args:
+      histogram: [S] int, ``histogram[i]`` sequences of length ``i + 1``.
+      max_sequence_length: int, S.
+
+    Returns:
+      (bound, k) for the best k, the smallest where several tie.
+    """
+    histogram = np.asarray(histogram, dtype=np.float64)[:max_sequence_length]
+    capacity = int(max_sequence_length)
+    k = np.arange(1, max(1, capacity // 2) + 1)
+    # [j]: sequences (tokens) of length below j + 1, for j = 0 .. S.
+    count_below = np.concatenate([[0.0], np.cumsum(histogram)])
+    tokens_below = np.concatenate([[0.0], np.cumsum(histogram * np.arange(
+        1, histogram.size + 1))])
+    above = np.minimum(capacity - k, histogram.size)
+    below = np.minimum(k - 1, histogram.size)
+    bounds = (count_below[-1] - count_below[above]
+              + (tokens_below[above] - tokens_below[below]) / capacity)
+    best = int(np.argmax(bounds))
+    return float(bounds[best]), int(k[best])
+
+
 def _quick_duals(problem: _Problem):
-    """The better of `_trivial_duals` and the long-sequence duals: for a
-    threshold k <= S / 2, y = 1 above S - k, l / S from k to S - k and 0
-    below k (a row holding a sequence longer than S - k has room only for
-    sequences shorter than k: the bound of Martello and Toth, "Lower bounds
-    and reduction procedures for the bin packing problem", Discrete Applied
-    Mathematics 28 (1990), Fekete and Schepers' dual-feasible function
-    f_0^k). It counts the rows that sequences of almost S tokens waste
-    where shorter sequences are too few to fill them, which the token bound
-    misses. Every k is tried, O(S log n) by prefix sums (k = 1 is the token
-    bound). Returns (duals, bound), the duals non-decreasing.
+    """The better of `_trivial_duals` and the duals of
+    `long_sequence_bound` (y = 1 above S - k, l / S from k to S - k, 0
+    below k). Returns (duals, bound), the duals non-decreasing.
 
     Column generation starts from `_trivial_duals`, not these: started
     from these on Wikipedia's histogram (S = 512, 4 per pack), it stopped
     on them (`_close_enough`) with a master that rounded to 280 packs above
     the optimum."""
     duals, bound = _trivial_duals(problem)
-    lengths = np.asarray(problem.lengths, dtype=np.int64)
-    demand = np.asarray(problem.demand, dtype=np.float64)
-    capacity = problem.capacity
-    k = np.arange(1, capacity // 2 + 1)
-    demand_below = np.concatenate([[0.0], np.cumsum(demand)])
-    tokens_below = np.concatenate([[0.0], np.cumsum(demand * lengths)])
-    above = np.searchsorted(lengths, capacity - k, side="right")
-    from_k = np.searchsorted(lengths, k, side="left")
-    bounds = (demand_below[-1] - demand_below[above]
-              + (tokens_below[above] - tokens_below[from_k]) / capacity)
-    if not bounds.size or bounds.max() <= bound:
+    histogram = np.zeros(problem.capacity, dtype=np.float64)
+    histogram[np.asarray(problem.lengths) - 1] = problem.demand
+    long_bound, threshold = long_sequence_bound(histogram, problem.capacity)
+    if long_bound <= bound:
         return duals, bound
-    threshold = int(k[np.argmax(bounds)])
-    duals = np.where(lengths > capacity - threshold, 1.0,
-                     np.where(lengths >= threshold, lengths / capacity, 0.0))
-    return duals, float(bounds.max())
+    lengths = np.asarray(problem.lengths, dtype=np.float64)
+    duals = np.where(lengths > problem.capacity - threshold, 1.0,
+                     np.where(lengths >= threshold, lengths / problem.capacity, 0.0))
+    return duals, long_bound
 
 
 def _close_enough(objective: float, bound: float, tolerance: float,

@@ -55,8 +55,11 @@ def test_match_equal_pairs_equal_values_as_often_as_both_have_them():
     assert sorted(i.tolist()) == [0, 1, 2, 4] and sorted(j.tolist()) == [0, 1, 2, 4]
 
 
-@pytest.mark.parametrize("give,take", [(2, 1), (3, 1), (1, 2), (2, 2), (4, 2), (3, 3)])
-def test_an_exchange_keeps_every_row_full_within_the_cap_and_every_sequence(give, take):
+@pytest.mark.parametrize("give,take,directed", [
+    (2, 1, False), (3, 1, False), (1, 2, False), (2, 2, False), (4, 2, False),
+    (3, 3, False), (1, 2, True), (2, 3, True)])
+def test_an_exchange_keeps_every_row_full_within_the_cap_and_every_sequence(
+        give, take, directed):
     max_len, cap = 64, 6
     rng = np.random.default_rng(give * 10 + take)
     # Full rows of 2 to 4 sequences, and a pool of short sequences.
@@ -71,7 +74,9 @@ def test_an_exchange_keeps_every_row_full_within_the_cap_and_every_sequence(give
     before = np.bincount(np.concatenate([kept[kept > 0], pool]), minlength=max_len + 1)
     rows_before = kept.copy()
     held = np.count_nonzero(kept, axis=1)
-    new_pool = exchange_fill._exchange(kept, held, pool, give, take, rng)
+    # Directed: the first sequence taken from a row has a wanted length.
+    wanted = np.isin(np.arange(max_len + 1), [7, 11, 19]) if directed else None
+    new_pool = exchange_fill._exchange(kept, held, pool, give, take, rng, wanted)
     np.testing.assert_array_equal(held, np.count_nonzero(kept, axis=1))
     assert (kept.sum(axis=1) == max_len).all()
     assert ((kept > 0).sum(axis=1) <= cap).all()
@@ -86,6 +91,12 @@ def test_an_exchange_keeps_every_row_full_within_the_cap_and_every_sequence(give
     np.testing.assert_array_equal((kept[changed] > 0).sum(axis=1),
                                   (rows_before[changed] > 0).sum(axis=1) + give - take)
     assert new_pool.size == pool.size + changed.sum() * (take - give)
+    if directed:
+        # Each changed row gave up a sequence of a wanted length.
+        lost = [np.bincount(before_row[before_row > 0], minlength=max_len + 1)
+                - np.bincount(after_row[after_row > 0], minlength=max_len + 1)
+                for before_row, after_row in zip(rows_before[changed], kept[changed])]
+        assert all((np.maximum(row_lost, 0)[wanted] > 0).any() for row_lost in lost)
 
 
 def test_exchange_fill_repairs_best_fit_decreasing_to_the_token_bound():
@@ -240,3 +251,29 @@ def test_a_best_fit_plan_within_the_gap_is_returned_as_it_is(few_lengths_suffice
     assert plan.lp_lower_bound == pytest.approx(200.0)
     assert plan.proven_optimal
     assert phases == ["best-fit decreasing"]
+
+
+def test_rows_of_sequences_near_s_are_closed_with_the_short_ones_first(monkeypatch):
+    # Log-normal lengths of median S / 3: sequences within a few tokens of S
+    # outnumber those short enough to complete them, so the long-sequence
+    # bound is above the token bound. Its plans give the short sequences to
+    # the long ones' rows and fill every other row exactly.
+    max_len, cap = 512, 4
+    histogram = _lognormal(max_len, 100_000, median_fraction=1 / 3, sigma=0.5)
+    bound, threshold = optimal.long_sequence_bound(histogram, max_len)
+    assert bound > _token_bound(histogram, max_len) + 10 and threshold > 1
+    target = math.floor(bound * (1 + 5e-4))
+    fill = exchange_fill.exchange_fill(histogram, max_len, cap, target_packs=target)
+    _assert_valid(fill.rows, histogram, max_len, cap)
+    assert fill.num_packs <= target
+    longest = fill.rows.max(axis=1)
+    shortest = np.where(fill.rows > 0, fill.rows, max_len).min(axis=1)
+    near_s = longest > max_len - threshold
+    # Every sequence shorter than the threshold is in such a row.
+    assert not ((shortest < threshold) & ~near_s).any()
+    # Without closing those rows first, best-fit decreasing gives the short
+    # sequences to other rows' last gaps, and the exchanges stall above it.
+    monkeypatch.setattr(exchange_fill, "_close_longest",
+                        lambda pool, *_: (np.zeros((0, cap), np.int32), pool))
+    unclosed = exchange_fill.exchange_fill(histogram, max_len, cap, target_packs=target)
+    assert unclosed.num_packs > target

@@ -202,6 +202,7 @@ def test_the_quick_bound_counts_the_rows_long_sequences_waste():
     histogram = np.zeros(100, np.int64)
     histogram[[94, 4, 49]] = 10, 2, 20
     assert trivial_bound(histogram, 100, 4) == pytest.approx(19.6)
+    assert optimal.long_sequence_bound(histogram, 100) == (pytest.approx(20.0), 6)
     assert optimal.simple_bound(histogram, 100, 4) == pytest.approx(20.0)
     plan = pack_histogram(histogram, 100, 4)
     assert plan.num_packs == 20 and plan.proven_optimal
