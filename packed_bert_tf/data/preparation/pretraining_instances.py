@@ -49,9 +49,7 @@ A worked example (S = 12, P = 3, masked_lm_prob = 0.25: 9 tokens, 2 masked;
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import random
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -59,6 +57,7 @@ import numpy as np
 
 from packed_bert_tf.data.records.record_format import UNPACKED_FEATURE_NAMES
 from packed_bert_tf.data.text_files import utf8_lines
+from packed_bert_tf.garbage_collection import cyclic_gc_paused
 
 #: A document: sentences, each a list of token ids.
 Document = list[list[int]]
@@ -478,24 +477,6 @@ def _instances_from_document(all_documents: Sequence[Document], document_index: 
         i += 1
 
 
-@contextlib.contextmanager
-def _cyclic_gc_paused():
-    """Turns Python's cyclic garbage collector off inside the block.
-
-    Making instances allocates millions of short-lived lists and no
-    reference cycles, so the collector frees nothing, yet its passes walk
-    every list alive (the documents' sentences, the buffer): about a tenth of
-    the time. Reference counting still frees everything at once.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def create_training_instances(
         documents: Iterable[Sequence[Sequence[int]]], vocab: Mapping[str, int],
         options: InstanceOptions, *,
@@ -572,7 +553,7 @@ def create_training_instances(
                      options.do_whole_word_mask, options.max_seq_length)
     buffer = _InstanceBuffer()
     total = options.dupe_factor * len(all_documents)
-    with _cyclic_gc_paused():
+    with cyclic_gc_paused():
         for dupe in range(options.dupe_factor):
             for document_index in range(len(all_documents)):
                 _instances_from_document(all_documents, document_index,
