@@ -19,10 +19,6 @@ ALGORITHMS = ("none", "greedy", "bfd", "spfhp", "lpfhp", "nnlshp", "optimal")
 # (0.05 %, the target for long-context plans).
 DEFAULT_CERTIFIED_GAP = 5e-4
 
-# Share of the time left that exchange fill may take before exact-fill rows
-# and column generation: where it stalls it stops early, and where it does
-# not, it is the fastest way to the target.
-EXCHANGE_FILL_SHARE = 0.8
 # Exchange fill is tried where full rows would hold more sequences than this
 # on average (Wikipedia at S = 512 has 2.0, and column generation packs it
 # optimally in a second; the mixes of BENCHMARKS.md that it certifies have
@@ -284,23 +280,30 @@ def _plan_optimal(histogram, args, options):
                and np.count_nonzero(histogram) >= exact_fill.MIN_LENGTHS)
     if certify and seed_packs <= most_packs:
         return seed, quick_bound, False
-    incumbent = seed
-    if certify and optimal.class_bound(histogram, *args, deadline) <= most_packs:
+    incumbent, lower = seed, quick_bound
+    if certify:
+        lower = max(lower, optimal.class_bound(histogram, *args, deadline))
+    if certify and lower <= most_packs:
         # Rows filled to the last token are within reach: exchange fill
         # where rows hold many sequences (column generation needs many
         # rounds there; with about two a row it converges in a few, and
-        # exchange fill's rounds cost O(sequences)), then exact-fill rows,
-        # each with a share of the time left.
+        # exchange fill's rounds cost O(sequences)), until it meets the gap,
+        # stalls or runs out of time (column generation could not finish
+        # in the rest), then exact-fill rows with a share of the time left.
         if histogram.sum() > EXCHANGE_FILL_SEQUENCES_PER_ROW * tokens:
             fill = exchange_fill.exchange_fill(
                 histogram, *args, target_packs=math.floor(most_packs), first_plan=seed,
-                deadline=_share_of(deadline, EXCHANGE_FILL_SHARE),
+                deadline=deadline,
                 report=None if progress is None
                 else lambda packs: progress("exchange fill", packs, quick_bound))
             if fill.num_packs <= most_packs:
-                return fill.strategy_counts(), quick_bound, deadline.passed()
+                stopped = deadline.passed()  # before the plan's conversion
+                return fill.strategy_counts(), quick_bound, stopped
             if fill.num_packs < seed_packs:
                 incumbent = fill.strategy_counts()
+            if deadline.passed():
+                # Too late to start anything else: the plan so far.
+                return incumbent, lower, True
         if exact_fill.eligible(histogram, *args):
             certified = _certified_exact_fill(
                 histogram, args, dict(search, deadline=_share_of(deadline, EXACT_FILL_SHARE)),
@@ -310,7 +313,7 @@ def _plan_optimal(histogram, args, options):
     pairs, bound, stopped = _pack_optimal(histogram, args, search, seed)
     if sum(c for _, c in incumbent) < sum(c for _, c in pairs):
         pairs = incumbent
-    return pairs, max(bound, quick_bound), stopped
+    return pairs, max(bound, lower), stopped
 
 
 def _share_of(deadline, share: float):

@@ -124,7 +124,7 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
         `histogram` (``heuristics.pack_fit_decreasing(..., fit="best")``),
         when the caller has them: the first round's, not made again.
       deadline: optional, with ``passed()`` (`optimal.Deadline`): no round
-        starts once it has passed.
+        or exchange starts once it has passed.
       report: optional ``report(packs)``, called after each round with the
         packs of the best plan so far.
 
@@ -164,14 +164,20 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
             break
         rest_held = np.count_nonzero(rest, axis=1)
         at_cap = rest_held[rest_held == cap].sum() > AT_CAP_SHARE * rest_held.sum()
-        for give, take in _exchanges(cap, at_cap):
-            pool = _exchange(kept, held, pool, give, take, rng)
         # Rows of one sequence wait for a complement of exactly their room:
-        # sequences of those lengths are brought into the pool.
+        # a last exchange brings sequences of those lengths into the pool.
         wanted = np.zeros(max_len + 1, dtype=bool)
         wanted[max_len - rest[rest_held == 1].sum(axis=1)] = True
+        exchanges = [(give, take, None) for give, take in _exchanges(cap, at_cap)]
         if not at_cap and wanted.any():
-            pool = _exchange(kept, held, pool, 1, 2, rng, wanted)
+            exchanges.append((1, 2, wanted))
+        for give, take, lengths in exchanges:
+            # An exchange takes up to a few hundredths of a second: the
+            # deadline is checked before each, and a round cut short leaves
+            # the best plan as it was.
+            if deadline is not None and deadline.passed():
+                return ExchangeFill(np.concatenate([closed, best]), rounds)
+            pool = _exchange(kept, held, pool, give, take, rng, lengths)
     return ExchangeFill(np.concatenate([closed, best]), rounds)
 
 

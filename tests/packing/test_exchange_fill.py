@@ -151,6 +151,29 @@ def test_a_passed_deadline_stops_after_the_first_round():
     assert reported == [fill.num_packs] == [_bfd_packs(histogram, 256, 8)]
 
 
+def test_a_deadline_that_passes_within_a_round_stops_before_the_next_exchange(
+        monkeypatch):
+    class PassesAtThirdReading:
+        readings = 0
+
+        def passed(self):
+            self.readings += 1
+            return self.readings >= 3
+
+    exchanges = []
+    original = exchange_fill._exchange
+    monkeypatch.setattr(exchange_fill, "_exchange",
+                        lambda *args: exchanges.append(args[3:5]) or original(*args))
+    histogram = _lognormal(256, 5_000)
+    fill = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0,
+                                       deadline=PassesAtThirdReading())
+    # Read after the first round's best-fit decreasing, then before each
+    # exchange: one exchange ran.
+    assert fill.rounds == 1 and len(exchanges) == 1
+    assert fill.num_packs == _bfd_packs(histogram, 256, 8)
+    _assert_valid(fill.rows, histogram, 256, 8)
+
+
 def test_stalled_exchanges_stop_after_patience_rounds():
     # Lengths 0.4 S to 0.45 S: no row can be full, so no round improves on the
     # first (nothing is ever kept, and nothing can be exchanged).
