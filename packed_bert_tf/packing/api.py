@@ -274,8 +274,11 @@ def _plan_optimal(histogram, args, options):
     # pack and many lengths present (with few, column generation is fast:
     # its pricing is O(D S m)): a plan within certified_gap of that bound
     # is returned as it is.
-    most_packs = max(math.ceil(quick_bound - 1e-9),
-                     quick_bound * (1 + (certified_gap or 0)))
+    def within_gap(bound):
+        # A bound rounds up; a plan at it is optimal whatever the gap.
+        return max(math.ceil(bound - 1e-9), bound * (1 + (certified_gap or 0)))
+
+    most_packs = within_gap(quick_bound)
     certify = (certified_gap is not None and args[1] >= 4
                and np.count_nonzero(histogram) >= exact_fill.MIN_LENGTHS)
     if certify and seed_packs <= most_packs:
@@ -283,7 +286,11 @@ def _plan_optimal(histogram, args, options):
     incumbent, lower = seed, quick_bound
     if certify:
         lower = max(lower, optimal.class_bound(histogram, *args, deadline))
-    if certify and lower <= most_packs:
+    # The shortcuts fill rows to the last token (or as far as the longest
+    # sequences allow): they are for where the class bound leaves the
+    # token and long-sequence bound in reach, not the count bound.
+    fill_bound, _ = optimal.long_sequence_bound(histogram, args[0])
+    if certify and lower <= within_gap(fill_bound):
         # Rows filled to the last token are within reach: exchange fill
         # where rows hold many sequences (column generation needs many
         # rounds there; with about two a row it converges in a few, and

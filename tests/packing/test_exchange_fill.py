@@ -234,6 +234,22 @@ def test_optimal_returns_the_certified_exchange_fill_plan(few_lengths_suffice):
     assert plan.num_packs <= slow.lp_lower_bound * (1 + 5e-4)
 
 
+def test_where_the_count_bound_binds_column_generation_packs(few_lengths_suffice):
+    # Log-normal lengths of median S / 32 at 4 per pack: the count bound
+    # (N / 4) is far above the token bound, and the class bound, no higher,
+    # leaves it in reach. Rows filled to the last token are not: the
+    # shortcuts are skipped, and column generation packs.
+    histogram = _lognormal(512, 20_000, median_fraction=1 / 32, sigma=1.5)
+    fill_bound, _ = optimal.long_sequence_bound(histogram, 512)
+    assert optimal.class_bound(histogram, 512, 4) == 5_000 > 2 * fill_bound
+    phases = []
+    plan = pack_histogram(histogram, 512, 4,
+                          progress=lambda phase, packs, bound: phases.append(phase))
+    assert "exchange fill" not in phases
+    assert any(phase.startswith("LP") for phase in phases)
+    assert plan.num_packs <= plan.lp_lower_bound_packs + 2
+
+
 def test_few_lengths_go_to_column_generation():
     # The same histogram with its 512 lengths: column generation, no shortcut.
     histogram = _lognormal(512, 200_000)
