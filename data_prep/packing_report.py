@@ -56,7 +56,7 @@ def define_flags():
         "Seconds the optimal plan (and the LP bound of --lp_bound) may search; then "
         "the best plan found so far is reported with its gap to the bound proven so "
         "far (finishing it is left part of the limit, 0.25 s per million sequences). 0: the "
-        "best-fit decreasing seed and the token or count bound, at once.",
+        "best-fit decreasing seed and the token, count or long-sequence bound, at once.",
         lower_bound=0)
     flags.DEFINE_string("plot", None,
                         "Write the report figure to this image file (PNG, or any "
