@@ -47,8 +47,9 @@ without step 0 and the exchanges for exact complements). A few packs stay
 above the bound on histograms of a few thousand sequences (the last
 rounds' pools are too small to find equal sums).
 
-Cost: a round is one best-fit decreasing on the pool (O(S G) for G groups of
-packs, `heuristics.pack_fit_decreasing`) and, per exchange, a shuffle of the
+Cost: a round is one best-fit decreasing on the pool
+(`heuristics.pack_fit_decreasing`, O((S + K) log G) for K placements of a
+group and G groups open at once) and, per exchange, a shuffle of the
 pool and a counting match of sums, O(P + M D log D) for a pool of P
 sequences and M sampled rows.
 

@@ -7,6 +7,8 @@ turns those into a checked `PackingPlan`.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 
@@ -111,8 +113,10 @@ def pack_fit_decreasing(histogram: np.ndarray, max_sequence_length: int,
     ``tie_break="last"`` reproduces the reference implementations' choices, so
     SPFHP and LPFHP agree with their pack counts exactly.
 
-    Complexity: O(S x G) for S lengths and G groups of packs made,
-    independent of the number of sequences.
+    Complexity: O((S + P) log G) for S lengths, P placements of a group and
+    G groups of packs open at once (their rooms are kept sorted, and the
+    group that fits is found by bisection), independent of the number of
+    sequences.
     """
     if fit not in ("best", "worst"):
         raise ValueError(f"fit must be 'best' or 'worst', got {fit!r}")
@@ -121,21 +125,24 @@ def pack_fit_decreasing(histogram: np.ndarray, max_sequence_length: int,
     max_len = max_sequence_length
     cap = max_sequences_per_pack
     open_groups: dict[int, list[list]] = {}  # room left -> stack of [count, pack]
+    rooms: list[int] = []  # the keys of open_groups, ascending
     closed: list[tuple[tuple[int, ...], int]] = []
 
     def file_group(pack, count, room):
         if len(pack) == cap or room == 0:
             closed.append((pack, count))
-        else:
-            open_groups.setdefault(room, []).append([count, pack])
+            return
+        stack = open_groups.get(room)
+        if stack is None:
+            open_groups[room] = stack = []
+            bisect.insort(rooms, room)
+        stack.append([count, pack])
 
     for length in range(max_len, 0, -1):
         remaining = int(histogram[length - 1])
         search_open_packs = True
         while remaining > 0:
-            fitting = [room for room in open_groups if room >= length] \
-                if search_open_packs else []
-            if not fitting:
+            if not (search_open_packs and rooms and rooms[-1] >= length):
                 # Nothing open fits: new packs of this length alone. Sequences
                 # left over after that also go into new packs (as the
                 # reference does), not into the ones just made.
@@ -147,7 +154,8 @@ def pack_fit_decreasing(histogram: np.ndarray, max_sequence_length: int,
                            max_len - repeat * length)
                 remaining -= (remaining // repeat) * repeat
                 continue
-            room = min(fitting) if fit == "best" else max(fitting)
+            # Best fit: the least room that fits; worst fit: the most room.
+            room = rooms[bisect.bisect_left(rooms, length)] if fit == "best" else rooms[-1]
             stack = open_groups[room]
             position = len(stack) - 1
             if tie_break == "fewest":
@@ -161,6 +169,7 @@ def pack_fit_decreasing(histogram: np.ndarray, max_sequence_length: int,
                 stack.insert(position, [group_count - used, pack])
             if not stack:
                 del open_groups[room]
+                del rooms[bisect.bisect_left(rooms, room)]
             remaining -= used * repeat
             file_group(pack + (length,) * repeat, used, room - repeat * length)
 

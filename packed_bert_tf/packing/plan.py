@@ -21,6 +21,7 @@ import functools
 import itertools
 import json
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -62,13 +63,18 @@ def strategy_counts_of_rows(rows: np.ndarray,
     else:
         _, first, inverse = np.unique(rows, axis=0, return_index=True,
                                       return_inverse=True)
-    totals = np.zeros(len(first), dtype=np.int64)
-    np.add.at(totals, inverse.ravel(), 1 if counts is None else counts)
-    # Rows are longest first, so each strategy is a prefix of its row.
-    distinct = rows[first]
-    depths = np.count_nonzero(distinct, axis=1)
-    return [(tuple(row[:depth]), total) for row, depth, total
-            in zip(distinct.tolist(), depths.tolist(), totals.tolist())]
+    if counts is None:
+        totals = np.bincount(inverse.ravel(), minlength=len(first))
+    else:
+        totals = np.zeros(len(first), dtype=np.int64)
+        np.add.at(totals, inverse.ravel(), counts)
+    # Rows are longest first and lengths positive, so each strategy is its
+    # row without the 0 padding.
+    strategies = map(tuple, map(_NONZERO, rows[first].tolist()))
+    return list(zip(strategies, totals.tolist()))
+
+
+_NONZERO = functools.partial(filter, None)
 
 
 def rows_of_strategy_counts(strategy_counts, width: int | None = None) -> np.ndarray:
@@ -109,6 +115,10 @@ def _strategy_table(strategy_counts, width: int | None = None):
 def _merged_strategy_counts(strategy_counts):
     """(strategy, count) pairs with each strategy sorted longest first, equal
     ones merged, in tuple order."""
+    if _in_canonical_order(strategy_counts):
+        # As `strategy_counts_of_rows` makes them: merging a few hundred
+        # thousand strategies again would cost as much as making them.
+        return strategy_counts
     table = _strategy_table(strategy_counts) if strategy_counts else None
     if table is None:
         # Empty strategies and non-positive lengths (rejected later with the
@@ -119,6 +129,24 @@ def _merged_strategy_counts(strategy_counts):
             merged[key] = merged.get(key, 0) + count
         return sorted(merged.items())
     return strategy_counts_of_rows(*table)
+
+
+def _in_canonical_order(strategy_counts) -> bool:
+    """Whether every strategy is a tuple of ints, longest first, and each is
+    before the next in tuple order (so no two are equal): O(lengths), the
+    loops in C."""
+    strategies = [strategy for strategy, _ in strategy_counts]
+    if (set(map(type, strategies)) != {tuple}
+            or set(map(type, itertools.chain.from_iterable(strategies))) != {int}
+            or not all(map(operator.lt, strategies,
+                           itertools.islice(strategies, 1, None)))):
+        return False
+    depths = np.fromiter(map(len, strategies), dtype=np.int64, count=len(strategies))
+    flat = np.fromiter(itertools.chain.from_iterable(strategies), dtype=np.int64,
+                       count=int(depths.sum()))
+    rises = np.flatnonzero(np.diff(flat) > 0) + 1  # where a length is above the last
+    # A rise is allowed only where a strategy starts.
+    return np.isin(rises, np.cumsum(depths)).all()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,7 +216,7 @@ class PackingPlan:
             if broken.any():
                 j = int(np.flatnonzero(broken)[0])
                 raise ValueError(f"strategy {self.strategies[j]} {describe(j)}")
-        packed = self.packed_histogram()
+        packed = self._packed_histogram(depths, flat_lengths)
         expected = np.asarray(self.histogram, dtype=np.int64)
         if not np.array_equal(packed, expected):
             wrong = np.flatnonzero(packed != expected)
@@ -236,7 +264,9 @@ class PackingPlan:
 
     def packed_histogram(self) -> np.ndarray:
         """[S] int64: how many sequences of each length the plan packs."""
-        depths, flat_lengths = self.flat_strategies()
+        return self._packed_histogram(*self.flat_strategies())
+
+    def _packed_histogram(self, depths, flat_lengths) -> np.ndarray:
         packed = np.zeros(self.max_sequence_length, dtype=np.int64)
         valid = (flat_lengths >= 1) & (flat_lengths <= self.max_sequence_length)
         np.add.at(packed, flat_lengths[valid] - 1,

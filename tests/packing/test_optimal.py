@@ -109,6 +109,47 @@ def test_unplaced_is_longest_first_into_any_slot_at_least_as_long(demand, slots)
     np.testing.assert_array_equal(optimal._unplaced(demand, slots), left)
 
 
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_filled_packs_hold_the_demand_each_within_a_copy_of_its_pattern(seed):
+    rng = np.random.default_rng(seed)
+    num_items, width, groups = rng.integers(1, 10), rng.integers(1, 5), rng.integers(1, 7)
+    item_lengths = np.sort(rng.choice(np.arange(1, 30), num_items, replace=False))
+    patterns = np.sort(rng.integers(0, num_items + 1, (groups, width)), axis=1)
+    counts = rng.integers(1, 6, groups)
+    slots = np.zeros(num_items + 1, dtype=np.int64)
+    np.add.at(slots, patterns, counts[:, None])
+    # A demand the slots can hold, longest first, each into a slot at least as long.
+    demand, free = np.zeros(num_items, dtype=np.int64), 0
+    for item in range(num_items - 1, -1, -1):
+        free += slots[item]
+        demand[item] = rng.integers(0, free + 1)
+        free -= demand[item]
+    pairs = optimal._fill_packs(patterns, counts, item_lengths, demand)
+    packed = np.zeros(num_items, dtype=np.int64)
+    for strategy, count in pairs:
+        np.add.at(packed, np.searchsorted(item_lengths, strategy), count)
+    np.testing.assert_array_equal(packed, demand)
+    assert sum(count for _, count in pairs) <= counts.sum()
+    # Every pack fits in a copy of a pattern: its i-th longest sequence is no
+    # longer than that pattern's i-th longest slot.
+    slot_lengths = -np.sort(-np.where(patterns < num_items,
+                                      item_lengths[np.minimum(patterns, num_items - 1)], 0))
+    for strategy, _ in pairs:
+        row = np.zeros(width, dtype=np.int64)
+        row[:len(strategy)] = sorted(strategy, reverse=True)
+        assert (row <= slot_lengths).all(axis=1).any(), strategy
+    # A demand of exactly the slots gives back the patterns.
+    exact = optimal._fill_packs(patterns, counts, item_lengths, slots[:num_items])
+    expected = {}
+    for pattern, count in zip(patterns, counts):
+        key = tuple(sorted((int(item_lengths[i]) for i in pattern if i < num_items),
+                           reverse=True))
+        if key:
+            expected[key] = expected.get(key, 0) + int(count)
+    assert dict(exact) == expected
+
+
 def test_a_residual_pack_a_half_used_pattern_cannot_fill_is_not_dived_into():
     # Two items; the LP uses (0, 0) half a time for the one sequence of item
     # 0 and (0, 1) less: diving must take the pack both sequences fill.

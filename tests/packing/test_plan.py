@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packed_bert_tf.packing import PackingPlan
-from packed_bert_tf.packing.plan import _merged_strategy_counts
+from packed_bert_tf.packing.plan import _merged_strategy_counts, strategy_counts_of_rows
 
 
 def _plan(**overrides):
@@ -94,3 +94,33 @@ def _merged_by_dict(strategy_counts):
                           st.integers(-3, 5)), max_size=30))
 def test_merging_strategies_matches_sorting_them_one_by_one(strategy_counts):
     assert _merged_strategy_counts(strategy_counts) == _merged_by_dict(strategy_counts)
+
+
+def test_pairs_made_from_rows_give_the_plan_that_merging_gives_and_are_still_checked():
+    rows = np.random.default_rng(0).integers(0, 5, (500, 3))
+    rows[:, 0] += 1  # every row holds a sequence
+    histogram = np.bincount(rows[rows > 0] - 1, minlength=16)
+    pairs = strategy_counts_of_rows(rows)
+    fields = dict(algorithm="hand", histogram=histogram, max_sequence_length=16,
+                  max_sequences_per_pack=3)
+    plan = PackingPlan.from_strategy_counts(pairs, **fields)
+    # The same packs as a plain list, one pair a row in another order.
+    one_by_one = [(tuple(row[row > 0]), 1) for row in rows[::-1]]
+    assert plan == PackingPlan.from_strategy_counts(one_by_one, **fields)
+    assert plan.num_packs == 500
+    with pytest.raises(ValueError, match="exactly once"):
+        PackingPlan.from_strategy_counts(strategy_counts_of_rows(rows[1:]), **fields)
+    with pytest.raises(ValueError, match="more than max_sequence_length=8"):
+        PackingPlan.from_strategy_counts(pairs, **dict(fields, max_sequence_length=8,
+                                                       histogram=histogram[:8]))
+
+
+def test_merging_leaves_canonical_pairs_as_they_are_and_makes_tuples_of_ints():
+    canonical = [((3, 2), 1), ((3, 2, 1), 2), ((4,), 5)]
+    assert _merged_strategy_counts(canonical) is canonical
+    merged = _merged_strategy_counts([([2, 3], 1), ((np.int64(4),), 2), ((3, 2), 1)])
+    assert merged == [((3, 2), 2), ((4,), 2)]
+    assert {type(length) for strategy, _ in merged for length in strategy} == {int}
+    assert {type(strategy) for strategy, _ in merged} == {tuple}
+    # In order as tuples, but a strategy not longest first.
+    assert _merged_strategy_counts([((2, 3), 1), ((4,), 1)]) == [((3, 2), 1), ((4,), 1)]
