@@ -26,6 +26,7 @@ import numpy as np
 from absl import app, flags
 
 from packed_bert_tf import packing
+from packed_bert_tf.packing import optimal
 
 # Modules of benchmarks/, beside this script:
 from common import (
@@ -234,8 +235,8 @@ def long_context_markdown(results) -> str:
              "target being at most 2 GiB.", "",
              "'Bound' is the lower bound the plan proves: where column generation "
              "planned the whole histogram, the LP optimum or a bound within 0.01 % of "
-             "it (a level of length classes is planned when its LP is within 0.02 % of "
-             "the bound its duals prove for the real lengths); where exact-fill rows "
+             "it (a level of length classes is planned when its LP is within "
+             f"{100 * optimal.CLASS_PLAN_TOLERANCE:g} % of the bound its duals prove for the real lengths); where exact-fill rows "
              "were certified (`certified_gap`, 0.05 %), the quick bound "
              "(`packing.optimal.simple_bound`: the token, count and long-sequence "
              "bounds; *, `packing.exact_fill`). For those, the last columns give column "

@@ -39,6 +39,9 @@ def strategy_counts_of_rows(rows: np.ndarray,
     if not len(rows):
         return []
     rows = -np.sort(-rows, axis=1)  # longest first, 0 padding last
+    # Columns of padding alone (a cap of 16 where rows hold a few) cost the
+    # sort below as much as real ones.
+    rows = rows[:, :max(1, int(np.count_nonzero(rows, axis=1).max()))]
     # Lexicographic order of 0-padded rows is tuple order (a prefix first).
     if rows.shape[1] <= 4 and rows.max() < 1 << 16:
         # One 64-bit key per row (16 bits a length): a 1-D unique is fast,
