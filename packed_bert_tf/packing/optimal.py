@@ -1064,7 +1064,7 @@ def _fill_packs(patterns: np.ndarray, counts: np.ndarray, item_lengths: np.ndarr
     left = counts[group].astype(np.int64).tolist()
     slot_item = slot_item.tolist()
     # What each slot entry receives, in order: (entry, item, number of packs).
-    piece_entry, piece_item, piece_number = [], [], []
+    pieces: list[tuple[int, int, int]] = []
     free_stack: list[int] = []  # slot entries with room left, longest at bottom
     entry = 0
     for item in range(num_items - 1, -1, -1):
@@ -1077,7 +1077,7 @@ def _fill_packs(patterns: np.ndarray, counts: np.ndarray, item_lengths: np.ndarr
             if wanted == 0:
                 break
             take = min(wanted, left[e])
-            piece_entry.append(e), piece_item.append(item), piece_number.append(take)
+            pieces.append((e, item, take))
             left[e] -= take
             wanted -= take
         while wanted > 0:  # then the shortest longer slot still free
@@ -1086,19 +1086,19 @@ def _fill_packs(patterns: np.ndarray, counts: np.ndarray, item_lengths: np.ndarr
                                      f"length {item_lengths[item]}")
             e = free_stack[-1]
             take = min(wanted, left[e])
-            piece_entry.append(e), piece_item.append(item), piece_number.append(take)
+            pieces.append((e, item, take))
             left[e] -= take
             wanted -= take
             if left[e] == 0:
                 free_stack.pop()
         free_stack.extend(e for e in range(entry - 1, start - 1, -1) if left[e] > 0)
-    if not piece_entry:
+    if not pieces:
         return []
-    # Each piece fills packs [begin, end) of its pattern's copies in one slot.
-    order = np.argsort(np.asarray(piece_entry), kind="stable")
-    entries = np.asarray(piece_entry)[order]
-    numbers = np.asarray(piece_number, dtype=np.int64)[order]
-    lengths = item_lengths[np.asarray(piece_item)[order]]
+    # Each piece fills packs [begin, end) of its pattern's copies in one
+    # slot, its entry's earlier pieces before it.
+    entries, items, numbers = np.asarray(pieces, dtype=np.int64).T
+    order = np.argsort(entries, kind="stable")
+    entries, numbers, lengths = entries[order], numbers[order], item_lengths[items[order]]
     end = np.cumsum(numbers)
     first_of_entry = np.r_[True, entries[1:] != entries[:-1]]
     end -= np.maximum.accumulate(np.where(first_of_entry, end - numbers, 0))

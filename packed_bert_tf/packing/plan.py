@@ -100,10 +100,7 @@ def _strategy_table(strategy_counts, width: int | None = None):
     counts), or None when a strategy is empty or holds a length below 1 (0
     could not pad it). Vectorised: a plan of exact-fill rows has hundreds of
     thousands of strategies."""
-    depths = np.fromiter((len(strategy) for strategy, _ in strategy_counts),
-                         dtype=np.int64, count=len(strategy_counts))
-    flat = np.fromiter(itertools.chain.from_iterable(s for s, _ in strategy_counts),
-                       dtype=np.int64, count=int(depths.sum()))
+    depths, flat = _flattened([strategy for strategy, _ in strategy_counts])
     if not depths.all() or (flat < 1).any():
         return None
     width = int(depths.max(initial=0)) if width is None else width
@@ -113,6 +110,15 @@ def _strategy_table(strategy_counts, width: int | None = None):
     counts = np.fromiter((count for _, count in strategy_counts), dtype=np.int64,
                          count=len(strategy_counts))
     return rows, counts
+
+
+def _flattened(strategies) -> tuple[np.ndarray, np.ndarray]:
+    """Strategies as arrays: [strategies] depths and [sum of depths] lengths
+    concatenated (int64)."""
+    depths = np.fromiter(map(len, strategies), dtype=np.int64, count=len(strategies))
+    flat = np.fromiter(itertools.chain.from_iterable(strategies), dtype=np.int64,
+                       count=int(depths.sum()))
+    return depths, flat
 
 
 def _merged_strategy_counts(strategy_counts):
@@ -144,9 +150,7 @@ def _in_canonical_order(strategy_counts) -> bool:
             or not all(map(operator.lt, strategies,
                            itertools.islice(strategies, 1, None)))):
         return False
-    depths = np.fromiter(map(len, strategies), dtype=np.int64, count=len(strategies))
-    flat = np.fromiter(itertools.chain.from_iterable(strategies), dtype=np.int64,
-                       count=int(depths.sum()))
+    depths, flat = _flattened(strategies)
     rises = np.flatnonzero(np.diff(flat) > 0) + 1  # where a length is above the last
     # A rise is allowed only where a strategy starts.
     return np.isin(rises, np.cumsum(depths)).all()
@@ -259,11 +263,7 @@ class PackingPlan:
     def flat_strategies(self) -> tuple[np.ndarray, np.ndarray]:
         """The strategies as arrays: ``depths`` [num_strategies] and all their
         lengths concatenated, ``flat_lengths`` [sum of depths] (int64)."""
-        depths = np.fromiter(map(len, self.strategies), dtype=np.int64,
-                             count=len(self.strategies))
-        flat_lengths = np.fromiter(itertools.chain.from_iterable(self.strategies),
-                                   dtype=np.int64, count=int(depths.sum()))
-        return depths, flat_lengths
+        return _flattened(self.strategies)
 
     def packed_histogram(self) -> np.ndarray:
         """[S] int64: how many sequences of each length the plan packs."""
