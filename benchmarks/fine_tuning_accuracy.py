@@ -45,9 +45,12 @@ interval (`welch_interval`); the interval containing 0 is no evidence of a
 gap. For SQuAD also how the packed runs' packs are made
 (`squad_pack_sharing`): a run packs its features once, with its seed, and
 reshuffles only the order of the packs each epoch, so features that share a
-pack share every batch; the count of packs holding two windows or two
-questions of one context says whether one context can weigh on a batch.
-``report.json`` in ``--work_dir`` holds the figures.
+pack share every batch (unless ``--repack_each_epoch``: the packed arm packs
+them anew every pass, and the table is its first pass); the count of packs
+holding two windows or two questions of one context says whether one
+context can weigh on a batch. ``report.json`` in ``--work_dir`` holds the
+figures. Padded runs do not depend on ``--repack_each_epoch``: either value
+reads the other's.
 
 Both arms: AdamW, one micro-batch per update (``--steps_per_update=1``: the
 loss of an update is the mean over its sequences in either arm), linear
@@ -126,6 +129,8 @@ flags.DEFINE_integer("max_query_length", 16, "SQuAD: question tokens kept.")
 flags.DEFINE_integer("train_batch_size", 32, "Sequences per update (the padded arm's rows; "
                      "the packed arm's rows: this / the packing factor, rounded).")
 flags.DEFINE_integer("max_sequences_per_pack", 3, "The packed arm's --max_sequences_per_pack.")
+flags.DEFINE_bool("repack_each_epoch", False, "The packed arm's --repack_each_epoch: its "
+                  "sequences packed anew every pass instead of once.")
 flags.DEFINE_float("squad_num_train_epochs", 10.0, "Epochs of the SQuAD runs, both arms.")
 flags.DEFINE_float("classifier_num_train_epochs", 3.0,
                    "Epochs of the classifier runs, both arms.")
@@ -144,8 +149,11 @@ DATA_FLAGS = ("max_documents", "heldout_every", "min_context_words", "max_contex
 RUN_FLAGS = ("doc_stride", "max_query_length", "train_batch_size", "max_sequences_per_pack",
              "squad_num_train_epochs", "classifier_num_train_epochs", "learning_rate",
              "jit_compile")
+# Flags of the packed arm alone: a padded run is the same with any value, and
+# its folder is read by either.
+PACKED_FLAGS = ("repack_each_epoch",)
 # A run's subsection of the section: these flags off their defaults (`configuration`).
-CONFIGURATION_FLAGS = ("tasks", "seeds", *DATA_FLAGS, *RUN_FLAGS)
+CONFIGURATION_FLAGS = ("tasks", "seeds", *DATA_FLAGS, *RUN_FLAGS, *PACKED_FLAGS)
 DATA_VERSION = 2  # bump when the data a flag set makes changes
 _WORD = re.compile(r"[A-Za-z]{3,}")
 
@@ -451,6 +459,8 @@ def command(run: Run, data_dir: str, packing_factor: float) -> list[str]:
               f"--learning_rate={FLAGS.learning_rate}", "--optimizer=adamw",
               f"--seed={run.seed}", f"--jit_compile={str(FLAGS.jit_compile).lower()}",
               "--save_checkpoints_steps=1000000", "--do_train"]
+    if run.arm == "packed" and FLAGS.repack_each_epoch:
+        common.append("--repack_each_epoch")
     if run.task == "squad":
         return [sys.executable, "run_squad.py", *common,
                 f"--train_file={data_dir}/squad_train.json",
@@ -462,9 +472,14 @@ def command(run: Run, data_dir: str, packing_factor: float) -> list[str]:
             f"--data_dir={data_dir}/SST-2", "--do_eval", "--eval_batch_size=64"]
 
 
-def run_spec() -> dict:
-    """What makes a run: `data_spec` and the run flags' values (``run.json``)."""
-    return {**data_spec(), **{name: FLAGS[name].value for name in RUN_FLAGS}}
+def run_spec(arm: str) -> dict:
+    """What makes a run of an arm: `data_spec` and the run flags' values
+    (``run.json``); the packed arm's own flags where off their defaults."""
+    spec = {**data_spec(), **{name: FLAGS[name].value for name in RUN_FLAGS}}
+    if arm == "packed":
+        spec.update({name: FLAGS[name].value for name in PACKED_FLAGS
+                     if FLAGS[name].value != FLAGS[name].default})
+    return spec
 
 
 def read_scores(run: Run) -> dict | None:
@@ -485,7 +500,7 @@ def run_once(run: Run, data_dir: str, packing_factor: float) -> dict:
 
     A folder made with other flags (``run.json``) is refused."""
     spec_path = os.path.join(run.folder, "run.json")
-    spec = run_spec()
+    spec = run_spec(run.arm)
     if os.path.exists(spec_path) and json.load(open(spec_path)) != spec:
         raise ValueError(f"{run.folder} holds a run made with other flags: give another "
                          f"--work_dir")

@@ -39,6 +39,7 @@ from packed_bert_tf.training.fine_tuning import (
     export,
     start_fine_tuning,
     train_on_rows,
+    training_rows,
 )
 from packed_bert_tf.training.startup import (
     RunContext,
@@ -141,7 +142,9 @@ def _run_in(options: ClassifierOptions, glue_task, context: RunContext) -> dict:
             train_packs)
         model = run.model
         if options.do_train:
-            summary["train"] = train_on_rows(options, run, train_packs, output_dir)
+            rows = training_rows(options, train_packs, lambda seed: pack_features(
+                features["train"], **{**pack_args, "seed": seed}))
+            summary["train"] = train_on_rows(options, run, rows, output_dir)
         global_step = int(run.trainer.step.numpy())
         if options.do_eval:
             summary["eval"] = evaluate(glue_task, model, features["dev"], strategy,

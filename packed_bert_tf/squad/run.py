@@ -35,6 +35,7 @@ from packed_bert_tf.training.fine_tuning import (
     export,
     start_fine_tuning,
     train_on_rows,
+    training_rows,
 )
 from packed_bert_tf.training.startup import (
     RunContext,
@@ -130,7 +131,9 @@ def _run_squad_in(options: SquadOptions, context: RunContext) -> dict:
             task.SQUAD_TASK, context, train_packs)
         model = run.model
         if options.do_train:
-            summary["train"] = train_on_rows(options, run, train_packs, output_dir)
+            rows = training_rows(options, train_packs, lambda seed: pack_features(
+                train_data.features, **{**pack_args, "seed": seed}))
+            summary["train"] = train_on_rows(options, run, rows, output_dir)
         if options.do_predict:
             summary["predict"] = predict(options, model, strategy, predict_data,
                                          output_dir, pack_args)

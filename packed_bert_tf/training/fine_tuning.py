@@ -11,14 +11,15 @@ data folder) to the task's run module.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
 from packed_bert_tf import filesystem, output_files
 from packed_bert_tf.batching.dataset import bucketed_rows_dataset
-from packed_bert_tf.data.inputs.rows_dataset import rows_dataset
+from packed_bert_tf.data.inputs.rows_dataset import RepackedRows, rows_dataset
 from packed_bert_tf.data.packed.packed_rows import PackedRows
 from packed_bert_tf.data.records.record_format import IdLimits
 from packed_bert_tf.models.export import export_for_serving
@@ -55,6 +56,8 @@ class FineTuningOptions(TrainingOptions):
       num_train_epochs: passes over the training rows.
       warmup_proportion: the fraction of the steps of linear warm-up.
       algorithm: the packing algorithm (`packed_bert_tf.packing.ALGORITHMS`).
+      repack_each_epoch: pack the training sequences anew for every pass
+        over them (`training_rows`), instead of once.
       export_dir: where the trained model goes as a SavedModel for packed
         serving (`export`); None: not exported.
     """
@@ -68,6 +71,7 @@ class FineTuningOptions(TrainingOptions):
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
     algorithm: str = "optimal"
+    repack_each_epoch: bool = False
     export_dir: str | None = None
 
 
@@ -105,6 +109,9 @@ def check_fine_tuning_options(options, config, strategy, *, actions: Mapping[str
     if options.batching not in BATCHING:
         raise ValueError(f"--batching={options.batching!r} is not one of "
                          f"{', '.join(BATCHING)}")
+    if options.repack_each_epoch and options.batching != "packed":
+        raise ValueError(f"--repack_each_epoch packs the sequences anew every pass: it "
+                         f"needs --batching=packed, not {options.batching}")
     if options.batching == "bucketed" and options.steps_per_update != 1:
         raise ValueError("--batching=bucketed gives batches of different shapes, which "
                          "cannot be stacked for accumulation: use --steps_per_update=1")
@@ -214,7 +221,8 @@ def start_fine_tuning(options, make_model, task, context: RunContext,
 #: The options that fix a fine-tuning run's trajectory, where a task has them.
 _TRAJECTORY_OPTIONS = ("train_batch_size", "steps_per_update", "step_unit",
                        "max_seq_length", "doc_stride", "max_query_length", "batching",
-                       "max_sequences_per_pack", "algorithm", "seed", "train_file",
+                       "max_sequences_per_pack", "algorithm", "repack_each_epoch",
+                       "seed", "train_file",
                        "task_name", "data_dir", "vocab_file", "do_lower_case")
 
 
@@ -238,14 +246,33 @@ def check_resume(options, context: RunContext) -> None:
     resume_trajectory(context, steps, values, rows_per_update=rows)
 
 
-def train_dataset_fn(packs: PackedRows, *, global_batch_size: int, steps_per_update: int,
+def training_rows(options, packs: PackedRows, pack: Callable[[int], PackedRows]
+                  ) -> PackedRows | RepackedRows:
+    """The rows training reads: ``packs`` on every pass, reshuffled, or with
+    ``--repack_each_epoch`` `RepackedRows`, whose pass p > 0 is ``pack(seed
+    of pass p)``, the seed drawn from ``--seed`` and p.
+
+    Args:
+      options: a `FineTuningOptions`.
+      packs: the training rows, packed with the run's seed (pass 0).
+      pack: ``seed -> PackedRows``, the task's packing of the same sequences.
+    """
+    if not options.repack_each_epoch:
+        return packs
+    seed = options.seed or 0
+    return RepackedRows(packs, lambda index: pack(
+        int(np.random.SeedSequence((seed, index)).generate_state(1)[0])))
+
+
+def train_dataset_fn(packs: PackedRows | RepackedRows, *, global_batch_size: int, steps_per_update: int,
                      seed: int | None, skip_steps: int = 0, bucketed: bool = False,
                      bucket_boundaries=None, pool_size: int = 8192):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``
     over a task's rows (SQuAD's, the classifier's).
 
     Each pipeline yields per-replica elements [K, b, ...] (K =
-    ``steps_per_update``), rows reshuffled every pass; ``skip_steps``
+    ``steps_per_update``), rows reshuffled every pass, or packed anew
+    (`RepackedRows`, from `training_rows`); ``skip_steps``
     updates already done are skipped (a resumed run with the same seed).
     ``bucketed``: length-bucketed batches of an unpacked layout instead
     (`packed_bert_tf.batching.dataset.bucketed_rows_dataset`; their shapes vary, so ``steps_per_update``
@@ -270,9 +297,10 @@ def train_dataset_fn(packs: PackedRows, *, global_batch_size: int, steps_per_upd
     return dataset_fn
 
 
-def train_on_rows(options, run: StartedRun, packs: PackedRows, output_dir) -> dict:
+def train_on_rows(options, run: StartedRun, packs: PackedRows | RepackedRows,
+                  output_dir) -> dict:
     """Trains ``run``'s model to ``total_steps`` on the rows of ``packs``
-    (`train_dataset_fn`), resuming after the steps already done, and writes
+    (`training_rows`; `train_dataset_fn`), resuming after the steps already done, and writes
     the final Google-format checkpoint; returns the training summary."""
     trainer = run.trainer
     dataset_fn = train_dataset_fn(
@@ -324,4 +352,4 @@ def _packed_copy(model):
 
 __all__ = ["FineTuningOptions", "check_fine_tuning_options", "check_resume",
            "export", "num_train_steps", "start_fine_tuning",
-           "step_counting", "train_dataset_fn", "train_on_rows"]
+           "step_counting", "train_dataset_fn", "train_on_rows", "training_rows"]

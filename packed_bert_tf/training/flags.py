@@ -207,6 +207,11 @@ def define_fine_tuning_flags(examples: str, defaults) -> None:
                        "Fraction of steps of linear warm-up.")
     flags.DEFINE_string("algorithm", defaults.algorithm,
                         "--batching=packed: packing algorithm.")
+    flags.DEFINE_bool("repack_each_epoch", defaults.repack_each_epoch,
+                      f"--batching=packed: pack the training {examples} anew for every "
+                      f"pass over them (a seed per pass, from --seed), so that they "
+                      f"share rows with other {examples} each time; default: packed "
+                      f"once, the rows reshuffled every pass.")
     define_export_flags(defaults)
 
 

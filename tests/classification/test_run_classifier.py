@@ -256,6 +256,8 @@ def test_regression_writes_scores(files, tmp_path):
                                                  "trained weights"),
     (dict(export_dir=__file__), f"--export_dir={__file__} is a file, not a folder"),
     (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
+    (dict(batching="padded", repack_each_epoch=True), "^--repack_each_epoch packs the "
+     "sequences anew every pass: it needs --batching=packed, not padded$"),
     (dict(train_batch_size=100), "256 training examples make 7[0-9] rows, too few for "
                                  "one batch of --train_batch_size=100"),
 ])

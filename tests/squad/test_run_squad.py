@@ -82,6 +82,8 @@ def test_fine_tuning_reaches_a_high_exact_match(files, tmp_path, batching, batch
                                             "trained weights, but --output_dir=.* holds "
                                             "no checkpoint and no --init_checkpoint"),
     (dict(batching="bucketed", steps_per_update=2), "use --steps_per_update=1"),
+    (dict(batching="padded", repack_each_epoch=True), "^--repack_each_epoch packs the "
+     "sequences anew every pass: it needs --batching=packed, not padded$"),
 ])
 def test_bad_options_are_rejected_before_anything_runs(files, tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
@@ -153,6 +155,22 @@ def test_a_resume_with_another_batch_size_is_refused(files, one_epoch):
                                          rf"another --output_dir$"):
         run_squad(options(files, output_dir, **{**ONE_EPOCH, "train_batch_size": 16,
                                                 "num_train_epochs": 2.0}))
+    with pytest.raises(ValueError, match=r"with other values: --repack_each_epoch False "
+                                         r"\(now True\)\. Resume"):
+        run_squad(options(files, output_dir, **{**ONE_EPOCH, "repack_each_epoch": True,
+                                                "num_train_epochs": 2.0}))
+
+
+def test_training_packed_anew_each_epoch(files, one_epoch, tmp_path):
+    _, once = one_epoch
+    summary = run_squad(options(files, tmp_path, **{**ONE_EPOCH, "num_train_epochs": 3.0},
+                                repack_each_epoch=True))
+    train = summary["train"]
+    assert train["final_step"] == train["num_train_steps"] == 3 * once["train"]["final_step"]
+    assert summary["train_features"] == once["train_features"]
+    assert summary["options"]["repack_each_epoch"]
+    assert train["sequences"] == 3 * once["train_features"]["features"]
+    assert np.isfinite(train["final_metrics"]["loss"])
 
 
 def _bad_inputs(files, folder):

@@ -3,6 +3,8 @@
 Every task whose examples fit in memory (SQuAD, classification) lays them
 out as `packed_bert_tf.data.packed.packed_rows.PackedRows` and reads them here
 (length-bucketed batches of them: `packed_bert_tf.batching.dataset`).
+Training reads the same rows on every pass, reshuffled, or, given
+`RepackedRows`, rows packed anew for every pass.
 
 Letters: B batch, S sequence length, D max sequences per pack.
 
@@ -18,6 +20,10 @@ so that outputs can be matched back to sequences
 """
 
 from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -40,7 +46,82 @@ def _padded_arrays(packs: PackedRows, multiple: int) -> dict[str, np.ndarray]:
     return arrays
 
 
-def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
+@dataclasses.dataclass(frozen=True, eq=False)
+class RepackedRows:
+    """Training rows packed anew for every pass over the sequences.
+
+    Packed once, a sequence shares its row with the same neighbours on every
+    pass, so the batches of an update are drawn from a fixed set of groups;
+    packed anew, every pass is a fresh draw (the same plan, other sequences
+    in its slots), as reshuffling is for unpacked rows.
+
+    Attributes:
+      first: the rows of pass 0.
+      pack: ``pass -> PackedRows`` for every later pass: the same sequences
+        and row shape in a packing of their own, in the order the packing
+        drew. Deterministic, so that a resumed run reads the rows the
+        uninterrupted run would have read.
+    """
+
+    first: PackedRows
+    pack: Callable[[int], PackedRows]
+
+    @property
+    def num_packs(self) -> int:
+        return self.first.num_packs
+
+    @property
+    def packing_factor(self) -> float:
+        return self.first.packing_factor
+
+    def rows_of_pass(self, index: int) -> PackedRows:
+        """The rows of pass ``index`` (0, 1, ...)."""
+        return self.first if index == 0 else self.pack(index)
+
+
+class _PassArrays:
+    """`_padded_arrays` of `RepackedRows` pass by pass, the latest two kept:
+    the replicas of one pipeline read the same pass, at most one pass apart,
+    and pack it once between them."""
+
+    def __init__(self, rows: RepackedRows):
+        self._rows = rows
+        self._lock = threading.Lock()
+        self._passes: dict[int, dict] = {}
+
+    def __call__(self, index: int) -> dict:
+        with self._lock:
+            if index not in self._passes:
+                self._passes[index] = _padded_arrays(self._rows.rows_of_pass(index), 1)
+                for old in sorted(self._passes)[:-2]:
+                    del self._passes[old]
+            return self._passes[index]
+
+
+def _repacked_rows(arrays_of_pass: _PassArrays, num_replicas: int,
+                   replica: int) -> tf.data.Dataset:
+    """Every pass's rows in its packing's order, one pass after another, forever
+    (the replica's share of each: rows r, r + R, ...)."""
+    first = arrays_of_pass(0)
+    names = sorted(first)
+
+    def pass_values(index):
+        arrays = arrays_of_pass(int(index))
+        return [arrays[name] for name in names]
+
+    def one_pass(index):
+        values = tf.numpy_function(pass_values, [index],
+                                   [tf.as_dtype(first[name].dtype) for name in names],
+                                   stateful=False)
+        dataset = tf.data.Dataset.from_tensor_slices({
+            name: tf.ensure_shape(value, (None,) + first[name].shape[1:])
+            for name, value in zip(names, values)})
+        return dataset.shard(num_replicas, replica) if num_replicas > 1 else dataset
+
+    return tf.data.Dataset.counter().flat_map(one_pass)
+
+
+def rows_dataset(packs: PackedRows | RepackedRows, batch_size: int, *, is_training: bool,
                   input_context: tf.distribute.InputContext | None = None,
                   seed: int | None = None,
                   shuffle_buffer_size: int | None = None,
@@ -55,7 +136,9 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
     global batch depend on the replica count alone.
 
     Args:
-      packs: the `PackedRows` to batch.
+      packs: the `PackedRows` to batch, or in training `RepackedRows`: the
+        rows of each pass in the order their packing drew (`seed` and
+        `shuffle_buffer_size` unused).
       batch_size: int, the global batch size; with `input_context` each
         replica gets ``input_context.get_per_replica_batch_size(batch_size)``
         rows.
@@ -85,19 +168,25 @@ def rows_dataset(packs: PackedRows, batch_size: int, *, is_training: bool,
     replicas, num_replicas = pipeline_replicas(input_context)
     per_replica_batch = (batch_size if input_context is None
                          else input_context.get_per_replica_batch_size(batch_size))
+    repacked = isinstance(packs, RepackedRows)
+    if repacked and not is_training:
+        raise ValueError("rows packed anew every pass are for training only")
     if is_training:
         if packs.num_packs < batch_size:
             raise ValueError(f"{packs.num_packs} rows cannot fill one training batch "
                              f"of {batch_size}")
-        arrays = _padded_arrays(packs, 1)
+        arrays = _PassArrays(packs) if repacked else _padded_arrays(packs, 1)
     else:
         arrays = _padded_arrays(packs, batch_size)
     streams = []
     for replica in replicas:
-        dataset = tf.data.Dataset.from_tensor_slices(arrays)
-        if num_replicas > 1:
-            dataset = dataset.shard(num_replicas, replica)
-        if is_training:
+        if repacked:
+            dataset = _repacked_rows(arrays, num_replicas, replica)
+        else:
+            dataset = tf.data.Dataset.from_tensor_slices(arrays)
+            if num_replicas > 1:
+                dataset = dataset.shard(num_replicas, replica)
+        if is_training and not repacked:
             dataset = dataset.shuffle(shuffle_buffer_size or packs.num_packs, seed=seed,
                                       reshuffle_each_iteration=True).repeat()
         dataset = dataset.batch(per_replica_batch, drop_remainder=True)
