@@ -1,6 +1,8 @@
 """BertSquadModel: packed per-feature logits, losses and gradients equal the
 unpacked model's; weights from Google checkpoints and pre-training models."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
@@ -80,6 +82,40 @@ def test_packed_loss_and_gradients_equal_unpacked(models):
     for name, value in losses.items():
         np.testing.assert_allclose(packed_losses[name], value, rtol=1e-5, err_msg=name)
     assert max(gradient_errors(packed_gradients, gradients)) < 1e-5
+
+
+def test_dropout_draws_the_same_losses_packed_and_unpacked():
+    # Dropout draws its masks over a row's tokens whatever shares the row:
+    # with the same weights, the training-mode loss of the same features has
+    # the same distribution packed as unpacked. Large weights make the loss
+    # sensitive to the masks.
+    config = dataclasses.replace(TINY_CONFIG, hidden_dropout_prob=0.2,
+                                 attention_probs_dropout_prob=0.2, initializer_range=0.3)
+    tf.random.set_seed(1)
+    packed_model = BertSquadModel.from_bert_config(config, packed=True)
+    packed_model.build()
+    reference = BertSquadModel.from_bert_config(config, packed=False)
+    reference.build()
+    reference.set_weights(packed_model.get_weights())
+    features = _features(24, 8)
+    draws = {}
+    for name, model, packs in (
+            ("packed", packed_model, pack_features(features, max_sequences_per_pack=3)),
+            ("unpacked", reference, pack_features(features, packed=False))):
+        assert (packs.num_packs < 24) == (name == "packed")
+        batch = {key: tf.constant(v) for key, v in packs.arrays.items()}
+        loss = tf.function(lambda training, model=model, batch=batch: squad_span_loss(
+            batch, model(batch, training=training))["loss"])
+        draws[name] = np.array([float(loss(True)) for _ in range(200)])
+        draws[name + " without dropout"] = float(loss(False))
+    packed, unpacked = draws["packed"], draws["unpacked"]
+    np.testing.assert_allclose(draws["packed without dropout"],
+                               draws["unpacked without dropout"], rtol=1e-5)
+    standard_error = np.sqrt((packed.var() + unpacked.var()) / 200)
+    assert abs(packed.mean() - unpacked.mean()) < 4 * standard_error
+    assert 0.8 < packed.std() / unpacked.std() < 1.25
+    # Dropout spreads the loss by far more than the tolerance above.
+    assert unpacked.std() > 5 * standard_error
 
 
 def test_outputs_and_dtypes_under_mixed_precision():
