@@ -839,6 +839,7 @@ def _solve_lp_levels(problem: _Problem, seeds, search: _Search, *,
     level_search = dataclasses.replace(
         search, report=lambda phase, packs, _: search.report(phase, packs, proven[0]))
     previous = None  # (the level's problem, its LP, class of each item)
+    out_of_time = False
     for class_width in _class_widths(problem.lengths, problem.capacity):
         if search.deadline.passed():
             break
@@ -852,6 +853,9 @@ def _solve_lp_levels(problem: _Problem, seeds, search: _Search, *,
             level, level_seeds, level_search, tolerance=LEVEL_TOLERANCE, center=center,
             slack=LEVEL_SLACK, phase=f"LP of {level.lengths.size:,} length classes")
         if not len(lp.x):
+            # HiGHS's own clock can stop the first solve before ours says
+            # the deadline passed: out of time either way.
+            out_of_time = True
             break
         previous = level, lp, class_of
         duals = _duals_below(level, lp, problem.lengths)
@@ -863,8 +867,9 @@ def _solve_lp_levels(problem: _Problem, seeds, search: _Search, *,
         if lp.stopped or (problem.lengths.size > CLASS_PLAN_ITEMS and
                           lp.objective <= real_bound * (1 + CLASS_PLAN_TOLERANCE)):
             return _Level(level, lp, real_bound, class_of)
-    if search.deadline.passed() and previous is not None:
-        return _Level(previous[0], previous[1], real_bound, previous[2])
+    if previous is not None and (out_of_time or search.deadline.passed()):
+        return _Level(previous[0], dataclasses.replace(previous[1], stopped=True),
+                      real_bound, previous[2])
     level_seeds = seeds
     if previous is not None:
         used = previous[1].patterns[previous[1].x > 0]
@@ -872,6 +877,9 @@ def _solve_lp_levels(problem: _Problem, seeds, search: _Search, *,
         level_seeds = np.concatenate([lifted, seeds]) if len(seeds) else lifted
     lp = _column_generation(problem, level_seeds, search, tolerance=tolerance,
                             center=real_duals, phase="LP")
+    if not len(lp.x) and previous is not None:  # stopped before its first solve
+        return _Level(previous[0], dataclasses.replace(previous[1], stopped=True),
+                      max(real_bound, lp.bound), previous[2])
     return _Level(problem, lp, max(real_bound, lp.bound))
 
 

@@ -199,3 +199,30 @@ def test_the_paper_histograms_are_packed_at_their_bound():
     for cap, packs in ((3, 8_143_829), (4, 8_135_727)):
         plan = pack_histogram(wikipedia, 512, cap)
         assert (plan.num_packs, plan.proven_optimal) == (packs, True)
+
+
+def test_a_level_stopped_before_its_first_solve_falls_back_to_the_coarser_one(
+        monkeypatch):
+    # HiGHS measures its time limit on its own clock, which can stop the
+    # first solve of a finer level before the deadline reads as passed here:
+    # the plan then comes from the coarser level's LP, not from nothing.
+    rng = np.random.default_rng(3)
+    max_len = 2048
+    histogram = np.bincount(rng.integers(256, 1025, 20_000), minlength=max_len + 1)[1:]
+    lengths = np.count_nonzero(histogram)
+    assert optimal._class_widths(np.flatnonzero(histogram) + 1, max_len)  # levels first
+    solve = optimal._Master.solve
+
+    def out_of_time_on_the_real_lengths(master, deadline=optimal.NO_DEADLINE):
+        return None if master.num_items == lengths else solve(master, deadline)
+
+    monkeypatch.setattr(optimal._Master, "solve", out_of_time_on_the_real_lengths)
+    solution = optimal.pack_optimal(histogram, max_len, 4)
+    assert solution.stopped and solution.pairs is not None
+    packed = np.zeros(max_len, np.int64)
+    for strategy, count in solution.pairs:
+        assert len(strategy) <= 4 and sum(strategy) <= max_len
+        np.add.at(packed, np.asarray(strategy) - 1, count)
+    np.testing.assert_array_equal(packed, histogram)
+    packs = sum(count for _, count in solution.pairs)
+    assert packs <= solution.lp_lower_bound * 1.01
