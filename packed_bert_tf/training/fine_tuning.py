@@ -241,6 +241,9 @@ def check_resume(options, context: RunContext) -> None:
         path = values.get(name)
         if path:
             values[name] = filesystem.absolute_path(path)
+    if not values.get("--repack_each_epoch"):
+        # Recorded only when on: a record without it is of a run packed once.
+        values.pop("--repack_each_epoch", None)
     rows = (options.train_batch_size // context.strategy.num_replicas_in_sync
             * steps.micro_batches_per_update)
     resume_trajectory(context, steps, values, rows_per_update=rows)

@@ -155,7 +155,10 @@ def test_a_resume_with_another_batch_size_is_refused(files, one_epoch):
                                          rf"another --output_dir$"):
         run_squad(options(files, output_dir, **{**ONE_EPOCH, "train_batch_size": 16,
                                                 "num_train_epochs": 2.0}))
-    with pytest.raises(ValueError, match=r"with other values: --repack_each_epoch False "
+    # A run packed once has no record of --repack_each_epoch: it resumes with
+    # the flag off, and is refused with it on.
+    assert "--repack_each_epoch" not in (output_dir / "trajectory.json").read_text()
+    with pytest.raises(ValueError, match=r"with other values: --repack_each_epoch none "
                                          r"\(now True\)\. Resume"):
         run_squad(options(files, output_dir, **{**ONE_EPOCH, "repack_each_epoch": True,
                                                 "num_train_epochs": 2.0}))
@@ -171,6 +174,9 @@ def test_training_packed_anew_each_epoch(files, one_epoch, tmp_path):
     assert summary["options"]["repack_each_epoch"]
     assert train["sequences"] == 3 * once["train_features"]["features"]
     assert np.isfinite(train["final_metrics"]["loss"])
+    with pytest.raises(ValueError, match=r"with other values: --repack_each_epoch True "
+                                         r"\(now none\)\. Resume"):
+        run_squad(options(files, tmp_path, **{**ONE_EPOCH, "num_train_epochs": 4.0}))
 
 
 def _bad_inputs(files, folder):
