@@ -108,6 +108,9 @@ def test_training_on_packed_rows_follows_training_on_the_same_sequences_unpacked
                       model.get_weights())
     np.testing.assert_allclose(runs["packed"][0], runs["unpacked"][0], rtol=1e-5)
     assert runs["packed"][1] == runs["unpacked"][1]
+    # Adam moves a weight by up to the learning rate (3e-3) an update, even
+    # where its gradient is rounding noise: the weights agree to a third of one
+    # update's step.
     assert max(float(np.max(np.abs(a - b))) for a, b
-               in zip(runs["packed"][2], runs["unpacked"][2])) < 1e-4
+               in zip(runs["packed"][2], runs["unpacked"][2])) < 1e-3
     assert runs["packed"][0][-1] < runs["packed"][0][0]  # it learnt something
