@@ -221,8 +221,7 @@ def start_fine_tuning(options, make_model, task, context: RunContext,
 #: The options that fix a fine-tuning run's trajectory, where a task has them.
 _TRAJECTORY_OPTIONS = ("train_batch_size", "steps_per_update", "step_unit",
                        "max_seq_length", "doc_stride", "max_query_length", "batching",
-                       "max_sequences_per_pack", "algorithm", "repack_each_epoch",
-                       "seed", "train_file",
+                       "max_sequences_per_pack", "algorithm", "seed", "train_file",
                        "task_name", "data_dir", "vocab_file", "do_lower_case")
 
 
@@ -241,9 +240,9 @@ def check_resume(options, context: RunContext) -> None:
         path = values.get(name)
         if path:
             values[name] = filesystem.absolute_path(path)
-    if not values.get("--repack_each_epoch"):
+    if getattr(options, "repack_each_epoch", False):
         # Recorded only when on: a record without it is of a run packed once.
-        values.pop("--repack_each_epoch", None)
+        values["--repack_each_epoch"] = True
     rows = (options.train_batch_size // context.strategy.num_replicas_in_sync
             * steps.micro_batches_per_update)
     resume_trajectory(context, steps, values, rows_per_update=rows)
@@ -267,8 +266,8 @@ def training_rows(options, packs: PackedRows, pack: Callable[[int], PackedRows]
         int(np.random.SeedSequence((seed, index)).generate_state(1)[0])))
 
 
-def train_dataset_fn(packs: PackedRows | RepackedRows, *, global_batch_size: int, steps_per_update: int,
-                     seed: int | None, skip_steps: int = 0, bucketed: bool = False,
+def train_dataset_fn(packs: PackedRows | RepackedRows, *, global_batch_size: int,
+                     steps_per_update: int, seed: int | None, skip_steps: int = 0, bucketed: bool = False,
                      bucket_boundaries=None, pool_size: int = 8192):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``
     over a task's rows (SQuAD's, the classifier's).
@@ -303,8 +302,8 @@ def train_dataset_fn(packs: PackedRows | RepackedRows, *, global_batch_size: int
 def train_on_rows(options, run: StartedRun, packs: PackedRows | RepackedRows,
                   output_dir) -> dict:
     """Trains ``run``'s model to ``total_steps`` on the rows of ``packs``
-    (`training_rows`; `train_dataset_fn`), resuming after the steps already done, and writes
-    the final Google-format checkpoint; returns the training summary."""
+    (`training_rows`; `train_dataset_fn`), resuming after the steps already
+    done, and writes the final Google-format checkpoint; returns the training summary."""
     trainer = run.trainer
     dataset_fn = train_dataset_fn(
         packs, global_batch_size=options.train_batch_size,

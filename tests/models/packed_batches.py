@@ -3,6 +3,7 @@
 import dataclasses
 
 import numpy as np
+import tensorflow as tf
 from keras import ops
 
 from packed_bert_tf.models import BertConfig
@@ -12,6 +13,18 @@ TINY_CONFIG = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                          max_position_embeddings=64, type_vocab_size=2,
                          initializer_range=0.02)
+
+
+def twin_models(model_class, config, *, seed=0):
+    """(the packed model, the standard unpacked BERT with the same weights) of
+    ``model_class.from_bert_config``, built."""
+    tf.random.set_seed(seed)
+    packed = model_class.from_bert_config(config, packed=True)
+    packed.build()
+    reference = model_class.from_bert_config(config, packed=False)
+    reference.build()
+    reference.set_weights(packed.get_weights())
+    return packed, reference
 
 
 @dataclasses.dataclass

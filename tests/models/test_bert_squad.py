@@ -17,7 +17,7 @@ from packed_bert_tf.models import (
 )
 from packed_bert_tf.models.bert_squad import squad_span_loss
 from packed_bert_tf.squad.packing import pack_features, unpack_logits
-from tests.models.packed_batches import TINY_CONFIG, gradient_errors
+from tests.models.packed_batches import TINY_CONFIG, gradient_errors, twin_models
 from tests.squad.squad_data import make_features
 
 pytestmark = pytest.mark.slow  # many models built, run and checkpointed
@@ -28,13 +28,7 @@ S = 48
 @pytest.fixture(scope="module")
 def models():
     """(packed model, standard unpacked BERT with the same weights)."""
-    tf.random.set_seed(0)
-    packed = BertSquadModel.from_bert_config(TINY_CONFIG, packed=True)
-    packed.build()
-    reference = BertSquadModel.from_bert_config(TINY_CONFIG, packed=False)
-    reference.build()
-    reference.set_weights(packed.get_weights())
-    return packed, reference
+    return twin_models(BertSquadModel, TINY_CONFIG)
 
 
 def _features(num, seed):
@@ -91,12 +85,7 @@ def test_dropout_draws_the_same_losses_packed_and_unpacked():
     # sensitive to the masks.
     config = dataclasses.replace(TINY_CONFIG, hidden_dropout_prob=0.2,
                                  attention_probs_dropout_prob=0.2, initializer_range=0.3)
-    tf.random.set_seed(1)
-    packed_model = BertSquadModel.from_bert_config(config, packed=True)
-    packed_model.build()
-    reference = BertSquadModel.from_bert_config(config, packed=False)
-    reference.build()
-    reference.set_weights(packed_model.get_weights())
+    packed_model, reference = twin_models(BertSquadModel, config, seed=1)
     features = _features(24, 8)
     draws = {}
     for name, model, packs in (

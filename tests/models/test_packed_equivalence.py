@@ -13,6 +13,7 @@ from tests.models.packed_batches import (
     packed_and_unpacked,
     per_sequence_outputs,
     random_packs,
+    twin_models,
 )
 
 pytestmark = pytest.mark.slow  # XLA compilations
@@ -24,13 +25,7 @@ SHAPES = dict(sequence_length=S, max_sequences_per_pack=D, max_masked=M)
 @pytest.fixture(scope="module")
 def models():
     """(packed model, standard unpacked BERT with the same weights)."""
-    tf.random.set_seed(0)
-    packed = BertPretrainingModel.from_bert_config(TINY_CONFIG, packed=True)
-    packed.build()
-    reference = BertPretrainingModel.from_bert_config(TINY_CONFIG, packed=False)
-    reference.build()
-    reference.set_weights(packed.get_weights())
-    return packed, reference
+    return twin_models(BertPretrainingModel, TINY_CONFIG)
 
 
 def _assert_close(got, want):

@@ -12,7 +12,7 @@ from packed_bert_tf.squad import task
 from packed_bert_tf.squad.packing import pack_features
 from packed_bert_tf.training.fine_tuning import train_dataset_fn
 from packed_bert_tf.training.trainer import Trainer
-from tests.models.packed_batches import TINY_CONFIG
+from tests.models.packed_batches import TINY_CONFIG, twin_models
 from tests.squad.squad_data import make_features
 
 
@@ -85,14 +85,9 @@ def test_training_on_packed_rows_follows_training_on_the_same_sequences_unpacked
     whole = dataclasses.replace(packs, arrays={
         name: value[:packs.num_packs // 4 * 4] for name, value in packs.arrays.items()})
     runs = {}
-    for name, rows, batch_size in (("packed", whole, 4), ("unpacked", unpacked, 12)):
-        tf.random.set_seed(0)
-        model = BertSquadModel.from_bert_config(TINY_CONFIG, packed=name == "packed")
-        model.build()
-        if name == "packed":
-            weights = model.get_weights()
-        else:
-            model.set_weights(weights)
+    models = twin_models(BertSquadModel, TINY_CONFIG)
+    for name, model, rows, batch_size in (("packed", models[0], whole, 4),
+                                          ("unpacked", models[1], unpacked, 12)):
         trainer = Trainer(model, keras.optimizers.AdamW(3e-3, global_clipnorm=1.0),
                           task=task.SQUAD_TASK, jit_compile=False)
         # Rows in their order (the packed rows' own, no shuffle), the same
