@@ -3,7 +3,6 @@
 import dataclasses
 
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from packed_bert_tf.models import BertConfig
@@ -18,6 +17,8 @@ TINY_CONFIG = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
 def twin_models(model_class, config, *, seed=0):
     """(the packed model, the standard unpacked BERT with the same weights) of
     ``model_class.from_bert_config``, built."""
+    import tensorflow as tf  # here: the other backends' checks import this module
+
     tf.random.set_seed(seed)
     packed = model_class.from_bert_config(config, packed=True)
     packed.build()
