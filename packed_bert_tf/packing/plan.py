@@ -16,8 +16,10 @@ be built, whatever the algorithm (or JSON file) it came from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import gc
 import itertools
 import json
 import math
@@ -34,50 +36,83 @@ def strategy_counts_of_rows(rows: np.ndarray,
                             counts=None) -> list[tuple[tuple[int, ...], int]]:
     """(strategy, count) pairs of packs given as rows of positive lengths
     (0 = none), each strategy longest first, equal ones merged (their
-    `counts`, default 1 a row, summed), in tuple order."""
-    rows = np.asarray(rows, dtype=np.int64)
+    `counts`, default 1 a row, summed), in tuple order.
+
+    O(rows x width) in numpy, plus one tuple per distinct strategy: a plan
+    stopped by its time limit is converted here, so this is part of the time
+    the limit leaves for finishing.
+    """
+    rows = np.asarray(rows)
     if not len(rows):
         return []
-    rows = -np.sort(-rows, axis=1)  # longest first, 0 padding last
+    if rows.dtype.kind not in "iu":
+        rows = rows.astype(np.int64)
+    rows = np.sort(rows, axis=1)[:, ::-1]  # longest first, 0 padding last
+    depths = np.count_nonzero(rows, axis=1)
     # Columns of padding alone (a cap of 16 where rows hold a few) cost the
     # sort below as much as real ones.
-    rows = rows[:, :max(1, int(np.count_nonzero(rows, axis=1).max()))]
+    rows = rows[:, :max(1, int(depths.max()))]
     # Lexicographic order of 0-padded rows is tuple order (a prefix first).
-    if rows.shape[1] <= 4 and rows.max() < 1 << 16:
-        # One 64-bit key per row (16 bits a length): a 1-D unique is fast,
-        # and the keys' order is the rows' lexicographic order.
-        shifts = np.uint64(16) * np.arange(rows.shape[1] - 1, -1, -1, dtype=np.uint64)
-        keys = (rows.astype(np.uint64) << shifts).sum(axis=1, dtype=np.uint64)
-        _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-    elif rows.max() < 1 << 16:
-        # A 64-bit key per 4 lengths, sorted as tuples of keys (np.unique
-        # over rows sorts byte strings, several times slower).
-        padded = np.pad(rows, ((0, 0), (0, -rows.shape[1] % 4))).astype(np.uint64)
-        shifts = np.uint64(16) * np.arange(3, -1, -1, dtype=np.uint64)
-        keys = np.stack([(padded[:, j:j + 4] << shifts).sum(axis=1, dtype=np.uint64)
-                         for j in range(0, padded.shape[1], 4)], axis=1)
-        order = np.lexsort(keys.T[::-1])
-        ordered = keys[order]
-        starts = np.ones(len(rows), dtype=bool)
-        starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
-        first = order[starts]
-        inverse = np.empty(len(rows), dtype=np.int64)
-        inverse[order] = np.cumsum(starts) - 1
+    if rows.max() < 1 << 16:
+        first, inverse = _unique_short_rows(rows)
     else:
         _, first, inverse = np.unique(rows, axis=0, return_index=True,
                                       return_inverse=True)
+        inverse = inverse.ravel()
     if counts is None:
-        totals = np.bincount(inverse.ravel(), minlength=len(first))
+        totals = np.bincount(inverse, minlength=len(first))
     else:
         totals = np.zeros(len(first), dtype=np.int64)
-        np.add.at(totals, inverse.ravel(), counts)
+        np.add.at(totals, inverse, counts)
     # Rows are longest first and lengths positive, so each strategy is its
-    # row without the 0 padding.
-    strategies = map(tuple, map(_NONZERO, rows[first].tolist()))
-    return list(zip(strategies, totals.tolist()))
+    # row's first `depth` lengths; rows of one depth become tuples at once.
+    unique, depths = rows[first], depths[first]
+    strategies = [None] * len(first)
+    with _gc_paused():
+        for depth in np.unique(depths).tolist():
+            at = np.flatnonzero(depths == depth)
+            for j, strategy in zip(at.tolist(), map(tuple, unique[at, :depth].tolist())):
+                strategies[j] = strategy
+        return list(zip(strategies, totals.tolist()))
 
 
-_NONZERO = functools.partial(filter, None)
+def _unique_short_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct row, in lexicographic order; [rows] index
+    of each row's distinct row) for rows of lengths below 2^16.
+
+    Four lengths as big-endian 16-bit numbers read as one 64-bit number: the
+    numbers' order is the lengths' lexicographic order, and a row is a few
+    such keys (np.unique over rows sorts byte strings, several times
+    slower)."""
+    width = rows.shape[1]
+    big_endian = np.zeros((len(rows), width + -width % 4), dtype=">u2")
+    big_endian[:, :width] = rows
+    keys = big_endian.view(">u8").astype(np.uint64)
+    if keys.shape[1] == 1:
+        _, first, inverse = np.unique(keys[:, 0], return_index=True,
+                                      return_inverse=True)
+        return first, inverse
+    order = np.lexsort(keys.T[::-1])
+    ordered = keys[order]
+    starts = np.ones(len(rows), dtype=bool)
+    starts[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(rows), dtype=np.int64)
+    inverse[order] = np.cumsum(starts) - 1
+    return order[starts], inverse
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """The cyclic garbage collector off while a block makes many tuples of
+    ints (none can be in a cycle): its collections, every 700 new objects and
+    now and then over every object of the process, would double the time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def rows_of_strategy_counts(strategy_counts, width: int | None = None) -> np.ndarray:
@@ -244,20 +279,24 @@ class PackingPlan:
         Strategies are sorted longest first, equal strategies merged, zero
         counts dropped, and the result ordered by strategy for stable output.
         """
-        strategy_counts = [(strategy, int(count)) for strategy, count in strategy_counts
-                           if int(count) != 0]
-        ordered = _merged_strategy_counts(strategy_counts)
-        return cls(
-            algorithm=algorithm,
-            max_sequence_length=int(max_sequence_length),
-            max_sequences_per_pack=int(max_sequences_per_pack),
-            histogram=tuple(int(c) for c in histogram),
-            strategies=tuple(strategy for strategy, _ in ordered),
-            counts=tuple(count for _, count in ordered),
-            lp_lower_bound=None if lp_lower_bound is None else float(lp_lower_bound),
-            solve_time_seconds=float(solve_time_seconds),
-            time_limit_reached=bool(time_limit_reached),
-        )
+        with _gc_paused():
+            counts = [count for _, count in strategy_counts]
+            # Pairs of positive ints (`strategy_counts_of_rows`'s) as they are.
+            if set(map(type, counts)) != {int} or 0 in counts:
+                strategy_counts = [(strategy, int(count)) for strategy, count
+                                   in strategy_counts if int(count) != 0]
+            ordered = _merged_strategy_counts(strategy_counts)
+            return cls(
+                algorithm=algorithm,
+                max_sequence_length=int(max_sequence_length),
+                max_sequences_per_pack=int(max_sequences_per_pack),
+                histogram=tuple(int(c) for c in histogram),
+                strategies=tuple(strategy for strategy, _ in ordered),
+                counts=tuple(count for _, count in ordered),
+                lp_lower_bound=None if lp_lower_bound is None else float(lp_lower_bound),
+                solve_time_seconds=float(solve_time_seconds),
+                time_limit_reached=bool(time_limit_reached),
+            )
 
     # ------------------------------------------------------------------ arrays
     def flat_strategies(self) -> tuple[np.ndarray, np.ndarray]:

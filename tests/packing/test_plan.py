@@ -96,6 +96,23 @@ def test_merging_strategies_matches_sorting_them_one_by_one(strategy_counts):
     assert _merged_strategy_counts(strategy_counts) == _merged_by_dict(strategy_counts)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 17), st.sampled_from([4, 1 << 16, 1 << 20]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_pairs_of_rows_are_the_rows_merged_one_by_one(num_rows, width, longest,
+                                                       weighted, seed):
+    # Widths around the 4 lengths a key holds; lengths short and past 16 bits.
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(1, longest + 1, (num_rows, width), dtype=np.int32)
+    rows[rng.random(rows.shape) < 0.4] = 0  # 0 anywhere in a row: no sequence
+    counts = rng.integers(1, 4, num_rows) if weighted else np.ones(num_rows, int)
+    pairs = strategy_counts_of_rows(rows, counts if weighted else None)
+    one_by_one = _merged_by_dict(
+        (tuple(row[row > 0].tolist()), int(count)) for row, count in zip(rows, counts))
+    assert pairs == one_by_one
+    assert {type(length) for strategy, _ in pairs for length in strategy} <= {int}
+
+
 def test_pairs_made_from_rows_give_the_plan_that_merging_gives_and_are_still_checked():
     rows = np.random.default_rng(0).integers(0, 5, (500, 3))
     rows[:, 0] += 1  # every row holds a sequence
