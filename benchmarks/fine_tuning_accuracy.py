@@ -21,9 +21,12 @@ sets, the others to the training sets:
   it, the word replaced by ``_``: hard for a tiny model from scratch), so
   that the exact match lands between the two.
 * ``classifier``: GLUE's SST-2 layout (``train.tsv``, ``dev.tsv``): is the
-  sentence's document in the first half of the corpus (label 0: the language
-  reference and the first modules by name) or the second (label 1)? A
-  matter of vocabulary, learnt from the sentences of other documents.
+  sentence as written (label 1) or backwards, its words in reverse order
+  (label 0)? Every other sentence of 4+ words is reversed, so the labels
+  are balanced. Word order is what a model sees through its positions,
+  which packing restarts in every sequence of a row: a packed model that
+  mixed up its sequences' positions, or attended across them, would fall
+  behind.
 * a WordPiece vocabulary of ``--vocab_size`` trained on the training text
   (``tokenizers``) and a BERT config of that vocabulary and the model-size
   flags (``bert_config.json``).
@@ -140,7 +143,7 @@ flags.DEFINE_bool("jit_compile", True, "XLA, both arms.")
 ARMS = ("packed", "padded")
 SCORES = {"squad": ("exact_match", "f1"), "classifier": ("accuracy",)}
 TITLES = {"squad": "SQuAD-format cloze (run_squad.py)",
-          "classifier": "Which half of the corpus, SST-2 layout (run_classifier.py)"}
+          "classifier": "Word order, as written or reversed, SST-2 layout (run_classifier.py)"}
 DATA_FLAGS = ("max_documents", "heldout_every", "min_context_words", "max_context_words",
               "questions_per_context", "cloze_words", "lookup_fraction", "max_train_questions",
               "max_dev_questions", "max_train_sentences", "max_dev_sentences", "vocab_size",
@@ -154,7 +157,9 @@ RUN_FLAGS = ("doc_stride", "max_query_length", "train_batch_size", "max_sequence
 PACKED_FLAGS = ("repack_each_epoch",)
 # A run's subsection of the section: these flags off their defaults (`configuration`).
 CONFIGURATION_FLAGS = ("tasks", "seeds", *DATA_FLAGS, *RUN_FLAGS, *PACKED_FLAGS)
-DATA_VERSION = 2  # bump when the data a flag set makes changes
+# Per task: bump a task's version when the data a flag set makes for it
+# changes (its runs are then made again, the other task's are kept).
+DATA_VERSIONS = {"squad": 2, "classifier": 3}
 _WORD = re.compile(r"[A-Za-z]{3,}")
 
 
@@ -273,14 +278,20 @@ def squad_json(documents, rng: random.Random, *, max_questions: int, prefix: str
     return {"version": "1.1", "data": [{"title": prefix, "paragraphs": paragraphs}]}
 
 
-def labelled_sentences(documents, labels, rng: random.Random, *,
-                       max_sentences: int) -> list[tuple]:
-    """(sentence, label) of every sentence of the documents, shuffled, at most
-    ``max_sentences``; a sentence's label is its document's."""
-    rows = [(sentence, label) for document, label in zip(documents, labels)
-            for sentence in document]
-    rng.shuffle(rows)
-    return rows[:max_sentences]
+def word_order_sentences(documents, rng: random.Random, *,
+                         max_sentences: int) -> list[tuple]:
+    """(sentence, label) of at most ``max_sentences`` sentences of 4+ words of
+    the documents (none that reads the same backwards), in random order:
+    every other one as written (label ``1``), the others with their words in
+    reverse order (label ``0``)."""
+    sentences = [sentence for document in documents for sentence in document
+                 if len(words := sentence.split()) >= 4 and words != words[::-1]]
+    rng.shuffle(sentences)
+    rows = []
+    for i, sentence in enumerate(sentences[:max_sentences]):
+        words = sentence.split()
+        rows.append((" ".join(words[::-1]), "0") if i % 2 else (" ".join(words), "1"))
+    return rows
 
 
 def write_sst2(path: str, rows) -> None:
@@ -304,9 +315,11 @@ def train_vocabulary(texts, path: str, vocab_size: int) -> int:
     return len(vocab)
 
 
-def data_spec() -> dict:
-    """What makes the data (and the model's config): the data flags' values."""
-    return {**{name: FLAGS[name].value for name in DATA_FLAGS}, "version": DATA_VERSION}
+def data_spec(task: str | None = None) -> dict:
+    """What makes the data (and the model's config): the data flags' values,
+    and the version of the task's data (of every task's, without one)."""
+    version = DATA_VERSIONS if task is None else DATA_VERSIONS[task]
+    return {**{name: FLAGS[name].value for name in DATA_FLAGS}, "version": version}
 
 
 def make_data(folder: str) -> dict:
@@ -318,11 +331,7 @@ def make_data(folder: str) -> dict:
     corpus = os.path.join(folder, "corpus.txt")
     run_tool([sys.executable, "-m", "data_prep.builtin_corpus", f"--output_file={corpus}",
               f"--max_documents={FLAGS.max_documents}"], os.path.join(folder, "corpus.log"))
-    documents = read_documents(corpus)
-    # The classifier's label: which half of the corpus the sentence's document is in.
-    halves = ["0" if i < len(documents) // 2 else "1" for i in range(len(documents))]
-    train, dev = split_documents(list(zip(documents, halves)), FLAGS.heldout_every)
-    train_docs, dev_docs = [d for d, _ in train], [d for d, _ in dev]
+    train_docs, dev_docs = split_documents(read_documents(corpus), FLAGS.heldout_every)
     rng = random.Random(FLAGS.data_seed)
     squad = {"train": squad_json(train_docs, rng, max_questions=FLAGS.max_train_questions,
                                  prefix="train"),
@@ -333,10 +342,10 @@ def make_data(folder: str) -> dict:
             json.dump(value, file)
     glue = os.path.join(folder, "SST-2")
     os.makedirs(glue, exist_ok=True)
-    for split, items, most in (("train", train, FLAGS.max_train_sentences),
-                               ("dev", dev, FLAGS.max_dev_sentences)):
-        write_sst2(os.path.join(glue, f"{split}.tsv"), labelled_sentences(
-            [d for d, _ in items], [h for _, h in items], rng, max_sentences=most))
+    for split, documents, most in (("train", train_docs, FLAGS.max_train_sentences),
+                                   ("dev", dev_docs, FLAGS.max_dev_sentences)):
+        write_sst2(os.path.join(glue, f"{split}.tsv"),
+                   word_order_sentences(documents, rng, max_sentences=most))
     vocab_size = train_vocabulary([s for d in train_docs for s in d],
                                   os.path.join(folder, "vocab.txt"), FLAGS.vocab_size)
     config = {"attention_probs_dropout_prob": 0.1, "hidden_act": "gelu",
@@ -472,11 +481,11 @@ def command(run: Run, data_dir: str, packing_factor: float) -> list[str]:
             f"--data_dir={data_dir}/SST-2", "--do_eval", "--eval_batch_size=64"]
 
 
-def run_spec(arm: str) -> dict:
-    """What makes a run of an arm: `data_spec` and the run flags' values
+def run_spec(run: Run) -> dict:
+    """What makes a run: its task's `data_spec` and the run flags' values
     (``run.json``); the packed arm's own flags where off their defaults."""
-    spec = {**data_spec(), **{name: FLAGS[name].value for name in RUN_FLAGS}}
-    if arm == "packed":
+    spec = {**data_spec(run.task), **{name: FLAGS[name].value for name in RUN_FLAGS}}
+    if run.arm == "packed":
         spec.update({name: FLAGS[name].value for name in PACKED_FLAGS
                      if FLAGS[name].value != FLAGS[name].default})
     return spec
@@ -500,7 +509,7 @@ def run_once(run: Run, data_dir: str, packing_factor: float) -> dict:
 
     A folder made with other flags (``run.json``) is refused."""
     spec_path = os.path.join(run.folder, "run.json")
-    spec = run_spec(run.arm)
+    spec = run_spec(run)
     if os.path.exists(spec_path) and json.load(open(spec_path)) != spec:
         raise ValueError(f"{run.folder} holds a run made with other flags: give another "
                          f"--work_dir")

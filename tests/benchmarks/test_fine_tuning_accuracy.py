@@ -77,6 +77,24 @@ def test_welch_interval_without_spread_and_too_few(script):
         2.6457513))
 
 
+def test_word_order_sentences_are_half_as_written_half_reversed(script):
+    import random
+
+    documents = [["one two three four", "too short here", "a b b a"],
+                 ["five six seven eight nine", "ten eleven twelve thirteen"],
+                 ["alpha beta gamma delta", "x y x y"]]
+    rows = script.word_order_sentences(documents, random.Random(0), max_sentences=10)
+    eligible = {"one two three four", "five six seven eight nine",
+                "ten eleven twelve thirteen", "alpha beta gamma delta", "x y x y"}
+    assert [label for _, label in rows] == ["1", "0", "1", "0", "1"]
+    for sentence, label in rows:
+        backwards = " ".join(sentence.split()[::-1])
+        assert (sentence in eligible, backwards in eligible) == (label == "1", label == "0")
+    assert {s if label == "1" else " ".join(s.split()[::-1]) for s, label in rows} == eligible
+    assert rows == script.word_order_sentences(documents, random.Random(0), max_sentences=10)
+    assert len(script.word_order_sentences(documents, random.Random(0), max_sentences=3)) == 3
+
+
 def arguments(root):
     return [f"--work_dir={root / 'work'}", f"--write_markdown={root / 'BENCHMARKS.md'}",
             "--tasks=classifier", "--seeds=1,2", "--max_documents=40", "--heldout_every=4",
@@ -116,6 +134,15 @@ def test_the_figures_are_those_of_the_runs_outputs(benchmark):
     assert (found["low"], found["high"]) == pytest.approx((expected.low, expected.high))
 
 
+def test_the_classifier_data_is_half_reversed(benchmark):
+    for split in ("train", "dev"):
+        lines = (benchmark["root"] / "work" / "data" / "SST-2" / f"{split}.tsv"
+                 ).read_text().splitlines()
+        labels = [line.rsplit("\t", 1)[1] for line in lines[1:]]
+        assert lines[0] == "sentence\tlabel"
+        assert abs(labels.count("0") - labels.count("1")) <= 1
+
+
 def test_the_packed_arm_sees_as_many_sequences_per_update(benchmark):
     root = benchmark["root"]
     factor = benchmark["report"]["data"]["packing_factor"]["classifier"]
@@ -141,3 +168,4 @@ def test_the_section_is_written(benchmark):
     assert "| packed | 2 | 62.50 |" in text and "| padded | 2 | 50.00 |" in text
     assert "95 % Welch interval" in text
     assert "The commonest dev label alone scores" in text
+    assert "Word order, as written or reversed" in text
