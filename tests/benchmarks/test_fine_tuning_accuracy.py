@@ -153,13 +153,17 @@ def test_the_packed_arm_sees_as_many_sequences_per_update(benchmark):
     assert rows == {"padded": 16, "packed": round(16 / factor)}
 
 
-def test_the_classifier_runs_take_the_classifier_epochs(benchmark):
+def test_the_classifier_runs_take_the_classifier_epochs_and_learning_rate(benchmark):
     root = benchmark["root"]
     for arm in ("packed", "padded"):
         summary = json.loads((root / "work" / "classifier" / "seed1" / arm
                               / "classifier_summary.json").read_text())
-        # --classifier_num_train_epochs=1, not --squad_num_train_epochs=7.
+        # --classifier_num_train_epochs=1, not --squad_num_train_epochs=7, and
+        # the classifier's own learning rate (its default), not SQuAD's.
         assert summary["options"]["num_train_epochs"] == 1.0
+        assert summary["options"]["learning_rate"] == 5e-4
+        assert json.loads((root / "work" / "classifier" / "seed1" / arm / "run.json")
+                          .read_text())["classifier_learning_rate"] == 5e-4
 
 
 def test_the_section_is_written(benchmark):
