@@ -16,10 +16,8 @@ be built, whatever the algorithm (or JSON file) it came from.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
-import gc
 import itertools
 import json
 import math
@@ -27,6 +25,8 @@ import operator
 from typing import Any
 
 import numpy as np
+
+from packed_bert_tf.garbage_collection import cyclic_gc_paused
 
 _JSON_FORMAT = "packed_bert_tf.PackingPlan"
 _JSON_VERSION = 1
@@ -68,7 +68,7 @@ def strategy_counts_of_rows(rows: np.ndarray,
     # row's first `depth` lengths; rows of one depth become tuples at once.
     unique, depths = rows[first], depths[first]
     strategies = [None] * len(first)
-    with _gc_paused():
+    with cyclic_gc_paused():
         for depth in np.unique(depths).tolist():
             at = np.flatnonzero(depths == depth)
             for j, strategy in zip(at.tolist(), map(tuple, unique[at, :depth].tolist())):
@@ -99,20 +99,6 @@ def _unique_short_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(rows), dtype=np.int64)
     inverse[order] = np.cumsum(starts) - 1
     return order[starts], inverse
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """The cyclic garbage collector off while a block makes many tuples of
-    ints (none can be in a cycle): its collections, every 700 new objects and
-    now and then over every object of the process, would double the time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def rows_of_strategy_counts(strategy_counts, width: int | None = None) -> np.ndarray:
@@ -279,7 +265,7 @@ class PackingPlan:
         Strategies are sorted longest first, equal strategies merged, zero
         counts dropped, and the result ordered by strategy for stable output.
         """
-        with _gc_paused():
+        with cyclic_gc_paused():
             counts = [count for _, count in strategy_counts]
             # Pairs of positive ints (`strategy_counts_of_rows`'s) as they are.
             if set(map(type, counts)) != {int} or 0 in counts:
