@@ -266,6 +266,7 @@ class PackingPlan:
         counts dropped, and the result ordered by strategy for stable output.
         """
         with cyclic_gc_paused():
+            strategy_counts = list(strategy_counts)
             counts = [count for _, count in strategy_counts]
             # Pairs of positive ints (`strategy_counts_of_rows`'s) as they are.
             if set(map(type, counts)) != {int} or 0 in counts:

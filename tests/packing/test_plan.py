@@ -43,6 +43,10 @@ def test_from_strategy_counts_canonicalises():
     assert plan.strategies == ((5, 3), (6,))
     assert plan.counts == (2, 1)
     assert plan.lp_lower_bound is None
+    # Pairs from a generator, counts as numpy integers and floats: the same plan.
+    assert plan == PackingPlan.from_strategy_counts(
+        (pair for pair in [((5, 3), np.int64(2)), ((6,), 1.0), ((4,), 0)]), algorithm="x",
+        histogram=[0, 0, 2, 0, 2, 1, 0, 0], max_sequence_length=8, max_sequences_per_pack=2)
 
 
 @pytest.mark.parametrize("overrides, message", [
