@@ -129,8 +129,9 @@ def pack_histogram(histogram, max_sequence_length: int,
           search stops in time for the plan to come back by then (it leaves
           `FINISH_SECONDS_PER_SEQUENCE` of the limit per sequence for
           finishing: best-fit decreasing on the sequences not yet placed,
-          and checking the plan; a round under way at the limit may run a
-          little past it, less than the seed heuristic takes), with the
+          and checking the plan; exchange fill starts no exchange that
+          would end past the limit, by the time the last one took, and a
+          step under way elsewhere may run a little past it), with the
           bound proven so far and ``time_limit_reached`` set.
           ``progress`` (a callable ``progress(phase, packs, bound)``, called
           as the search goes: the phase, the plan's packs so far or the LP's
@@ -304,11 +305,10 @@ def _plan_optimal(histogram, args, options):
                 report=None if progress is None
                 else lambda packs: progress("exchange fill", packs, quick_bound))
             if fill.num_packs <= most_packs:
-                stopped = deadline.passed()  # before the plan's conversion
-                return fill.strategy_counts(), quick_bound, stopped
+                return fill.strategy_counts(), quick_bound, fill.stopped
             if fill.num_packs < seed_packs:
                 incumbent = fill.strategy_counts()
-            if deadline.passed():
+            if fill.stopped:
                 # Too late to start anything else: the plan so far.
                 return incumbent, lower, True
         if exact_fill.eligible(histogram, *args):

@@ -96,10 +96,13 @@ class ExchangeFill:
         sequence of the histogram is in exactly one.
       rounds: int, rounds made (each a best-fit decreasing on the pool, the
         first one possibly the caller's).
+      stopped: bool, whether the deadline stopped it (passed, or too close
+        for the next exchange).
     """
 
     rows: np.ndarray
     rounds: int
+    stopped: bool = False
 
     @property
     def num_packs(self) -> int:
@@ -124,8 +127,9 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
       first_plan: optional (strategy, count) pairs of best-fit decreasing on
         `histogram` (``heuristics.pack_fit_decreasing(..., fit="best")``),
         when the caller has them: the first round's, not made again.
-      deadline: optional, with ``passed()`` (`optimal.Deadline`): no round
-        or exchange starts once it has passed.
+      deadline: optional, with ``passed()`` and ``left()``
+        (`optimal.Deadline`): no round starts once it has passed, and no
+        exchange that would end after it (by the time the last one took).
       report: optional ``report(packs)``, called after each round with the
         packs of the best plan so far.
 
@@ -143,6 +147,7 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
     kept = np.zeros((0, cap), dtype=np.int32)
     held = np.zeros(0, dtype=np.int64)  # sequences in each kept row
     best, stalled, rounds = None, 0, 0
+    last = 0.0  # seconds the last exchange took
     while rounds < MAX_ROUNDS:
         rounds += 1
         if rounds == 1 and first_plan is not None:
@@ -160,9 +165,10 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
         stalled = 0 if len(best) - target_packs <= PROGRESS * last_excess else stalled + 1
         if report is not None:
             report(len(closed) + len(best))
-        if (len(best) <= target_packs or not len(rest) or stalled >= PATIENCE
-                or (deadline is not None and deadline.passed())):
+        if len(best) <= target_packs or not len(rest) or stalled >= PATIENCE:
             break
+        if deadline is not None and deadline.passed():
+            return ExchangeFill(np.concatenate([closed, best]), rounds, stopped=True)
         rest_held = np.count_nonzero(rest, axis=1)
         at_cap = rest_held[rest_held == cap].sum() > AT_CAP_SHARE * rest_held.sum()
         # Rows of one sequence wait for a complement of exactly their room:
@@ -173,12 +179,14 @@ def exchange_fill(histogram: np.ndarray, max_sequence_length: int,
         if not at_cap and wanted.any():
             exchanges.append((1, 2, wanted))
         for give, take, lengths in exchanges:
-            # An exchange takes up to a few hundredths of a second: the
-            # deadline is checked before each, and a round cut short leaves
-            # the best plan as it was.
-            if deadline is not None and deadline.passed():
-                return ExchangeFill(np.concatenate([closed, best]), rounds)
+            # An exchange takes up to a few hundredths of a second: none
+            # starts that would end past the deadline if it took as long as
+            # the last one, and a round cut short leaves the best plan as it was.
+            if deadline is not None and (deadline.passed() or deadline.left() < last):
+                return ExchangeFill(np.concatenate([closed, best]), rounds, stopped=True)
+            started = optimal.clock()
             pool = _exchange(kept, held, pool, give, take, rng, lengths)
+            last = optimal.clock() - started
     return ExchangeFill(np.concatenate([closed, best]), rounds)
 
 

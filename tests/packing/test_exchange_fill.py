@@ -147,7 +147,7 @@ def test_a_passed_deadline_stops_after_the_first_round():
     reported = []
     fill = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0,
                                        deadline=passed, report=reported.append)
-    assert fill.rounds == 1
+    assert fill.rounds == 1 and fill.stopped
     assert reported == [fill.num_packs] == [_bfd_packs(histogram, 256, 8)]
 
 
@@ -160,6 +160,9 @@ def test_a_deadline_that_passes_within_a_round_stops_before_the_next_exchange(
             self.readings += 1
             return self.readings >= 3
 
+        def left(self):
+            return math.inf
+
     exchanges = []
     original = exchange_fill._exchange
     monkeypatch.setattr(exchange_fill, "_exchange",
@@ -169,9 +172,32 @@ def test_a_deadline_that_passes_within_a_round_stops_before_the_next_exchange(
                                        deadline=PassesAtThirdReading())
     # Read after the first round's best-fit decreasing, then before each
     # exchange: one exchange ran.
-    assert fill.rounds == 1 and len(exchanges) == 1
+    assert fill.rounds == 1 and len(exchanges) == 1 and fill.stopped
     assert fill.num_packs == _bfd_packs(histogram, 256, 8)
     _assert_valid(fill.rows, histogram, 256, 8)
+
+
+def test_no_exchange_starts_that_would_end_past_the_deadline(monkeypatch):
+    class NeverPassedNoTimeLeft:
+        def passed(self):
+            return False
+
+        def left(self):
+            return 0.0
+
+    exchanges = []
+    original = exchange_fill._exchange
+    monkeypatch.setattr(exchange_fill, "_exchange",
+                        lambda *args: exchanges.append(args[3:5]) or original(*args))
+    histogram = _lognormal(256, 5_000)
+    fill = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0,
+                                       deadline=NeverPassedNoTimeLeft())
+    # The first exchange has no time of a last one to go by; after it, no
+    # time left is less than the time it took.
+    assert fill.rounds == 1 and len(exchanges) == 1 and fill.stopped
+    _assert_valid(fill.rows, histogram, 256, 8)
+    unhurried = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0)
+    assert not unhurried.stopped and unhurried.rounds > 1
 
 
 def test_stalled_exchanges_stop_after_patience_rounds():
