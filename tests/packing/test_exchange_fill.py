@@ -151,6 +151,17 @@ def test_a_passed_deadline_stops_after_the_first_round():
     assert reported == [fill.num_packs] == [_bfd_packs(histogram, 256, 8)]
 
 
+def _fill_counting_exchanges(monkeypatch, histogram, deadline):
+    """Exchange fill of `histogram` (S = 256, cap 8) under `deadline`, and the
+    (give, take) of each exchange it made."""
+    exchanges = []
+    original = exchange_fill._exchange
+    monkeypatch.setattr(exchange_fill, "_exchange",
+                        lambda *args: exchanges.append(args[3:5]) or original(*args))
+    fill = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0, deadline=deadline)
+    return fill, exchanges
+
+
 def test_a_deadline_that_passes_within_a_round_stops_before_the_next_exchange(
         monkeypatch):
     class PassesAtThirdReading:
@@ -163,13 +174,9 @@ def test_a_deadline_that_passes_within_a_round_stops_before_the_next_exchange(
         def left(self):
             return math.inf
 
-    exchanges = []
-    original = exchange_fill._exchange
-    monkeypatch.setattr(exchange_fill, "_exchange",
-                        lambda *args: exchanges.append(args[3:5]) or original(*args))
     histogram = _lognormal(256, 5_000)
-    fill = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0,
-                                       deadline=PassesAtThirdReading())
+    fill, exchanges = _fill_counting_exchanges(monkeypatch, histogram,
+                                               PassesAtThirdReading())
     # Read after the first round's best-fit decreasing, then before each
     # exchange: one exchange ran.
     assert fill.rounds == 1 and len(exchanges) == 1 and fill.stopped
@@ -185,13 +192,9 @@ def test_no_exchange_starts_that_would_end_past_the_deadline(monkeypatch):
         def left(self):
             return 0.0
 
-    exchanges = []
-    original = exchange_fill._exchange
-    monkeypatch.setattr(exchange_fill, "_exchange",
-                        lambda *args: exchanges.append(args[3:5]) or original(*args))
     histogram = _lognormal(256, 5_000)
-    fill = exchange_fill.exchange_fill(histogram, 256, 8, target_packs=0,
-                                       deadline=NeverPassedNoTimeLeft())
+    fill, exchanges = _fill_counting_exchanges(monkeypatch, histogram,
+                                               NeverPassedNoTimeLeft())
     # The first exchange has no time of a last one to go by; after it, no
     # time left is less than the time it took.
     assert fill.rounds == 1 and len(exchanges) == 1 and fill.stopped
