@@ -267,8 +267,8 @@ def training_rows(options, packs: PackedRows, pack: Callable[[int], PackedRows]
 
 
 def train_dataset_fn(packs: PackedRows | RepackedRows, *, global_batch_size: int,
-                     steps_per_update: int, seed: int | None, skip_steps: int = 0, bucketed: bool = False,
-                     bucket_boundaries=None, pool_size: int = 8192):
+                     steps_per_update: int, seed: int | None, skip_steps: int = 0,
+                     bucketed: bool = False, bucket_boundaries=None, pool_size: int = 8192):
     """The ``dataset_fn`` of ``strategy.distribute_datasets_from_function``
     over a task's rows (SQuAD's, the classifier's).
 
@@ -277,8 +277,8 @@ def train_dataset_fn(packs: PackedRows | RepackedRows, *, global_batch_size: int
     (`RepackedRows`, from `training_rows`); ``skip_steps``
     updates already done are skipped (a resumed run with the same seed).
     ``bucketed``: length-bucketed batches of an unpacked layout instead
-    (`packed_bert_tf.batching.dataset.bucketed_rows_dataset`; their shapes vary, so ``steps_per_update``
-    must be 1).
+    (`packed_bert_tf.batching.dataset.bucketed_rows_dataset`; their shapes
+    vary, so ``steps_per_update`` must be 1).
     """
 
     def dataset_fn(input_context: tf.distribute.InputContext):
